@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install everything edgekit and its tests need, idempotently: system packages, the venv, the stack.
+# Used by the README's commands and by .ci/run. Re-running is cheap (a stamp skips finished steps).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+# System packages for the real-device tests (sshd, the adb client, qemu for the arm64 twin, chromium
+# for the HTML report check). Only installed when we are root and apt is there.
+APT_PACKAGES="openssh-server iproute2 nftables adb"
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  missing=""
+  for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  if [ -n "$missing" ]; then
+    echo "edgekit install: apt packages:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  fi
+fi
+
+PY="${EDGEKIT_PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+VENV="$ROOT/.venv"
+STAMP="$VENV/.edgekit-install-stamp"
+WANT="$(cat pyproject.toml .ci/install.sh | sha256sum | cut -d' ' -f1)"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+LOG="$VENV/.edgekit-install.log"
+pipi() { "$VENV/bin/pip" install --disable-pip-version-check "$@" >>"$LOG" 2>&1 || { tail -40 "$LOG"; echo "edgekit install: pip install $* failed (log: $LOG)"; exit 1; }; }
+: > "$LOG"
+pipi --upgrade pip
+# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
+pipi "torch==2.13.0"
+pipi -e ".[all,dev]"
+"$VENV/bin/python" -c "import edgekit, torch, onnxruntime; print('edgekit install: ok (torch', torch.__version__, ')')"
+echo "$WANT" > "$STAMP"

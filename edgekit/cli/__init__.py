@@ -1,0 +1,1 @@
+"""The `edgekit` command line (Typer): one module per command, heavy imports inside the commands."""

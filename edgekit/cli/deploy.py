@@ -1,0 +1,62 @@
+"""`edgekit deploy`: the closed loop on a target, ending in the gate's verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import EXIT_GATE_FAILED, out_console, progress_display
+
+HELP = """Compress a model, measure every variant on the device, write the report, apply the gate.
+
+Examples:
+
+  edgekit deploy examples/digits/artifacts/model.pt2 --target local \\
+      --eval-data examples/digits/artifacts/eval.npz --calib-data examples/digits/artifacts/calib.npz
+
+  edgekit deploy model.onnx --target rpi4 --device lab-pi --eval-data eval.npz --max-accuracy-drop 0.5
+
+Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
+"""
+
+
+def deploy_cmd(
+    model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
+    target: str = typer.Option("local", "--target", "-t", help="Target class (`edgekit targets list`) or a target .yaml."),
+    device: Optional[str] = typer.Option(None, "--device", "-d", help="Device name from the inventory (not needed for local)."),
+    eval_data: Path = typer.Option(..., "--eval-data", help=".npz with x (inputs) and y (integer labels)."),
+    calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for INT8 calibration."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Recipe YAML: variants, passes, measure, gate."),
+    out: Path = typer.Option(Path("edgekit-out"), "--out", "-o", help="Folder for report.json, report.md and artifacts."),
+    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", help="Allowed drop in accuracy points vs the baseline (default 1)."),
+    relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
+    latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", help="p50 latency budget per shipped variant."),
+    memory_budget_mb: Optional[float] = typer.Option(None, "--memory-budget-mb", help="Peak memory budget of the inference process."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
+    x_key: str = typer.Option("x", "--x-key", help="Array name of the inputs in the .npz files."),
+    y_key: str = typer.Option("y", "--y-key", help="Array name of the labels in the eval .npz."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Runtime threads (default: the target's)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed runs before measuring (default: the target's)."),
+    runs: Optional[int] = typer.Option(None, "--runs", help="Minimum timed runs (default: the target's)."),
+    min_seconds: Optional[float] = typer.Option(None, "--min-seconds", help="Minimum timed seconds (default: the target's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
+):
+    from ..pipeline import DeployOptions, deploy
+    from .report import print_summary
+
+    opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
+                         latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
+                         runs=runs, min_seconds=min_seconds, threads=threads)
+    with progress_display(not as_json) as progress:
+        report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
+                        recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts, progress=progress)
+    if as_json:
+        print(json.dumps(report.model_dump(mode="json")))
+    else:
+        print_summary(report)
+        out_console.print(f"report: {Path(out) / 'report.json'}, {Path(out) / 'report.md'}")
+    if not report.gate.passed:
+        raise typer.Exit(EXIT_GATE_FAILED)

@@ -1,0 +1,70 @@
+"""Entry point: `edgekit COMMAND ...`. Exit codes: 0 ok, 1 gate failed, 2 bad input or usage,
+3 device or transport failure."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .. import __version__
+from . import deploy as _deploy
+from . import report as _report
+from . import targets as _targets
+
+app = typer.Typer(
+    name="edgekit",
+    help="Take a trained PyTorch model to edge hardware and prove, on that hardware, that the compressed "
+    "model is still good enough to ship.\n\nExample: edgekit deploy model.pt2 --target local --eval-data eval.npz "
+    "--calib-data calib.npz",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool):
+    if value:
+        print(f"edgekit {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")):
+    pass
+
+
+app.command("deploy", help=_deploy.HELP, no_args_is_help=True)(_deploy.deploy_cmd)
+app.add_typer(_targets.app, name="targets")
+app.add_typer(_report.app, name="report")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..errors import EdgekitError
+    from .common import EXIT_BAD_INPUT, err_console
+
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except EdgekitError as exc:
+        err_console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False, markup=True)
+        if exc.hint:
+            err_console.print(f"[yellow]hint:[/yellow] {exc.hint}", highlight=False)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("aborted")
+        return 130
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return EXIT_BAD_INPUT
+        raise
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

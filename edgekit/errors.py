@@ -1,0 +1,98 @@
+"""One exception tree for edgekit.
+
+Every error a user can cause or meet carries an exit code (the CLI contract: 2 bad input or
+usage, 3 device or transport failure) and a hint that says what to do. Third-party errors are
+mapped at the boundary with ``raise X(...) from exc``.
+"""
+
+from __future__ import annotations
+
+
+class EdgekitError(Exception):
+    """Base of every edgekit error. ``exit_code`` is what the CLI returns."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  hint: {self.hint}"
+        return self.message
+
+
+# --- bad input (exit 2) ------------------------------------------------------------------
+class BadInputError(EdgekitError):
+    """The user gave something edgekit cannot use."""
+
+
+class ModelLoadError(BadInputError):
+    """A model file is missing, corrupt or of a kind edgekit refuses to load."""
+
+
+class DataError(BadInputError):
+    """An eval or calibration data set is missing, malformed or does not fit the model."""
+
+
+class TargetError(BadInputError):
+    """An unknown target name or an invalid target file."""
+
+
+class ConfigError(BadInputError):
+    """A recipe, inventory or other config file is invalid."""
+
+
+class OutputError(BadInputError):
+    """The output location cannot be written."""
+
+
+class MissingExtraError(BadInputError):
+    """An optional dependency is not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the Python package '{package}', which is not installed",
+            hint=f"pip install 'edgekit[{extra}]'",
+        )
+        self.package = package
+        self.extra = extra
+
+
+class ConversionError(BadInputError):
+    """A converter hop failed or its parity is outside tolerance."""
+
+    def __init__(self, message: str, *, hop: str, hint: str | None = None):
+        super().__init__(f"[{hop}] {message}", hint=hint)
+        self.hop = hop
+
+
+class PassError(BadInputError):
+    """A compression pass could not produce an acceptable artifact."""
+
+
+# --- device / transport (exit 3) ---------------------------------------------------------
+class DeviceError(EdgekitError):
+    """The device or the transport to it failed; no measurement is claimed."""
+
+    exit_code = 3
+
+
+class TransportError(DeviceError):
+    """Connecting, transferring or running a command on the device failed."""
+
+
+class AgentError(DeviceError):
+    """The on-device agent failed or printed something that is not a valid report."""
+
+
+def require(package: str, extra: str, purpose: str):
+    """Import an optional dependency or fail with the exact install hint."""
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ImportError as exc:
+        raise MissingExtraError(package.split(".")[0], extra, purpose) from exc

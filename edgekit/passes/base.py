@@ -1,0 +1,60 @@
+"""The pass contract: ``run(artifact, config, ctx)`` returns a new file; the base class validates
+the config, checks the input format, times the work and records the lineage step."""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from ..artifact import Artifact, LineageStep
+from ..config import validate
+from ..data import Dataset
+from ..errors import PassError
+from ..formats import Format
+
+
+@dataclass
+class PassContext:
+    workdir: Path
+    calib: Dataset | None = None
+    eval: Dataset | None = None
+    train: Dataset | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PassOutput:
+    path: Path
+    precision: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    fmt: Format | None = None
+    io: Any = None
+
+
+class Pass(abc.ABC):
+    name: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+    input_formats: ClassVar[tuple[Format, ...]]
+
+    def __call__(self, artifact: Artifact, config: dict | BaseModel | None, ctx: PassContext,
+                 *, out_name: str | None = None) -> Artifact:
+        cfg = config if isinstance(config, BaseModel) else validate(
+            self.Config, config or {}, f"config of pass '{self.name}'")
+        if artifact.format not in self.input_formats:
+            raise PassError(f"pass '{self.name}' takes {[f.value for f in self.input_formats]} models, got "
+                            f"{artifact.format.value}", hint="put a conversion step before it in the recipe")
+        ctx.workdir.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        out = self.run(artifact, cfg, ctx, out_name or f"{self.name}-{artifact.sha256[:12]}")
+        step = LineageStep(kind="pass", name=self.name, config=cfg.model_dump(mode="json"),
+                           metrics=out.metrics, seconds=round(time.perf_counter() - start, 3))
+        return artifact.derive(out.path, fmt=out.fmt, io=out.io, step=step, precision=out.precision)
+
+    @abc.abstractmethod
+    def run(self, artifact: Artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
+        """Produce the output file in ``ctx.workdir``."""

@@ -1,0 +1,304 @@
+"""The closed loop: model -> ONNX (parity) -> passes -> device agent -> report -> gate.
+
+``deploy`` is what `edgekit deploy` and release pipelines call. It validates every input before
+doing heavy work, writes artifacts under ``out/artifacts/`` and the report files atomically, and
+never writes a report for a run that failed (exit 2/3): an earlier report in ``out`` stays.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import __version__
+from .agent.bundle import BundleDeployer
+from .agent.protocol import AgentResult, build_request, run_request
+from .artifact import Artifact
+from .convert.parity import compare
+from .data import Dataset, check_fits, load_npz
+from .errors import BadInputError, DeviceError
+from .formats import Format, RUNTIME_FOR_FORMAT
+from .fsutil import ensure_writable_dir
+from .measure.stats import latency_stats
+from .passes.base import PassContext
+from .passes.registry import get_pass
+from .recipe import GateConfig, Recipe, default_recipe, load_recipe
+from .report.gate import evaluate_gate
+from .report.model import Report, VariantResult
+from .source import Source, load_source
+from .targets import MeasureDefaults, TargetSpec, load_target
+from .transport.base import Transport
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class DeployOptions:
+    """Command-line / API overrides on top of the recipe and the target file (None = keep)."""
+
+    max_accuracy_drop: float | None = None
+    relative_accuracy_drop: bool | None = None
+    latency_budget_ms: float | None = None
+    memory_budget_mb: float | None = None
+    warmup: int | None = None
+    runs: int | None = None
+    min_seconds: float | None = None
+    threads: int | None = None
+    max_seconds: float = 120.0
+    extra_warnings: list[str] = field(default_factory=list)
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def resolve_measure(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> MeasureDefaults:
+    m = target.measure.model_dump()
+    m.update({k: v for k, v in recipe.measure.model_dump().items() if v is not None})
+    for k in ("warmup", "runs", "min_seconds", "threads"):
+        if getattr(opts, k) is not None:
+            m[k] = getattr(opts, k)
+    return MeasureDefaults(**m)
+
+
+def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> GateConfig:
+    g = recipe.gate.model_dump()
+    # the target's budgets apply unless the recipe sets its own
+    for k in ("latency_ms_p50", "latency_ms_p90", "peak_memory_mb", "model_size_mb"):
+        if g.get(k) is None:
+            g[k] = getattr(target.limits, k)
+    if opts.max_accuracy_drop is not None:
+        g["max_accuracy_drop"] = opts.max_accuracy_drop
+    if opts.relative_accuracy_drop is not None:
+        g["relative_accuracy_drop"] = opts.relative_accuracy_drop
+    if opts.latency_budget_ms is not None:
+        g["latency_ms_p50"] = opts.latency_budget_ms
+    if opts.memory_budget_mb is not None:
+        g["peak_memory_mb"] = opts.memory_budget_mb
+    from .config import validate
+
+    return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
+
+
+def open_transport(target: TargetSpec, device: str | None) -> Transport:
+    if device is None:
+        if target.transport == "local":
+            from .transport.local import LocalTransport
+
+            return LocalTransport()
+        raise BadInputError(f"target '{target.name}' is reached over {target.transport}: name the device",
+                            hint="pass --device NAME (see `edgekit devices list`), or use --target local")
+    try:
+        from .devices import open_device_transport
+    except ImportError as exc:
+        raise BadInputError(f"device '{device}': this edgekit has no device inventory yet") from exc
+    return open_device_transport(device, target)
+
+
+def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: Progress) -> dict[str, Artifact]:
+    variants: dict[str, Artifact] = {recipe.baseline: fp32}
+    for spec in recipe.variants:
+        art = fp32
+        for i, step in enumerate(spec.passes):
+            progress(f"variant {spec.name}: pass {step.name}")
+            art = get_pass(step.name)(art, step.config, ctx, out_name=f"{spec.name}-{i}-{step.name}")
+        variants[spec.name] = art
+    return variants
+
+
+def deploy(
+    model: Any,
+    *,
+    eval_data: str | Path,
+    target: str | TargetSpec = "local",
+    device: str | None = None,
+    calib_data: str | Path | None = None,
+    recipe: str | Path | Recipe | None = None,
+    out: str | Path = "edgekit-out",
+    example_inputs: tuple | None = None,
+    arch: str | None = None,
+    x_key: str = "x",
+    y_key: str = "y",
+    options: DeployOptions | None = None,
+    progress: Progress | None = None,
+    transport: Transport | None = None,
+    **overrides: Any,
+) -> Report:
+    """Compress ``model``, measure every variant on the device, write and return the report.
+
+    ``model`` is a path (.pt2, .onnx, or .pt/.pth with ``arch='module:Class'``) or an
+    ``nn.Module`` with ``example_inputs``. Keyword overrides (``max_accuracy_drop=0.5``,
+    ``latency_budget_ms=2``, ``runs=100``...) are the fields of :class:`DeployOptions`.
+    """
+    progress = progress or _noop
+    opts = options or DeployOptions()
+    for k, v in overrides.items():
+        if not hasattr(opts, k):
+            raise TypeError(f"deploy() got an unexpected keyword argument {k!r}")
+        setattr(opts, k, v)
+    started = time.perf_counter()
+
+    # --- validate everything cheap first -----------------------------------------------------
+    spec = target if isinstance(target, TargetSpec) else load_target(target)
+    rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(calib_data is not None))
+    measure = resolve_measure(spec, rec, opts)
+    gate_cfg = resolve_gate(spec, rec, opts)
+    out_dir = ensure_writable_dir(out)
+    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
+    calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
+    art_dir = out_dir / "artifacts"
+    art_dir.mkdir(exist_ok=True)
+    if example_inputs is None:
+        example_inputs = tuple(x[0:1] for x in eval_ds.xs)
+
+    # --- model -> fp32 ONNX ------------------------------------------------------------------
+    progress("loading the model")
+    source = load_source(model, example_inputs=example_inputs, arch=arch, workdir=art_dir)
+    check_fits(eval_ds, source.artifact.io, "eval")
+    if calib_ds is not None:
+        check_fits(calib_ds, source.artifact.io, "calib")
+    xs = [x for x in eval_ds.xs]
+    if source.artifact.format == Format.TORCH:
+        progress("exporting to ONNX (parity check on the eval inputs)")
+        from .convert.torch_to_onnx import export_onnx
+
+        fp32 = export_onnx(source, art_dir / "fp32.onnx", xs)
+    else:
+        fp32 = source.artifact
+
+    # --- passes -------------------------------------------------------------------------------
+    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds)
+    variants = build_variants(fp32, rec, ctx, progress)
+    progress("computing reference outputs")
+    reference = source.reference(xs)
+
+    # --- on the device ------------------------------------------------------------------------
+    own_transport = transport is None
+    t = transport or open_transport(spec, device)
+    try:
+        progress(f"deploying the bundle to {t.describe()}")
+        deployer = BundleDeployer(t)
+        eval_file = _eval_bundle_file(eval_ds, art_dir)
+        remotes = deployer.deliver([eval_file, *{a.path for a in variants.values()}])
+        results: dict[str, AgentResult] = {}
+        for name, art in variants.items():
+            progress(f"measuring {name} on the device ({measure.runs}+ runs, >= {measure.min_seconds:g} s)")
+            req = build_request(
+                variant=name, artifact=art, model_remote=remotes[art.path], source_io=source.artifact.io,
+                measure=measure, eval_remote=remotes[eval_file], x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
+                outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npy"),
+                energy_sources=spec.energy_sources, max_seconds=opts.max_seconds,
+            )
+            results[name] = run_request(deployer, req)
+        delivery = deployer.stats
+    finally:
+        if own_transport:
+            t.close()
+
+    # --- report --------------------------------------------------------------------------------
+    progress("writing the report")
+    vresults = [_variant_result(name, art, results[name], reference, source) for name, art in variants.items()]
+    base = next(v for v in vresults if v.name == rec.baseline)
+    for v in vresults:
+        if v.accuracy and base.accuracy:
+            v.accuracy_drop = round(base.accuracy.value - v.accuracy.value, 4)
+    gate = evaluate_gate(vresults, rec.baseline, gate_cfg)
+    first = results[rec.baseline].doc
+    warnings = list(opts.extra_warnings)
+    for v in vresults:
+        if v.latency_ms and not v.latency_ms.stable:
+            warnings.append(f"{v.name}: latency is unstable (CoV {v.latency_ms.cov:.1%}); the device may be busy")
+    report = Report(
+        edgekit_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        target=spec.name,
+        device=_device_info(first, t, device, spec, vresults),
+        model={"source": str(model) if not hasattr(model, "forward") else type(model).__name__,
+               "sha256": source.artifact.sha256, "format": source.artifact.format.value,
+               "inputs": [i.model_dump(mode="json") for i in source.artifact.io.inputs]},
+        settings={"measure": measure.model_dump(), "gate": gate_cfg.model_dump(), "recipe": rec.model_dump(mode="json"),
+                  "eval_data": str(eval_ds.path), "eval_samples": eval_ds.n,
+                  "calib_data": str(calib_ds.path) if calib_ds else None,
+                  "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
+                               "bytes_sent": delivery.bytes_sent},
+                  "wall_seconds": round(time.perf_counter() - started, 2)},
+        baseline=rec.baseline,
+        variants=vresults,
+        gate=gate,
+        warnings=warnings,
+    )
+    report.write(out_dir)
+    return report
+
+
+def _eval_bundle_file(ds: Dataset, art_dir: Path) -> Path:
+    """The eval set as the agent reads it: the user's .npz when it holds only what is needed,
+    else a trimmed copy (content-addressed on the device, so unchanged data is never re-sent)."""
+    import zipfile
+
+    with zipfile.ZipFile(ds.path) as z:
+        names = {n.removesuffix(".npy") for n in z.namelist()}
+    if names <= set(ds.x_keys) | {ds.y_key}:
+        return ds.path
+    out = art_dir / "eval-bundle.npz"
+    arrays = {k: x for k, x in zip(ds.x_keys, ds.xs)}
+    if ds.y is not None:
+        arrays[ds.y_key] = ds.y
+    np.savez(out, **arrays)
+    return out
+
+
+def _variant_result(name: str, art: Artifact, res: AgentResult, reference: np.ndarray, source: Source) -> VariantResult:
+    doc = res.doc
+    lat = doc["latency_ms"]
+    stats = latency_stats(lat["raw"])
+    parity = None
+    if res.outputs is not None:
+        parity = compare(reference, res.outputs, source.reference_name).to_dict()
+    mem = doc.get("memory") or {}
+    energy = doc.get("energy") or {}
+    return VariantResult(
+        name=name,
+        format=art.format.value,
+        precision=art.precision,
+        runtime={**doc["runtime"]},
+        size_bytes=art.size_bytes,
+        sha256=art.sha256,
+        artifact_path=str(art.path),
+        lineage=art.lineage_dicts(),
+        load_ms=doc.get("load_ms"),
+        latency_ms={"warmup": lat["warmup"], "runs": lat["runs"], "raw": lat["raw"], **stats.to_dict()},
+        peak_memory_mb=mem.get("peak_rss_mb"),
+        memory=mem,
+        energy_mj_per_inference=energy.get("energy_mj_per_inference"),
+        energy_source=energy.get("source"),
+        energy_reason=energy.get("reason"),
+        accuracy=doc.get("accuracy"),
+        parity=parity,
+        device_state=doc.get("device_state") or {},
+    )
+
+
+def _device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults) -> dict:
+    facts = dict(doc.get("device") or {})
+    states = [v.device_state for v in vresults if v.device_state]
+    before = states[0].get("before", {}) if states else {}
+    after = states[-1].get("after", {}) if states else {}
+    facts.update({
+        "name": device or ("localhost" if t.kind == "local" else t.describe()),
+        "transport": t.kind,
+        "governor": before.get("governor"),
+        "frequency_mhz": before.get("frequency_mhz"),
+        "temperature_c": {"before": before.get("temperature_c"), "after": after.get("temperature_c")},
+        "loadavg_before": before.get("loadavg"),
+        "target_arch": spec.arch,
+    })
+    return facts
+
+
+__all__ = ["deploy", "DeployOptions", "DeviceError", "RUNTIME_FOR_FORMAT"]

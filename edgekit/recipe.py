@@ -1,0 +1,108 @@
+"""Recipes (YAML, validated): which variants to build from the fp32 model, by which passes, how to
+measure, and what the gate demands.
+
+    baseline: fp32
+    variants:
+      - name: int8-static
+        passes:
+          - quantize: {mode: static, per_channel: true}
+      - name: int8-dynamic
+        passes:
+          - quantize: {mode: dynamic}
+    measure: {warmup: 10, runs: 50, min_seconds: 1.0, threads: 1}
+    gate: {max_accuracy_drop: 1.0}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .config import load_model_file
+from .errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PassStep(_Strict):
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mapping(cls, v):
+        # YAML form: `- quantize: {mode: static}` or `- quantize` (defaults)
+        if isinstance(v, str):
+            return {"name": v, "config": {}}
+        if isinstance(v, dict) and len(v) == 1 and "name" not in v:
+            (name, cfg), = v.items()
+            return {"name": name, "config": cfg or {}}
+        return v
+
+
+class VariantSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    passes: list[PassStep] = Field(default_factory=list)
+
+
+class MeasureOverrides(_Strict):
+    warmup: int | None = Field(None, ge=0)
+    runs: int | None = Field(None, ge=1)
+    min_seconds: float | None = Field(None, ge=0)
+    max_runs: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1)
+
+
+class GateConfig(_Strict):
+    """What a shippable variant must meet. Accuracy figures are in percentage points (0-100)."""
+
+    max_accuracy_drop: float = Field(1.0, ge=0, le=100, description="points vs the baseline (absolute)")
+    relative_accuracy_drop: bool = Field(False, description="read max_accuracy_drop as percent of the baseline")
+    latency_ms_p50: float | None = Field(None, gt=0)
+    latency_ms_p90: float | None = Field(None, gt=0)
+    peak_memory_mb: float | None = Field(None, gt=0)
+    model_size_mb: float | None = Field(None, gt=0)
+    check_parity: bool = Field(True, description="fail when a conversion hop is outside its parity tolerance")
+
+
+class Recipe(_Strict):
+    baseline: str = "fp32"
+    variants: list[VariantSpec] = Field(default_factory=list)
+    measure: MeasureOverrides = MeasureOverrides()
+    gate: GateConfig = GateConfig()
+
+    @field_validator("variants")
+    @classmethod
+    def _unique(cls, v):
+        names = [x.name for x in v]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"variant names must be unique: {sorted(dup)}")
+        return v
+
+
+def default_recipe(has_calib: bool) -> Recipe:
+    """fp32 baseline plus INT8: static QDQ per-channel when calibration data is given, else dynamic."""
+    if has_calib:
+        v = VariantSpec(name="int8-static", passes=[PassStep(name="quantize", config={"mode": "static"})])
+    else:
+        v = VariantSpec(name="int8-dynamic", passes=[PassStep(name="quantize", config={"mode": "dynamic"})])
+    return Recipe(variants=[v])
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    r = load_model_file(Recipe, path, hint="see examples/digits/recipe.yaml for a valid recipe")
+    from .passes.registry import known_passes
+
+    for v in r.variants:
+        if v.name == r.baseline:
+            raise ConfigError(f"{path}: variant name '{v.name}' is the baseline's name", hint="rename the variant")
+        for step in v.passes:
+            if step.name not in known_passes():
+                raise ConfigError(f"{path}: variants.{v.name}.passes: unknown pass '{step.name}'",
+                                  hint=f"known passes: {', '.join(known_passes())}")
+    return r

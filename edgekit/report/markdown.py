@@ -1,0 +1,49 @@
+"""Markdown summary of a report (a pull-request comment or a CI step summary)."""
+
+from __future__ import annotations
+
+from .model import Report
+
+
+def _f(x, fmt="{:.3f}", none="n/a"):
+    return none if x is None else fmt.format(x)
+
+
+def render_markdown(r: Report) -> str:
+    verdict = "PASSED" if r.gate.passed else "FAILED"
+    icon = "✅" if r.gate.passed else "❌"
+    dev = r.device
+    lines = [
+        f"# edgekit report: {icon} gate {verdict}",
+        "",
+        f"- target: `{r.target}`; device: `{dev.get('name')}` ({dev.get('arch')}, {dev.get('cpu') or 'cpu n/a'}, "
+        f"{dev.get('cores')} cores, transport {dev.get('transport')})",
+        f"- model: `{r.model.get('source')}` (sha256 `{str(r.model.get('sha256'))[:12]}`)",
+        f"- baseline variant: `{r.baseline}`; created {r.created_at} by edgekit {r.edgekit_version}",
+        "",
+        "| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | energy mJ | accuracy % | drop pts | parity max abs | top-1 agree |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in r.variants:
+        lat = v.latency_ms
+        ci = f"{lat.ci95[0]:.3f}-{lat.ci95[1]:.3f}" if lat else "n/a"
+        acc = v.accuracy.value if v.accuracy else None
+        par = v.parity
+        lines.append(
+            f"| {v.name}{' (baseline)' if v.name == r.baseline else ''} | {v.format} | {v.precision} | "
+            f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
+            f"{_f(lat and lat.p50)} | {_f(lat and lat.p90)} | {_f(lat and lat.p99)} | {ci} | "
+            f"{_f(v.peak_memory_mb, '{:.1f}')} | {_f(v.energy_mj_per_inference, '{:.3f}', 'null')} | "
+            f"{_f(acc, '{:.2f}')} | {_f(v.accuracy_drop, '{:+.2f}')} | "
+            f"{_f(par and par.max_abs_err, '{:.2e}')} | {_f(par and par.top1_agreement, '{:.1%}')} |"
+        )
+    lines += ["", "## Gate", "", "| check | variant | value | limit | result |", "|---|---|---:|---:|---|"]
+    for c in r.gate.checks:
+        lines.append(f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
+                     f"{'pass' if c.passed else '**FAIL**'}: {c.message} |")
+    energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
+    if energy_reasons:
+        lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]
+    if r.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
+    return "\n".join(lines) + "\n"

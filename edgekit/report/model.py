@@ -1,0 +1,164 @@
+"""Report schema (see DESIGN.md, "Report contract").
+
+``schema_version`` is MAJOR.MINOR: a report with the same MAJOR loads (unknown newer fields are
+kept); another MAJOR is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import BadInputError
+from ..fsutil import atomic_write_text
+
+SCHEMA_VERSION = "1.0"
+
+
+class _Open(BaseModel):
+    # Reports written by newer edgekit versions may carry fields this one does not know: keep them.
+    model_config = ConfigDict(extra="allow")
+
+
+class RuntimeInfo(_Open):
+    name: str
+    version: str | None = None
+    threads: int | None = None
+    delegate: str | None = None
+
+
+class LatencyMs(_Open):
+    warmup: int
+    runs: int
+    raw: list[float] | None = None
+    raw_path: str | None = None
+    mean: float
+    std: float
+    min: float
+    max: float
+    p50: float
+    p90: float
+    p99: float
+    ci95: list[float]
+    cov: float
+    outliers: int
+    stable: bool
+
+
+class Accuracy(_Open):
+    metric: str
+    value: float
+    n: int
+
+
+class Parity(_Open):
+    reference: str
+    max_abs_err: float
+    mean_abs_err: float
+    cosine: float
+    top1_agreement: float | None = None
+    n: int
+
+
+class VariantResult(_Open):
+    name: str
+    format: str
+    precision: str
+    runtime: RuntimeInfo
+    size_bytes: int
+    sha256: str
+    artifact_path: str | None = None
+    lineage: list[dict[str, Any]] = Field(default_factory=list)
+    load_ms: float | None = None
+    latency_ms: LatencyMs | None = None
+    peak_memory_mb: float | None = None
+    memory: dict[str, Any] = Field(default_factory=dict)
+    energy_mj_per_inference: float | None = None
+    energy_source: str | None = None
+    energy_reason: str | None = None
+    accuracy: Accuracy | None = None
+    accuracy_drop: float | None = None
+    parity: Parity | None = None
+    selected: bool = False
+    device_state: dict[str, Any] = Field(default_factory=dict)
+
+
+class Check(_Open):
+    name: str
+    variant: str | None = None
+    value: float | None = None
+    limit: float | None = None
+    passed: bool
+    message: str
+
+
+class Gate(_Open):
+    passed: bool
+    checks: list[Check] = Field(default_factory=list)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+
+class Report(_Open):
+    schema_version: str = SCHEMA_VERSION
+    edgekit_version: str
+    created_at: str
+    target: str
+    device: dict[str, Any]
+    model: dict[str, Any] = Field(default_factory=dict)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    baseline: str
+    variants: list[VariantResult]
+    gate: Gate
+    warnings: list[str] = Field(default_factory=list)
+
+    def variant(self, name: str) -> VariantResult:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(f"no variant {name!r} in report; variants: {[v.name for v in self.variants]}")
+
+    # --- persistence -----------------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Report":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise BadInputError(f"report {p} not found") from exc
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"report {p} is not readable JSON ({exc})") from exc
+        if not isinstance(data, dict) or "schema_version" not in data:
+            raise BadInputError(f"{p} is not an edgekit report (no schema_version)")
+        major = str(data["schema_version"]).split(".")[0]
+        if major != SCHEMA_VERSION.split(".")[0]:
+            raise BadInputError(
+                f"{p} has report schema {data['schema_version']}; this edgekit reads {SCHEMA_VERSION.split('.')[0]}.x",
+                hint="open it with the edgekit version that wrote it (see its edgekit_version field)",
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise BadInputError(f"{p} is not a valid edgekit report: {exc.error_count()} problem(s), first: "
+                                f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from exc
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """Write report.json and report.md into ``out_dir`` atomically; returns the paths."""
+        from .markdown import render_markdown
+
+        out = Path(out_dir)
+        paths = {"json": out / "report.json", "md": out / "report.md"}
+        # Render everything before touching the folder, so a rendering bug cannot leave a mix.
+        md = render_markdown(self)
+        js = self.to_json()
+        atomic_write_text(paths["json"], js)
+        atomic_write_text(paths["md"], md)
+        return paths

@@ -1,0 +1,116 @@
+"""Hardware classes (``targets/*.yaml``): data only, validated on load.
+
+A target says what a kind of device is and can run; a *device* (host, port, serial, ...) is an
+instance of a target and lives in the user's inventory, never here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import load_model_file
+from .errors import TargetError
+
+RuntimeName = Literal["onnxruntime", "litert", "coreml"]
+EnergySource = Literal["rapl", "hwmon", "android_battery", "external_command"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MeasureDefaults(_Strict):
+    """Measurement settings. Defaults follow the TFLite benchmark tool and Olive: a fixed warmup,
+    then runs until both ``runs`` and ``min_seconds`` are met (capped by ``max_runs``)."""
+
+    warmup: int = Field(10, ge=0, description="untimed runs before measuring")
+    runs: int = Field(50, ge=1, description="minimum timed runs")
+    min_seconds: float = Field(1.0, ge=0, description="minimum total timed seconds")
+    max_runs: int = Field(5000, ge=1, description="hard cap on timed runs")
+    threads: int = Field(1, ge=1, description="intra-op threads of the runtime")
+
+
+class Limits(_Strict):
+    """Budgets a variant must meet on this hardware class (None = no budget)."""
+
+    latency_ms_p50: float | None = Field(None, gt=0)
+    latency_ms_p90: float | None = Field(None, gt=0)
+    peak_memory_mb: float | None = Field(None, gt=0)
+    model_size_mb: float | None = Field(None, gt=0)
+
+
+class WheelSpec(_Strict):
+    """Wheels the device runtime needs, for offline provisioning from a host-side wheelhouse."""
+
+    python_version: str = "3.11"
+    platforms: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+
+
+class TargetSpec(_Strict):
+    name: str
+    description: str = ""
+    arch: Literal["x86_64", "aarch64", "armv7l", "arm64"]
+    os: Literal["linux", "android", "ios", "macos"]
+    cores: int = Field(ge=1)
+    memory_mb: int = Field(ge=1)
+    runtimes: tuple[RuntimeName, ...] = Field(min_length=1, description="in order of preference")
+    transport: Literal["local", "ssh", "adb"]
+    python: str = "python3"
+    energy_sources: tuple[EnergySource, ...] = ()
+    measure: MeasureDefaults = MeasureDefaults()
+    limits: Limits = Limits()
+    wheels: WheelSpec | None = None
+    big_cores_mask: str | None = None  # taskset mask of the fast cores (big.LITTLE SoCs)
+    notes: str = ""
+
+
+def targets_dirs() -> list[Path]:
+    """Where target files are looked up, first match wins: $EDGEKIT_TARGETS_PATH (os.pathsep-
+    separated), the source tree's targets/, then the copy shipped inside the wheel."""
+    dirs: list[Path] = []
+    env = os.environ.get("EDGEKIT_TARGETS_PATH")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    src = Path(__file__).resolve().parent.parent / "targets"
+    if src.is_dir():
+        dirs.append(src)
+    try:
+        from importlib.resources import files
+
+        shipped = Path(str(files("edgekit._targets")))
+        if shipped.is_dir() and shipped not in dirs:
+            dirs.append(shipped)
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return dirs
+
+
+def list_targets() -> list[str]:
+    names: dict[str, None] = {}
+    for d in targets_dirs():
+        for f in sorted(d.glob("*.yaml")):
+            names.setdefault(f.stem, None)
+    return sorted(names)
+
+
+def load_target(name_or_path: str | Path) -> TargetSpec:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return load_model_file(TargetSpec, p, hint="see targets/local.yaml for a valid example")
+    for d in targets_dirs():
+        f = d / f"{name_or_path}.yaml"
+        if f.is_file():
+            spec = load_model_file(TargetSpec, f, hint="see targets/local.yaml for a valid example")
+            if spec.name != f.stem:
+                raise TargetError(f"{f}: name '{spec.name}' does not match the file name '{f.stem}'")
+            return spec
+    known = ", ".join(list_targets()) or "(none found)"
+    raise TargetError(
+        f"unknown target '{name_or_path}'",
+        hint=f"known targets: {known}; or pass a path to a target .yaml file (`edgekit targets list`)",
+    )
