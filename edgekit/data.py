@@ -41,13 +41,13 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] = "x", y_key: str
     missing = [k for k in x_keys if k not in files]
     if missing:
         raise DataError(f"{role} data {p} has no array named {missing[0]!r} (it has {files})",
-                        hint=f"rename the array, or pass --{role}-x-key with one of {files}")
+                        hint=f"rename the array, or pass --x-key with one of {files}")
     y = None
     if y_key and y_key in files:
         y = np.asarray(npz[y_key])
     elif require_labels:
         raise DataError(f"{role} data {p} has no labels array {y_key!r} (it has {files}); accuracy needs labels",
-                        hint=f"add y=labels to the .npz, or pass --{role}-y-key with one of {files}")
+                        hint=f"add y=labels to the .npz, or pass --y-key with one of {files}")
     try:
         xs = tuple(np.asarray(npz[k]) for k in x_keys)
     except ValueError as exc:  # object arrays need pickle: refused

@@ -8,8 +8,9 @@ from typing import Iterator
 
 from rich.console import Console
 
-err_console = Console(stderr=True)
-# Reports are wide tables: when stdout is a file or a CI log, don't squeeze them into 80 columns.
+# Reports are wide tables and errors carry paths: when the output is a file or a CI log, don't
+# squeeze them into 80 columns (a wrapped path cannot be copied or grepped).
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
 out_console = Console(width=None if Console().is_terminal else 160)
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3

@@ -47,9 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)
     except EdgekitError as exc:
-        err_console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False, markup=True)
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.hint:
-            err_console.print(f"[yellow]hint:[/yellow] {exc.hint}", highlight=False)
+            err_console.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
