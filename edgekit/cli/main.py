@@ -41,11 +41,16 @@ app.add_typer(_report.app, name="report")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code. Usage errors are click's (exit 2); edgekit errors are
+    printed with their hint and mapped to their exit code; no traceback reaches the user."""
     from ..errors import EdgekitError
-    from .common import EXIT_BAD_INPUT, err_console
+    from .common import err_console
 
     try:
-        rv = app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
     except EdgekitError as exc:
         from rich.markup import escape
 
@@ -53,19 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         if exc.hint:
             err_console.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False, soft_wrap=True)
         return exc.exit_code
-    except typer.Exit as exc:
-        return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         err_console.print("aborted")
         return 130
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return EXIT_BAD_INPUT
-        raise
-    return rv if isinstance(rv, int) else 0
+    return 0
 
 
 if __name__ == "__main__":
