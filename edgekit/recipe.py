@@ -67,6 +67,14 @@ class GateConfig(_Strict):
     peak_memory_mb: float | None = Field(None, gt=0)
     model_size_mb: float | None = Field(None, gt=0)
     check_parity: bool = Field(True, description="fail when a conversion hop is outside its parity tolerance")
+    # Against a previous release's report (`--baseline previous/report.json`); None disables a check.
+    max_latency_regression: float | None = Field(
+        0.10, ge=0, description="fail when p50 is significantly slower than the baseline report by more than this fraction")
+    max_release_accuracy_drop: float | None = Field(
+        None, ge=0, le=100, description="points vs the same variant in the baseline report; None: max_accuracy_drop")
+    max_memory_increase: float | None = Field(0.10, ge=0, description="fraction of the baseline report's peak memory")
+    max_size_increase: float | None = Field(0.10, ge=0, description="fraction of the baseline report's model size")
+    significance_alpha: float = Field(0.05, gt=0, lt=1, description="level of the latency significance tests")
 
 
 class Recipe(_Strict):

@@ -3,15 +3,27 @@ latency/memory/size budgets, and (for float hops) its parity tolerance.
 
 Which variants are judged: the non-baseline variants (what compression produced) when there are
 any, else the baseline itself. A budget that is None is not checked.
+
+With a previous release's report (``diff``, see ``diff.py``), each judged variant is also checked
+against its namesake there: a significant p50 latency regression above ``max_latency_regression``,
+an accuracy drop above ``max_release_accuracy_drop`` points, a peak memory or size increase above its
+fraction. A latency change fails only when it is both statistically significant and above the
+threshold, so run-to-run noise on a busy device does not fail a release.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..recipe import GateConfig
 from .model import Check, Gate, VariantResult
 
+if TYPE_CHECKING:
+    from .diff import ReportDiff
 
-def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig) -> Gate:
+
+def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
+                  diff: "ReportDiff | None" = None) -> Gate:
     checks: list[Check] = []
     base = next((v for v in variants if v.name == baseline), None)
     judged = [v for v in variants if v.name != baseline] or ([base] if base else [])
@@ -44,6 +56,9 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig)
         _budget(checks, v, "latency_p90_budget", v.latency_ms.p90 if v.latency_ms else None, cfg.latency_ms_p90, "ms")
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
+    if diff is not None:
+        for v in judged:
+            checks.extend(release_checks(v.name, diff, cfg))
     return Gate(passed=all(c.passed for c in checks), checks=checks)
 
 
@@ -57,3 +72,56 @@ def _budget(checks: list[Check], v: VariantResult, name: str, value: float | Non
     ok = value <= limit
     checks.append(Check(name=name, variant=v.name, value=round(value, 4), limit=limit, passed=ok,
                         message=f"{value:.3f} {unit} {'<=' if ok else '>'} budget {limit:g} {unit}"))
+
+
+def release_checks(variant: str, diff: "ReportDiff", cfg: GateConfig) -> list[Check]:
+    """The checks of one variant against its namesake in the previous release's report."""
+    vd = diff.variant(variant)
+    if vd is None:
+        return [Check(name="release_baseline", variant=variant, passed=True,
+                      message="no variant of this name in the baseline report: nothing to compare")]
+    checks: list[Check] = []
+    lat = vd.get("latency_p50_ms")
+    if cfg.max_latency_regression is not None and lat is not None:
+        limit = cfg.max_latency_regression
+        if lat.change_rel is None:
+            checks.append(Check(name="latency_regression", variant=variant, limit=limit, passed=False,
+                                message=f"cannot be compared: {lat.message}"))
+        else:
+            bad = bool(lat.significant) and lat.change_rel > limit
+            if bad:
+                msg = f"significant regression above {limit:.0%}: {lat.message}"
+            elif lat.significant and lat.change_rel > 0:
+                msg = f"slower but within {limit:.0%}: {lat.message}"
+            else:
+                msg = lat.message
+            checks.append(Check(name="latency_regression", variant=variant, value=round(lat.change_rel, 4),
+                                limit=limit, passed=not bad, message=msg, p_value=lat.p_value,
+                                ratio_ci95=lat.ratio_ci95, significant=lat.significant))
+    acc = vd.get("accuracy")
+    acc_limit = cfg.max_release_accuracy_drop if cfg.max_release_accuracy_drop is not None else cfg.max_accuracy_drop
+    if acc is not None:
+        if acc.change is None:
+            checks.append(Check(name="release_accuracy_drop", variant=variant, limit=acc_limit, passed=False,
+                                message=f"cannot be compared: {acc.message}"))
+        else:
+            drop = -acc.change
+            ok = drop <= acc_limit + 1e-9
+            checks.append(Check(name="release_accuracy_drop", variant=variant, value=round(drop, 4), limit=acc_limit,
+                                passed=ok, p_value=acc.p_value,
+                                message=f"drop {drop:+.2f} pts {'<=' if ok else '>'} {acc_limit:g} vs the baseline "
+                                        f"report: {acc.message}"))
+    for name, metric, limit in (("memory_increase", "peak_memory_mb", cfg.max_memory_increase),
+                                ("size_increase", "size_bytes", cfg.max_size_increase)):
+        ch = vd.get(metric)
+        if limit is None or ch is None:
+            continue
+        if ch.change_rel is None:
+            # memory the device could not report in one of the runs: say so, do not guess
+            checks.append(Check(name=name, variant=variant, limit=limit, passed=ch.before is None and ch.after is None,
+                                message=f"cannot be compared: {ch.message}"))
+            continue
+        ok = ch.change_rel <= limit + 1e-12
+        checks.append(Check(name=name, variant=variant, value=round(ch.change_rel, 4), limit=limit, passed=ok,
+                            message=f"{ch.change_rel:+.1%} {'<=' if ok else '>'} {limit:.0%}: {ch.message}"))
+    return checks

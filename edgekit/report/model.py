@@ -93,6 +93,9 @@ class Check(_Open):
     limit: float | None = None
     passed: bool
     message: str
+    # Set on checks against a baseline report (latency regression): the test's p-value and verdict.
+    p_value: float | None = None
+    significant: bool | None = None
 
 
 class Gate(_Open):
@@ -116,12 +119,21 @@ class Report(_Open):
     variants: list[VariantResult]
     gate: Gate
     warnings: list[str] = Field(default_factory=list)
+    # The previous report this run was compared with (`--baseline`), and the comparison (a ReportDiff).
+    compared_with: dict[str, Any] | None = None
+    comparison: dict[str, Any] | None = None
 
     def variant(self, name: str) -> VariantResult:
         for v in self.variants:
             if v.name == name:
                 return v
         raise KeyError(f"no variant {name!r} in report; variants: {[v.name for v in self.variants]}")
+
+    def diff(self, other: "Report", *, alpha: float = 0.05, min_effect: float = 0.10):
+        """What changed in this report relative to ``other`` (e.g. the last release): a ReportDiff."""
+        from .diff import diff_reports
+
+        return diff_reports(other, self, alpha=alpha, min_effect=min_effect)
 
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> str:
@@ -151,14 +163,17 @@ class Report(_Open):
                                 f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from exc
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write report.json and report.md into ``out_dir`` atomically; returns the paths."""
+        """Write report.json, report.md, report.html and junit.xml into ``out_dir``, each atomically."""
+        from .html import render_html
+        from .junit import render_junit
         from .markdown import render_markdown
 
         out = Path(out_dir)
-        paths = {"json": out / "report.json", "md": out / "report.md"}
+        paths = {"json": out / "report.json", "md": out / "report.md", "html": out / "report.html",
+                 "junit": out / "junit.xml"}
         # Render everything before touching the folder, so a rendering bug cannot leave a mix.
-        md = render_markdown(self)
-        js = self.to_json()
-        atomic_write_text(paths["json"], js)
-        atomic_write_text(paths["md"], md)
+        texts = {"md": render_markdown(self), "html": render_html(self), "junit": render_junit(self),
+                 "json": self.to_json()}
+        for key in ("md", "html", "junit", "json"):  # report.json last: it marks a complete set
+            atomic_write_text(paths[key], texts[key])
         return paths

@@ -1,0 +1,207 @@
+"""Baseline comparison: what changed between a previous report (a release) and this one, per variant
+and metric, with the significance of each latency change.
+
+Variants are matched by name. Latency changes come from the raw timings (bootstrap CI of the ratio
+of medians + Mann-Whitney, see ``edgekit.measure.compare``); a report without raw timings falls back
+to comparing the medians' confidence intervals. Size, memory and energy are single figures: their
+change is reported as is, without a significance claim. An accuracy change carries a two-proportion
+p-value for information; the gate judges accuracy in points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..measure.compare import (DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare_summaries, compare_timings,
+                               two_proportion_p)
+from .model import Report, VariantResult
+
+
+class MetricChange(BaseModel):
+    metric: str  # latency_p50_ms | latency_p90_ms | latency_p99_ms | accuracy | peak_memory_mb | size_bytes | energy_mj
+    before: float | None = None
+    after: float | None = None
+    change: float | None = None  # after - before
+    change_rel: float | None = None  # (after - before) / before
+    significant: bool | None = None  # None: no significance test applies to this metric
+    p_value: float | None = None
+    ratio_ci95: list[float] | None = None
+    test: str | None = None
+    verdict: str  # e.g. "slower", "faster", "no significant change", "larger", "unchanged", "not measured"
+    message: str
+
+
+class VariantDiff(BaseModel):
+    variant: str
+    changes: list[MetricChange] = Field(default_factory=list)
+
+    def get(self, metric: str) -> MetricChange | None:
+        return next((c for c in self.changes if c.metric == metric), None)
+
+
+class ReportDiff(BaseModel):
+    """Changes of ``current`` relative to ``baseline`` (the previous report)."""
+
+    baseline: dict[str, Any]
+    current: dict[str, Any]
+    alpha: float
+    min_effect: float
+    variants: list[VariantDiff] = Field(default_factory=list)
+    added: list[str] = Field(default_factory=list)  # variants only in the current report
+    removed: list[str] = Field(default_factory=list)  # variants only in the baseline report
+    warnings: list[str] = Field(default_factory=list)
+
+    def variant(self, name: str) -> VariantDiff | None:
+        return next((v for v in self.variants if v.variant == name), None)
+
+    @property
+    def regressions(self) -> list[tuple[str, MetricChange]]:
+        """(variant, change) pairs that got significantly slower or less accurate or bigger."""
+        bad = {"slower", "worse", "larger"}
+        return [(v.variant, c) for v in self.variants for c in v.changes if c.verdict in bad]
+
+
+def _report_identity(r: Report) -> dict[str, Any]:
+    return {"created_at": r.created_at, "edgekit_version": r.edgekit_version, "target": r.target,
+            "device": r.device.get("name"), "model_sha256": r.model.get("sha256"), "model": r.model.get("source")}
+
+
+def _raw(v: VariantResult) -> np.ndarray | None:
+    lat = v.latency_ms
+    if lat is None:
+        return None
+    if lat.raw:
+        return np.asarray(lat.raw, dtype=np.float64)
+    if lat.raw_path and Path(lat.raw_path).is_file():
+        p = Path(lat.raw_path)
+        try:
+            return np.load(p) if p.suffix == ".npy" else np.asarray(json.loads(p.read_text()), dtype=np.float64)
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _latency_change(a: VariantResult, b: VariantResult, alpha: float, min_effect: float) -> MetricChange:
+    if a.latency_ms is None or b.latency_ms is None:
+        return MetricChange(metric="latency_p50_ms", before=a.latency_ms and a.latency_ms.p50,
+                            after=b.latency_ms and b.latency_ms.p50, verdict="not measured",
+                            message="latency missing in one of the reports")
+    ra, rb = _raw(a), _raw(b)
+    if ra is not None and rb is not None:
+        cmp = compare_timings(ra, rb, alpha=alpha, min_effect=min_effect)
+    else:
+        cmp = compare_summaries(a.latency_ms.p50, tuple(a.latency_ms.ci95), b.latency_ms.p50, tuple(b.latency_ms.ci95),
+                                alpha=alpha, min_effect=min_effect)
+    before, after = a.latency_ms.p50, b.latency_ms.p50
+    return MetricChange(metric="latency_p50_ms", before=before, after=after, change=after - before,
+                        change_rel=cmp.change, significant=cmp.significant, p_value=cmp.p_value,
+                        ratio_ci95=list(cmp.ratio_ci95), test=cmp.test, verdict=cmp.verdict, message=cmp.describe())
+
+
+def _plain(metric: str, before: float | None, after: float | None, *, unit: str, up: str, down: str,
+           tolerance: float = 0.0) -> MetricChange:
+    """A single-figure metric: the change as is (``tolerance`` is the relative change called unchanged)."""
+    if before is None or after is None:
+        return MetricChange(metric=metric, before=before, after=after, verdict="not measured",
+                            message=f"{metric} not measured in {'the baseline' if before is None else 'this'} report")
+    change = after - before
+    rel = change / before if before else None
+    if rel is not None and abs(rel) <= tolerance or change == 0:
+        verdict = "unchanged"
+    else:
+        verdict = up if change > 0 else down
+    rel_s = f" ({rel:+.1%})" if rel is not None else ""
+    return MetricChange(metric=metric, before=before, after=after, change=change, change_rel=rel, verdict=verdict,
+                        message=f"{before:.4g} -> {after:.4g} {unit}{rel_s}: {verdict}")
+
+
+def _accuracy_change(a: VariantResult, b: VariantResult) -> MetricChange:
+    if a.accuracy is None or b.accuracy is None:
+        return MetricChange(metric="accuracy", before=a.accuracy and a.accuracy.value,
+                            after=b.accuracy and b.accuracy.value, verdict="not measured",
+                            message="accuracy missing in one of the reports")
+    before, after = a.accuracy.value, b.accuracy.value
+    p = two_proportion_p(before, a.accuracy.n, after, b.accuracy.n)
+    change = after - before
+    verdict = "unchanged" if abs(change) < 1e-9 else ("better" if change > 0 else "worse")
+    note = "" if a.accuracy.n == b.accuracy.n else f" (eval sets differ: n {a.accuracy.n} vs {b.accuracy.n})"
+    return MetricChange(metric="accuracy", before=before, after=after, change=change,
+                        change_rel=change / before if before else None, p_value=p, test="two-proportion z-test",
+                        significant=None if p is None else p < DEFAULT_ALPHA, verdict=verdict,
+                        message=f"{before:.2f}% -> {after:.2f}% ({change:+.2f} pts, two-proportion p="
+                                f"{'n/a' if p is None else f'{p:.2g}'}){note}: {verdict}")
+
+
+def diff_variant(a: VariantResult, b: VariantResult, *, alpha: float = DEFAULT_ALPHA,
+                 min_effect: float = DEFAULT_MIN_EFFECT) -> VariantDiff:
+    """Changes of variant ``b`` relative to variant ``a``."""
+    changes = [_latency_change(a, b, alpha, min_effect)]
+    for q in ("p90", "p99"):
+        changes.append(_plain(f"latency_{q}_ms", a.latency_ms and getattr(a.latency_ms, q),
+                              b.latency_ms and getattr(b.latency_ms, q), unit="ms", up="slower", down="faster",
+                              tolerance=min_effect))
+        # tail percentiles are noisy and untested: they inform, the gate uses p50
+        changes[-1].verdict = changes[-1].verdict.replace("slower", "higher").replace("faster", "lower")
+        changes[-1].message = changes[-1].message.replace("slower", "higher").replace("faster", "lower")
+    changes.append(_accuracy_change(a, b))
+    changes.append(_plain("peak_memory_mb", a.peak_memory_mb, b.peak_memory_mb, unit="MB", up="larger",
+                          down="smaller", tolerance=min_effect))
+    changes.append(_plain("size_bytes", float(a.size_bytes), float(b.size_bytes), unit="bytes", up="larger",
+                          down="smaller"))
+    if a.energy_mj_per_inference is not None or b.energy_mj_per_inference is not None:
+        changes.append(_plain("energy_mj", a.energy_mj_per_inference, b.energy_mj_per_inference, unit="mJ",
+                              up="higher", down="lower", tolerance=min_effect))
+    return VariantDiff(variant=b.name, changes=changes)
+
+
+def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_ALPHA,
+                 min_effect: float = DEFAULT_MIN_EFFECT) -> ReportDiff:
+    """What changed in ``current`` relative to ``baseline`` (e.g. the last release's report)."""
+    old = {v.name: v for v in baseline.variants}
+    new = {v.name: v for v in current.variants}
+    d = ReportDiff(baseline=_report_identity(baseline), current=_report_identity(current), alpha=alpha,
+                   min_effect=min_effect, added=[n for n in new if n not in old],
+                   removed=[n for n in old if n not in new])
+    for name, v in new.items():
+        if name in old:
+            d.variants.append(diff_variant(old[name], v, alpha=alpha, min_effect=min_effect))
+    if baseline.target != current.target:
+        d.warnings.append(f"targets differ ({baseline.target} vs {current.target}): latency is not comparable")
+    if baseline.device.get("name") != current.device.get("name"):
+        d.warnings.append(f"devices differ ({baseline.device.get('name')} vs {current.device.get('name')}): "
+                          "latency changes may come from the device, not the model")
+    for name, v in new.items():
+        if name in old and old[name].runtime.threads != v.runtime.threads:
+            d.warnings.append(f"{name}: thread counts differ ({old[name].runtime.threads} vs {v.runtime.threads})")
+    return d
+
+
+def render_diff_markdown(d: ReportDiff) -> str:
+    b = d.baseline
+    lines = [f"Compared with the report of {b.get('created_at')} (edgekit {b.get('edgekit_version')}, "
+             f"model sha256 `{str(b.get('model_sha256'))[:12]}`); latency threshold {d.min_effect:.0%}, "
+             f"alpha {d.alpha:g}.", "",
+             "| variant | metric | before | after | change | significance | verdict |",
+             "|---|---|---:|---:|---:|---|---|"]
+    for v in d.variants:
+        for c in v.changes:
+            rel = "" if c.change_rel is None else f"{c.change_rel:+.1%}"
+            sig = ("n/a" if c.significant is None and c.p_value is None else
+                   (f"p={c.p_value:.2g}" if c.p_value is not None else "CI") + (" (sig.)" if c.significant else ""))
+            lines.append(f"| {v.variant} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
+                         f"{'**' + c.verdict + '**' if c.verdict in ('slower', 'worse', 'larger') else c.verdict} |")
+    if d.added:
+        lines += ["", f"New variants (nothing to compare): {', '.join(d.added)}."]
+    if d.removed:
+        lines += ["", f"Variants no longer built: {', '.join(d.removed)}."]
+    lines += [f"- warning: {w}" for w in d.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"

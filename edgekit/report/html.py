@@ -1,0 +1,457 @@
+"""The HTML report: one self-contained file (inline CSS, plots as inline SVG, no scripts, no network).
+
+Sections, top to bottom: the verdict; the variants table; the gate checks; the comparison with a
+baseline report (when one was given); the plots (latency distribution per variant; accuracy vs
+latency vs size with the Pareto front and the selected variant; latency over time when a sustained
+series is present; parity per conversion hop; the latency ratio vs the baseline report); the device
+state; each variant's lineage.
+
+Plots need matplotlib (``pip install 'edgekit[report]'``); without it the page says so and keeps
+every table. Everything taken from the report is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from .model import Report, VariantResult
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222;
+padding:0 16px}
+h1{margin:0 0 4px 0}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+.verdict{padding:16px 20px;border-radius:8px;font-size:1.4em;font-weight:600;margin:12px 0}
+.verdict.pass{background:#e6f4ea;color:#137333;border:2px solid #137333}
+.verdict.fail{background:#fce8e6;color:#a50e0e;border:2px solid #a50e0e}
+.verdict ul{font-size:.7em;font-weight:400;margin:8px 0 0 0}
+table{border-collapse:collapse;font-size:.88em;margin:8px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f5f5f5}td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.fail td{background:#fff4f4}.bad{color:#a50e0e;font-weight:600}.good{color:#137333}
+.muted{color:#777}figure{margin:16px 0;border:1px solid #eee;padding:8px}figcaption{color:#555;font-size:.9em}
+figure svg{max-width:100%;height:auto}code{background:#f5f5f5;padding:1px 4px;border-radius:3px}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+"""
+
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+            "#17becf"]
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _f(x: float | None, fmt: str = "{:.3f}", none: str = "n/a") -> str:
+    return none if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+# --- plots ------------------------------------------------------------------------------------------
+def _svg(fig, salt: str) -> str:
+    """The figure as inline SVG. A per-plot hash salt keeps element ids unique within the page."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _figure(figsize=(8, 3.6)):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, dpi=100)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _raw(v: VariantResult) -> np.ndarray | None:
+    lat = v.latency_ms
+    if lat is None or not lat.raw:
+        return None
+    x = np.asarray(lat.raw, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    return x if x.size else None
+
+
+def plot_latency_distribution(r: Report) -> str | None:
+    vs = [v for v in r.variants if v.latency_ms is not None]
+    if not vs:
+        return None
+    fig, ax = _figure((8, 0.9 + 0.75 * len(vs)))
+    for i, v in enumerate(vs):
+        lat, y = v.latency_ms, len(vs) - 1 - i
+        raw = _raw(v)
+        color = _PALETTE[i % len(_PALETTE)]
+        if raw is not None and raw.size >= 5 and np.ptp(raw) > 0:
+            # log-scale violin: on-device timings are right-skewed with a long tail
+            logs = np.log10(np.clip(raw, None, np.quantile(raw, 0.995)))
+            parts = ax.violinplot([logs], positions=[y], vert=False, widths=0.8, showextrema=False)
+            for body in parts["bodies"]:
+                body.set_facecolor(color)
+                body.set_alpha(0.35)
+        ax.plot([math.log10(lat.ci95[0]), math.log10(lat.ci95[1])], [y, y], color=color, lw=5, solid_capstyle="butt")
+        ax.plot([math.log10(lat.p50)], [y], "o", color="black", ms=4)
+        for q, mk in ((lat.p90, "|"), (lat.p99, "x")):
+            ax.plot([math.log10(q)], [y], mk, color=color, ms=9)
+    ax.set_yticks(range(len(vs)))
+    ax.set_yticklabels([v.name for v in reversed(vs)])
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in _nice_log_ticks(10 ** lo, 10 ** hi)]
+    ax.set_xticks([math.log10(t) for t in ticks])
+    ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.set_xlabel("latency per inference, ms (log scale)")
+    ax.set_title("Latency distribution: dot p50, bar 95% CI of p50, | p90, x p99", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig, "latency-distribution")
+
+
+def _nice_log_ticks(lo: float, hi: float) -> list[float]:
+    out = []
+    for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for m in (1, 2, 5):
+            t = m * 10 ** e
+            if lo <= t <= hi:
+                out.append(t)
+    return out or [lo, hi]
+
+
+def pareto_front(points: list[tuple[float, float, float]]) -> list[int]:
+    """Indices of the points no other point dominates, for (latency: lower, accuracy: higher, size: lower)."""
+    front = []
+    for i, (li, ai, si) in enumerate(points):
+        dominated = any(lj <= li and aj >= ai and sj <= si and (lj, aj, sj) != (li, ai, si)
+                        for j, (lj, aj, sj) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def plot_pareto(r: Report) -> str | None:
+    vs = [v for v in r.variants if v.latency_ms is not None and v.accuracy is not None]
+    if not vs:
+        return None
+    pts = [(v.latency_ms.p50, v.accuracy.value, float(v.size_bytes)) for v in vs]
+    front = set(pareto_front(pts))
+    fig, ax = _figure((8, 4.2))
+    smax = max(p[2] for p in pts) or 1.0
+    for i, (v, (lat, acc, size)) in enumerate(zip(vs, pts)):
+        area = 60 + 900 * size / smax  # marker area follows model size
+        ax.scatter([lat], [acc], s=area, color=_PALETTE[i % len(_PALETTE)], alpha=0.55,
+                   edgecolors="black" if i in front else "none", linewidths=2 if i in front else 0, zorder=3)
+        if v.selected:
+            ax.scatter([lat], [acc], s=260, marker="*", color="gold", edgecolors="black", zorder=4)
+        label = f"{v.name}\n{size / 1024:.0f} KB" + (" (baseline)" if v.name == r.baseline else "") + \
+                (" SELECTED" if v.selected else "")
+        ax.annotate(label, (lat, acc), textcoords="offset points", xytext=(10, 6), fontsize=8)
+    fr = sorted((pts[i][0], pts[i][1]) for i in front)
+    if len(fr) > 1:
+        ax.step([p[0] for p in fr], [p[1] for p in fr], where="post", color="black", ls="--", lw=1, zorder=2,
+                label="Pareto front (latency, accuracy, size)")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("p50 latency, ms")
+    ax.set_ylabel(f"accuracy ({vs[0].accuracy.metric}), %")
+    ax.set_title("Accuracy vs latency; marker area = model size; black ring = on the Pareto front"
+                 + ("; star = selected" if any(v.selected for v in vs) else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.margins(x=0.25, y=0.25)
+    return _svg(fig, "pareto")
+
+
+def sustained_series(v: VariantResult) -> tuple[list[float], list[float]] | None:
+    """A sustained-mode latency series (seconds, ms) if the report carries one, in any of the shapes
+    ``{"series": [{"t_s", "p50_ms"|"latency_ms"|"ms"}...]}``, ``{"t_s": [...], "latency_ms": [...]}`` or a
+    list of ``[t_s, ms]`` pairs, under the variant's ``sustained`` or ``latency_ms.sustained``; else None."""
+    extra = dict(v.model_extra or {})
+    lat_extra = dict((v.latency_ms.model_extra or {}) if v.latency_ms else {})
+    s = extra.get("sustained") or lat_extra.get("sustained")
+    if not s:
+        return None
+    if isinstance(s, dict) and "series" in s:
+        s = s["series"]
+    t: list[float] = []
+    y: list[float] = []
+    try:
+        if isinstance(s, dict):
+            tk = next(k for k in ("t_s", "t", "time_s", "seconds") if k in s)
+            yk = next(k for k in ("p50_ms", "latency_ms", "ms", "median_ms") if k in s)
+            t, y = [float(a) for a in s[tk]], [float(b) for b in s[yk]]
+        elif isinstance(s, list):
+            for item in s:
+                if isinstance(item, dict):
+                    tk = next(k for k in ("t_s", "t", "time_s", "seconds") if k in item)
+                    yk = next(k for k in ("p50_ms", "latency_ms", "ms", "median_ms") if k in item)
+                    t.append(float(item[tk]))
+                    y.append(float(item[yk]))
+                else:
+                    t.append(float(item[0]))
+                    y.append(float(item[1]))
+    except (StopIteration, TypeError, ValueError, IndexError, KeyError):
+        return None
+    return (t, y) if t and len(t) == len(y) else None
+
+
+def plot_sustained(r: Report) -> str | None:
+    series = [(v, sustained_series(v)) for v in r.variants]
+    series = [(v, s) for v, s in series if s is not None]
+    if not series:
+        return None
+    fig, ax = _figure((8, 3.4))
+    for i, (v, (t, y)) in enumerate(series):
+        ax.plot(t, y, "-", color=_PALETTE[i % len(_PALETTE)], label=v.name, lw=1.4)
+    ax.set_xlabel("time since the start of the sustained run, s")
+    ax.set_ylabel("latency, ms")
+    ax.set_title("Latency over time (sustained mode): a rising line means thermal throttling", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _svg(fig, "sustained")
+
+
+def parity_hops(v: VariantResult) -> list[tuple[str, dict]]:
+    """(hop, parity) along the variant's chain: each lineage step that measured parity, then the device."""
+    hops = []
+    for step in v.lineage:
+        par = (step.get("metrics") or {}).get("parity")
+        if isinstance(par, dict) and par.get("max_abs_err") is not None:
+            hops.append((str(step.get("name")), par))
+    if v.parity is not None:
+        hops.append((f"on device ({v.runtime.name})", v.parity.model_dump()))
+    return hops
+
+
+def plot_parity(r: Report) -> str | None:
+    chains = [(v, parity_hops(v)) for v in r.variants]
+    chains = [(v, h) for v, h in chains if h]
+    if not chains:
+        return None
+    hop_names: list[str] = []
+    for _, hops in chains:
+        for name, _ in hops:
+            if name not in hop_names:
+                hop_names.append(name)
+    fig, ax = _figure((8, 3.8))
+    width = 0.8 / len(chains)
+    floor = 1e-9  # a perfect hop (0 error) is drawn at the floor of the log axis
+    for i, (v, hops) in enumerate(chains):
+        d = dict(hops)
+        xs = [j + (i - (len(chains) - 1) / 2) * width for j, n in enumerate(hop_names) if n in d]
+        ys = [max(float(d[n]["max_abs_err"]), floor) for n in hop_names if n in d]
+        ax.bar(xs, ys, width=width, color=_PALETTE[i % len(_PALETTE)], label=v.name)
+        for x, n in zip(xs, [n for n in hop_names if n in d]):
+            t1 = d[n].get("top1_agreement")
+            if t1 is not None:
+                ax.annotate(f"{t1:.0%}", (x, max(float(d[n]["max_abs_err"]), floor)), textcoords="offset points",
+                            xytext=(0, 2), ha="center", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(hop_names)))
+    ax.set_xticklabels(hop_names, fontsize=8)
+    ax.set_ylabel("max |error| vs PyTorch (log)")
+    ax.set_title("Parity along the chain, per hop (label: top-1 agreement)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _svg(fig, "parity")
+
+
+def plot_comparison(r: Report) -> str | None:
+    comp = r.comparison or {}
+    rows = []
+    for vd in comp.get("variants") or []:
+        for c in vd.get("changes") or []:
+            if c.get("metric") == "latency_p50_ms" and c.get("before") and c.get("after"):
+                ci = c.get("ratio_ci95") or [None, None]
+                rows.append((vd["variant"], c["after"] / c["before"], ci, c.get("verdict")))
+    if not rows:
+        return None
+    fig, ax = _figure((8, 0.9 + 0.6 * len(rows)))
+    for i, (name, ratio, ci, verdict) in enumerate(rows):
+        y = len(rows) - 1 - i
+        color = "#a50e0e" if verdict == "slower" else ("#137333" if verdict == "faster" else "#555")
+        if ci[0] is not None and not any(math.isnan(x) for x in ci):
+            ax.plot(ci, [y, y], color=color, lw=4, alpha=0.6)
+        ax.plot([ratio], [y], "o", color=color)
+        ax.annotate(verdict, (ratio, y), textcoords="offset points", xytext=(8, 4), fontsize=8, color=color)
+    ax.axvline(1.0, color="black", lw=1)
+    thr = comp.get("min_effect")
+    if thr:
+        ax.axvline(1 + thr, color="#a50e0e", lw=1, ls="--", label=f"regression threshold +{thr:.0%}")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r_[0] for r_ in reversed(rows)])
+    ax.set_xlabel("p50 latency ratio, this report / baseline report (bar: 95% bootstrap CI)")
+    ax.set_title("Latency vs the baseline report", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    ax.margins(x=0.3)
+    return _svg(fig, "comparison")
+
+
+_PLOTS = [
+    ("plot-latency", "Latency distribution", plot_latency_distribution,
+     "Each variant's raw on-device timings (violin, log scale), its p50 with the bootstrap 95% CI, p90 and p99."),
+    ("plot-pareto", "Accuracy vs latency vs size", plot_pareto,
+     "Accuracy against p50 latency; marker area is the model size; ringed variants are on the Pareto front "
+     "(no other variant is at once faster, smaller and at least as accurate); a star marks the selected variant."),
+    ("plot-sustained", "Latency over time", plot_sustained,
+     "Latency during the sustained run; a rising line means the device throttled."),
+    ("plot-parity", "Parity per hop", plot_parity,
+     "Maximum absolute output error against PyTorch after each conversion hop and on the device; "
+     "labels are top-1 agreement."),
+    ("plot-comparison", "Against the baseline report", plot_comparison,
+     "Ratio of p50 latency to the baseline report's, with the 95% bootstrap CI; right of the dashed line "
+     "and significant = a regression."),
+]
+
+
+def _plots(r: Report) -> list[str]:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return ["<p class=muted>Plots need matplotlib: <code>pip install 'edgekit[report]'</code>. "
+                "Every figure is in the tables above.</p>"]
+    out = []
+    for pid, title, fn, caption in _PLOTS:
+        svg = fn(r)
+        if svg is None:
+            continue
+        out.append(f'<figure id="{pid}" class="plot"><figcaption><b>{_e(title)}.</b> {_e(caption)}</figcaption>'
+                   f"{svg}</figure>")
+    return out
+
+
+# --- tables -----------------------------------------------------------------------------------------
+def _variants_table(r: Report) -> str:
+    head = ["variant", "format", "precision", "runtime", "size KB", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms",
+            "CoV", "runs", "peak MB", "energy mJ/inf", "accuracy %", "drop pts", "max |err|", "cosine",
+            "top-1 agree"]
+    rows = []
+    for v in r.variants:
+        lat, acc, par = v.latency_ms, v.accuracy, v.parity
+        name = _e(v.name) + (" <span class=muted>(baseline)</span>" if v.name == r.baseline else "") + \
+            (" <b>★ selected</b>" if v.selected else "")
+        energy = _f(v.energy_mj_per_inference, "{:.3f}") if v.energy_mj_per_inference is not None else \
+            f'<span class=muted title="{_e(v.energy_reason)}">null</span>'
+        cells = [name, _e(v.format), _e(v.precision),
+                 _e(f"{v.runtime.name} {v.runtime.version or ''} x{v.runtime.threads}"),
+                 _f(v.size_bytes / 1024, "{:.1f}"), _f(lat and lat.p50, "{:.4f}"),
+                 f"{lat.ci95[0]:.4f}–{lat.ci95[1]:.4f}" if lat else "n/a", _f(lat and lat.p90, "{:.4f}"),
+                 _f(lat and lat.p99, "{:.4f}"),
+                 (f"{lat.cov:.1%}" + ("" if lat.stable else " <span class=bad>unstable</span>")) if lat else "n/a",
+                 str(lat.runs) if lat else "n/a", _f(v.peak_memory_mb, "{:.1f}"), energy,
+                 _f(acc and acc.value, "{:.2f}"), _f(v.accuracy_drop, "{:+.2f}"),
+                 _f(par and par.max_abs_err, "{:.2e}"), _f(par and par.cosine, "{:.6f}"),
+                 _f(par and par.top1_agreement, "{:.1%}")]
+        rows.append("<tr>" + "".join(f"<td{' class=n' if i > 3 else ''}>{c}</td>"
+                                     for i, c in enumerate(cells)) + "</tr>")
+    return ("<table id=variants><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def _checks_table(r: Report) -> str:
+    if not r.gate.checks:
+        return "<p class=muted>The gate had no checks to run.</p>"
+    rows = []
+    for c in r.gate.checks:
+        res = "<span class=good>pass</span>" if c.passed else "<span class=bad>FAIL</span>"
+        p = "" if c.p_value is None else f"{c.p_value:.2g}"
+        rows.append(f"<tr class={'pass' if c.passed else 'fail'}><td>{_e(c.name)}</td><td>{_e(c.variant)}</td>"
+                    f"<td class=n>{_f(c.value, '{:.4g}', '')}</td><td class=n>{_f(c.limit, '{:.4g}', '')}</td>"
+                    f"<td class=n>{p}</td><td>{res}</td><td>{_e(c.message)}</td></tr>")
+    return ("<table id=checks><thead><tr><th>check</th><th>variant</th><th>value</th><th>limit</th><th>p-value</th>"
+            "<th>result</th><th>message</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _comparison_section(r: Report) -> str:
+    comp = r.comparison
+    if not comp:
+        return ""
+    cw = r.compared_with or comp.get("baseline") or {}
+    parts = [f"<h2 id=comparison>Compared with the baseline report</h2><p>Baseline: <code>{_e(cw.get('path'))}</code>, "
+             f"created {_e(cw.get('created_at'))} by edgekit {_e(cw.get('edgekit_version'))}, model sha256 "
+             f"<code>{_e(str(cw.get('model_sha256'))[:12])}</code>. Latency: bootstrap CI of the ratio of medians and "
+             f"Mann-Whitney U at alpha {_e(comp.get('alpha'))}, minimum effect {_f(comp.get('min_effect'), '{:.0%}')}."
+             "</p>"]
+    rows = []
+    for vd in comp.get("variants") or []:
+        for c in vd.get("changes") or []:
+            bad = c.get("verdict") in ("slower", "worse", "larger")
+            rel = c.get("change_rel")
+            rows.append(f"<tr{' class=fail' if bad else ''}><td>{_e(vd.get('variant'))}</td><td>{_e(c.get('metric'))}</td>"
+                        f"<td class=n>{_f(c.get('before'), '{:.4g}')}</td><td class=n>{_f(c.get('after'), '{:.4g}')}</td>"
+                        f"<td class=n>{_f(rel, '{:+.1%}', '')}</td><td class=n>{_f(c.get('p_value'), '{:.2g}', '')}</td>"
+                        f"<td{' class=bad' if bad else ''}>{_e(c.get('verdict'))}</td><td>{_e(c.get('message'))}</td></tr>")
+    parts.append("<table id=comparison-table><thead><tr><th>variant</th><th>metric</th><th>before</th><th>after</th>"
+                 "<th>change</th><th>p-value</th><th>verdict</th><th>detail</th></tr></thead><tbody>"
+                 + "".join(rows) + "</tbody></table>")
+    if comp.get("added"):
+        parts.append(f"<p>New variants: {_e(', '.join(comp['added']))}.</p>")
+    if comp.get("removed"):
+        parts.append(f"<p>No longer built: {_e(', '.join(comp['removed']))}.</p>")
+    for w in comp.get("warnings") or []:
+        parts.append(f"<p class=bad>warning: {_e(w)}</p>")
+    return "".join(parts)
+
+
+def _kv_table(d: dict, table_id: str) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v if not isinstance(v, (dict, list)) else json.dumps(v))}</td></tr>"
+                   for k, v in d.items())
+    return f"<table id={table_id}>{rows}</table>"
+
+
+def _lineage(r: Report) -> str:
+    out = []
+    for v in r.variants:
+        rows = []
+        for i, s in enumerate(v.lineage):
+            metrics = {k: val for k, val in (s.get("metrics") or {}).items()}
+            rows.append(f"<tr><td class=n>{i}</td><td>{_e(s.get('kind'))}</td><td>{_e(s.get('name'))}</td>"
+                        f"<td><code>{_e(json.dumps(s.get('config') or {}, sort_keys=True))}</code></td>"
+                        f"<td><code>{_e(json.dumps(metrics, sort_keys=True, default=str))}</code></td>"
+                        f"<td class=n>{_f(s.get('seconds'), '{:.2f}', '')}</td></tr>")
+        state = v.device_state or {}
+        out.append(f"<details class=lineage open><summary>{_e(v.name)}: {_e(v.format)} {_e(v.precision)}, sha256 "
+                   f"<code>{_e(v.sha256[:12])}</code></summary><table><thead><tr><th>#</th><th>kind</th><th>step</th>"
+                   f"<th>config</th><th>metrics</th><th>s</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+                   + (f"<p class=muted>device state during this variant: <code>{_e(json.dumps(state, default=str))}"
+                      "</code></p>" if state else "") + "</details>")
+    return "".join(out)
+
+
+def render_html(r: Report) -> str:
+    passed = r.gate.passed
+    failed = r.gate.failed_checks
+    verdict_text = "Gate PASSED" if passed else "Gate FAILED"
+    selected = [v.name for v in r.variants if v.selected]
+    fail_list = ("<ul>" + "".join(f"<li>{_e(c.name)}{' [' + _e(c.variant) + ']' if c.variant else ''}: "
+                                  f"{_e(c.message)}</li>" for c in failed) + "</ul>") if failed else ""
+    dev = r.device
+    header = (f"<p>target <b>{_e(r.target)}</b> · device <b>{_e(dev.get('name'))}</b> ({_e(dev.get('arch'))}, "
+              f"{_e(dev.get('cpu') or 'cpu n/a')}, {_e(dev.get('cores'))} cores, {_e(dev.get('transport'))}) · "
+              f"model <code>{_e(r.model.get('source'))}</code> · baseline variant <b>{_e(r.baseline)}</b>"
+              + (f" · selected <b>{_e(', '.join(selected))}</b>" if selected else "")
+              + (f" · compared with <code>{_e((r.compared_with or {}).get('path'))}</code>" if r.compared_with else "")
+              + f"</p><p class=muted>created {_e(r.created_at)} by edgekit {_e(r.edgekit_version)} · report schema "
+              f"{_e(r.schema_version)}</p>")
+    warnings = ("<h2>Warnings</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in r.warnings) + "</ul>") if r.warnings else ""
+    energy_reasons = sorted({v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason})
+    energy_note = f"<p class=muted>Energy not measured: {_e('; '.join(energy_reasons))}.</p>" if energy_reasons else ""
+    body = [
+        f"<h1>edgekit report: {_e(r.model.get('source') or 'model')} on {_e(r.target)}</h1>",
+        f'<div id=verdict class="verdict {"pass" if passed else "fail"}">{verdict_text}'
+        f" ({len(r.gate.checks) - len(failed)}/{len(r.gate.checks)} checks passed){fail_list}</div>",
+        header,
+        "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note,
+        "<h2 id=gate>Gate checks</h2>", _checks_table(r),
+        _comparison_section(r),
+        "<h2 id=plots>Plots</h2>", *_plots(r),
+        "<h2 id=device>Device state</h2>", _kv_table(dev, "device-table"),
+        "<h2 id=lineage>Lineage of each variant</h2>", _lineage(r),
+        warnings,
+    ]
+    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+            "<meta name=viewport content='width=device-width, initial-scale=1'>"
+            f"<title>edgekit: {verdict_text} - {_e(r.target)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(body) + "</body></html>\n")

@@ -1,0 +1,44 @@
+"""JUnit XML view of the gate: one test case per gate check, so any CI shows pass/fail natively.
+
+Test case names are ``<check>`` in class ``edgekit.gate.<variant>``; a failed check carries a
+``<failure>`` whose message is the check's message (with the p-value where a test was made).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from .model import Report
+
+
+def render_junit(r: Report) -> str:
+    checks = r.gate.checks
+    failures = sum(not c.passed for c in checks)
+    suites = ET.Element("testsuites", name="edgekit", tests=str(len(checks)), failures=str(failures), errors="0")
+    suite = ET.SubElement(suites, "testsuite", name=f"edgekit.gate.{r.target}", tests=str(len(checks)),
+                          failures=str(failures), errors="0", skipped="0", timestamp=r.created_at,
+                          hostname=str(r.device.get("name") or ""))
+    props = ET.SubElement(suite, "properties")
+    for k, v in (("target", r.target), ("device", r.device.get("name")), ("baseline_variant", r.baseline),
+                 ("model_sha256", r.model.get("sha256")), ("edgekit_version", r.edgekit_version),
+                 ("compared_with", (r.compared_with or {}).get("path")), ("gate_passed", r.gate.passed)):
+        if v is not None:
+            ET.SubElement(props, "property", name=k, value=str(v))
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"edgekit.gate.{c.variant or 'report'}", name=c.name,
+                             time="0")
+        detail = [f"value: {c.value}", f"limit: {c.limit}"]
+        if c.p_value is not None:
+            detail.append(f"p-value: {c.p_value:.3g}")
+        if not c.passed:
+            f = ET.SubElement(case, "failure", message=c.message, type="GateCheckFailed")
+            f.text = "\n".join([c.message, *detail])
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join([c.message, *detail])
+    if not checks:
+        # An empty suite reads as "nothing ran" in most CIs: say why instead.
+        case = ET.SubElement(suite, "testcase", classname="edgekit.gate.report", name="gate", time="0")
+        ET.SubElement(case, "system-out").text = "the gate had no checks to run"
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
