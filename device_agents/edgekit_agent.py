@@ -81,21 +81,155 @@ def _temperatures_c(root="/"):
     return temps
 
 
-def device_state():
-    cpu0 = "/sys/devices/system/cpu/cpu0/cpufreq"
+def _cpu_dirs(root="/"):
+    base = os.path.join(root, "sys/devices/system/cpu")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    cpus = [n for n in names if n.startswith("cpu") and n[3:].isdigit()]
+    return [os.path.join(base, n) for n in sorted(cpus, key=lambda n: int(n[3:]))]
+
+
+def _throttle_events(root="/"):
+    """x86 thermal throttle event counters summed over CPUs (None where the kernel has none)."""
+    total, seen = 0, False
+    for d in _cpu_dirs(root):
+        for f in ("core_throttle_count", "package_throttle_count"):
+            raw = _read(os.path.join(d, "thermal_throttle", f))
+            if raw is not None and raw.isdigit():
+                total += int(raw)
+                seen = True
+    return total if seen else None
+
+
+# vcgencmd get_throttled bits (Raspberry Pi firmware): 0-3 now, 16-19 since boot.
+THROTTLE_BITS = {0: "under-voltage", 1: "arm frequency capped", 2: "throttled", 3: "soft temperature limit"}
+
+
+def decode_throttled(value):
+    """{'now': [...], 'since_boot': [...]} from the get_throttled bit field."""
+    return {"now": [name for b, name in THROTTLE_BITS.items() if value & (1 << b)],
+            "since_boot": [name for b, name in THROTTLE_BITS.items() if value & (1 << (b + 16))]}
+
+
+def _vcgencmd():
+    """The Pi firmware's view (throttle flags, SoC temperature, ARM clock); None off a Pi."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("vcgencmd")
+    if not exe:
+        return None
+    out = {}
+    for key, args in (("throttled", ["get_throttled"]), ("temp", ["measure_temp"]),
+                      ("arm_clock", ["measure_clock", "arm"])):
+        try:
+            res = subprocess.run([exe] + args, capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError) as exc:
+            out.setdefault("errors", []).append(f"vcgencmd {' '.join(args)}: {exc}")
+            continue
+        text = res.stdout.strip()
+        if res.returncode != 0 or "=" not in text:
+            out.setdefault("errors", []).append(f"vcgencmd {' '.join(args)}: exit {res.returncode} "
+                                                f"{(res.stderr or text).strip()[:120]}")
+            continue
+        value = text.split("=", 1)[1].strip()
+        try:
+            if key == "throttled":
+                bits = int(value, 16)
+                out["throttled"] = hex(bits)
+                out["throttled_flags"] = decode_throttled(bits)
+            elif key == "temp":
+                out["temperature_c"] = float(value.rstrip("'C").rstrip("C").rstrip("'"))
+            else:
+                out["arm_mhz"] = int(value) / 1e6
+        except ValueError:
+            out.setdefault("errors", []).append(f"vcgencmd {' '.join(args)}: cannot parse {text!r}")
+    return out
+
+
+def _cpu_jiffies():
+    """(busy, total) jiffies over all CPUs from /proc/stat, or None where it is not readable."""
+    line = (_read("/proc/stat", "") or "").split("\n", 1)[0].split()
+    if not line or line[0] != "cpu":
+        return None
+    vals = [int(v) for v in line[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+    return sum(vals[:8]) - idle, sum(vals[:8])
+
+
+class BusyMeter:
+    """How much CPU *other* processes used while we measured: a busy device inflates latency."""
+
+    def __init__(self):
+        self.j0 = _cpu_jiffies()
+        self.self0 = sum(os.times()[:2])
+        self.t0 = time.perf_counter()
+
+    def other_cpu_fraction(self):
+        j1 = _cpu_jiffies()
+        if self.j0 is None or j1 is None:
+            return None
+        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        busy_s = (j1[0] - self.j0[0]) / float(hz)
+        mine_s = sum(os.times()[:2]) - self.self0
+        wall = time.perf_counter() - self.t0
+        cores = os.cpu_count() or 1
+        if wall * cores * hz < 100:
+            return None  # under ~100 ticks the jiffy counters are too coarse to say anything
+        return max(0.0, (busy_s - mine_s) / (wall * cores))
+
+
+def device_state(root="/"):
+    """Governor, clocks, temperatures, throttle counters and load: taken before and after a run."""
+    cpu0 = os.path.join(root, "sys/devices/system/cpu/cpu0/cpufreq")
     freq = _read(os.path.join(cpu0, "scaling_cur_freq"))
-    temps = _temperatures_c()
+    temps = _temperatures_c(root)
     try:
         load = os.getloadavg()
     except OSError:
         load = None
+    freqs = {}
+    for d in _cpu_dirs(root):
+        f = _read(os.path.join(d, "cpufreq", "scaling_cur_freq"))
+        if f and f.isdigit():
+            freqs[os.path.basename(d)] = int(f) / 1000.0
+    vc = _vcgencmd()
+    if vc and vc.get("temperature_c") is not None:
+        temps.setdefault("vcgencmd", vc["temperature_c"])
     return {
         "governor": _read(os.path.join(cpu0, "scaling_governor")),
         "frequency_mhz": int(freq) / 1000.0 if freq and freq.isdigit() else None,
+        "frequencies_mhz": freqs,
         "temperature_c": max(temps.values()) if temps else None,
         "temperatures_c": temps,
         "loadavg": list(load) if load else None,
+        "throttle_events": _throttle_events(root),
+        "vcgencmd": vc,
     }
+
+
+def state_warnings(before, after, other_cpu):
+    """Plain-language warnings when the device throttled or was busy during the run."""
+    out = []
+    vb, va = (before or {}).get("vcgencmd") or {}, (after or {}).get("vcgencmd") or {}
+    fa = va.get("throttled_flags") or {}
+    fb = vb.get("throttled_flags") or {}
+    new_since = [f for f in fa.get("since_boot", []) if f not in fb.get("since_boot", [])]
+    if fa.get("now") or new_since:
+        out.append(f"the device throttled during the run (vcgencmd get_throttled {va.get('throttled')}: "
+                   f"{', '.join(sorted(set(fa.get('now', []) + new_since)))}); latency is not representative")
+    tb, ta = (before or {}).get("throttle_events"), (after or {}).get("throttle_events")
+    if tb is not None and ta is not None and ta > tb:
+        out.append(f"the CPU recorded {ta - tb} thermal throttle event(s) during the run")
+    if other_cpu is not None and other_cpu > BUSY_OTHER_CPU:
+        out.append(f"the device was busy: other processes used {other_cpu:.0%} of its CPU during the run; "
+                   "latency may be inflated")
+    return out
+
+
+BUSY_OTHER_CPU = 0.15  # other processes' share of all CPUs above which the device counts as busy
 
 
 def device_facts():
@@ -107,7 +241,17 @@ def device_facts():
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "hostname": platform.node(),
+        "machine_id": _machine_id(),
     }
+
+
+def _machine_id():
+    """A stable, non-reversible id of this machine (keys the host's measurement cache)."""
+    for p in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        raw = _read(p)
+        if raw:
+            return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    return None
 
 
 def available_runtimes():
@@ -150,29 +294,471 @@ def memory_mb():
         return None, None, None
 
 
+def pss_mb():
+    """Proportional set size (shared pages split between their users) from smaps_rollup: the
+    figure Android's memory accounting uses. None where the kernel (< 4.14) or policy hides it."""
+    text = _read("/proc/self/smaps_rollup")
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024.0
+    return None
+
+
+def runtime_arena(runner):
+    """The runtime's own allocation figure when the runner exposes one (``arena_bytes()``);
+    neither onnxruntime's nor LiteRT's Python API does today, so this is usually a reason."""
+    fn = getattr(runner, "arena_bytes", None)
+    if fn is None:
+        return None, f"{getattr(runner, 'name', 'the runtime')}'s Python API does not expose its arena size"
+    try:
+        n = fn()
+    except Exception as exc:  # a runner bug must not cost the whole measurement
+        return None, f"arena_bytes() failed: {exc}"
+    return (n / (1024.0 * 1024.0) if n is not None else None), None
+
+
 # --------------------------------------------------------------------------- energy
-def energy_unavailable_reason(sources, sysfs_root="/"):
-    """Energy readers arrive with the measurement work; until a source is read, say why not."""
-    checked = []
-    for src in sources or []:
-        if src == "rapl":
-            p = os.path.join(sysfs_root, "sys/class/powercap")
-            checked.append(f"rapl ({p}: {'present' if os.path.isdir(p) else 'absent'})")
-        elif src == "hwmon":
-            p = os.path.join(sysfs_root, "sys/class/hwmon")
-            checked.append(f"hwmon ({p}: {'present' if os.path.isdir(p) else 'absent'})")
+# Readers of every energy source a device may have. A reader is "power" (read() -> watts now) or
+# "energy" (read() -> cumulative joules). EnergyUnavailable carries the reason into the report.
+ENERGY_SOURCES = ("rapl", "hwmon", "android_battery", "external_command")
+DEFAULT_SAMPLE_HZ = 50.0
+DEFAULT_BASELINE_S = 1.0
+
+
+class EnergyUnavailable(Exception):
+    pass
+
+
+def _read_int_strict(path):
+    with open(path, encoding="ascii") as fh:
+        return int(fh.read().strip())
+
+
+class _WrappingCounter:
+    """A sysfs energy counter in µJ that wraps to 0 at max_energy_range_uj (RAPL)."""
+
+    def __init__(self, path, max_range):
+        self.path, self.max_range = path, max_range
+        self.last, self.offset, self.wraps = None, 0, 0
+
+    def read_uj(self):
+        raw = _read_int_strict(self.path)
+        if self.last is not None and raw < self.last:
+            if not self.max_range:
+                raise EnergyUnavailable(f"{self.path} went backwards and max_energy_range_uj is unknown")
+            # One wrap between two samples; sampling at >= 1 Hz keeps that true (RAPL wraps after minutes).
+            self.offset += self.max_range
+            self.wraps += 1
+        self.last = raw
+        return raw + self.offset
+
+
+class RaplReader:
+    """Intel/AMD RAPL through powercap: package zones (+ DRAM), or psys when the platform has it."""
+
+    name, kind = "rapl", "energy"
+
+    def __init__(self, root="/", **_):
+        base = os.path.join(root, "sys/class/powercap")
+        try:
+            entries = sorted(os.listdir(base))
+        except OSError:
+            raise EnergyUnavailable(f"{base} does not exist (no powercap RAPL driver on this kernel/CPU)")
+        zones = []
+        for e in entries:
+            parts = e.split(":")
+            if parts[0] != "intel-rapl" or len(parts) not in (2, 3):
+                continue  # intel-rapl-mmio duplicates the package zone
+            zname = _read(os.path.join(base, e, "name"), e)
+            if len(parts) == 2 or zname == "dram":
+                zones.append((e, zname))
+        if any(z == "psys" for _, z in zones):
+            zones = [(e, z) for e, z in zones if z == "psys"]  # psys already includes the packages
+        if not zones:
+            raise EnergyUnavailable(f"{base} has no intel-rapl zone")
+        self.counters, self.domains = [], []
+        for e, zname in zones:
+            path = os.path.join(base, e, "energy_uj")
+            try:
+                _read_int_strict(path)
+            except PermissionError:
+                raise EnergyUnavailable(f"{path} is readable only by root (kernels since 5.10); run the agent "
+                                        "as root or grant read access (chmod o+r)")
+            except (OSError, ValueError) as exc:
+                raise EnergyUnavailable(f"cannot read {path}: {exc}")
+            rng = _read(os.path.join(base, e, "max_energy_range_uj"))
+            self.counters.append(_WrappingCounter(path, int(rng) if rng and rng.isdigit() else None))
+            self.domains.append(f"{e} ({zname})")
+
+    def read(self):
+        return sum(c.read_uj() for c in self.counters) / 1e6
+
+    def details(self):
+        return {"domains": self.domains, "wraps": sum(c.wraps for c in self.counters)}
+
+
+# Labels of a sensor channel that measures the whole board's input (summing the rails would double count).
+_TOTAL_LABELS = ("vdd_in", "pom_5v_in", "vin", "total", "sys_in")
+
+
+class HwmonReader:
+    """hwmon power sensors: power*_input (µW), or bus voltage in*_input (mV) x curr*_input (mA) by
+    channel. INA3221 (Jetson) exposes channels 1-3 as in/curr pairs (in4-6 are shunt voltages);
+    INA219/INA226 (ina2xx) expose power1_input. Channels: ``channels`` (labels) when given, else a
+    board-input channel (VDD_IN...) when one exists, else all channels summed."""
+
+    name, kind = "hwmon", "power"
+
+    def __init__(self, root="/", sensor=None, channels=None, **_):
+        base = os.path.join(root, "sys/class/hwmon")
+        try:
+            devs = sorted(d for d in os.listdir(base) if d.startswith("hwmon"))
+        except OSError:
+            raise EnergyUnavailable(f"{base} does not exist (no hwmon sensors)")
+        found = []  # (label, kind, paths)
+        names = []
+        for d in devs:
+            path = os.path.join(base, d)
+            dname = _read(os.path.join(path, "name"), d)
+            names.append(dname)
+            if sensor and dname != sensor:
+                continue
+            try:
+                files = set(os.listdir(path))
+            except OSError:
+                continue
+            power = sorted(f for f in files if f.startswith("power") and f.endswith("_input"))
+            chans = []
+            for f in power:
+                idx = f[len("power"):-len("_input")]
+                label = _read(os.path.join(path, f"power{idx}_label")) or f"{dname}/power{idx}"
+                chans.append((label, "uW", [os.path.join(path, f)]))
+            if not chans:
+                for f in sorted(files):
+                    if not (f.startswith("curr") and f.endswith("_input")):
+                        continue
+                    idx = f[len("curr"):-len("_input")]
+                    if dname == "ina3221" and idx not in ("1", "2", "3"):
+                        continue  # curr4 is the summed-shunt channel; in4-6 are shunt voltages
+                    if f"in{idx}_input" not in files:
+                        continue
+                    label = (_read(os.path.join(path, f"in{idx}_label")) or _read(os.path.join(path, f"curr{idx}_label"))
+                             or f"{dname}/ch{idx}")
+                    chans.append((label, "mV*mA", [os.path.join(path, f"in{idx}_input"), os.path.join(path, f)]))
+            found += [(f"{dname}:{lab}" if not lab.startswith(dname) else lab, lab, k, p) for lab, k, p in chans]
+        if not found:
+            what = f"sensor '{sensor}'" if sensor else "sensor"
+            raise EnergyUnavailable(f"no hwmon {what} with power*_input or in*/curr*_input pairs in {base} "
+                                    f"(sensors: {', '.join(names) or 'none'})")
+        if channels:
+            want = set(channels)
+            chosen = [c for c in found if c[1] in want or c[0] in want]
+            if len(chosen) != len(want):
+                raise EnergyUnavailable(f"hwmon channels {sorted(want)} not all found; available: "
+                                        f"{[c[1] for c in found]}")
+            rule = "channels named in the request"
         else:
-            checked.append(f"{src} (not configured)")
-    if not checked:
-        return "the target lists no energy source"
-    return "no readable energy source: checked " + ", ".join(checked)
+            totals = [c for c in found if c[1].strip().lower() in _TOTAL_LABELS]
+            chosen, rule = (totals, "board input channel") if totals else (found, "sum of all channels")
+        self.channels = [(full, k, p) for full, _, k, p in chosen]
+        self.rule = rule
+        self.read()  # fail now, with the reason, rather than in the sampler
+
+    def read(self):
+        total = 0.0
+        try:
+            for _, k, paths in self.channels:
+                if k == "uW":
+                    total += _read_int_strict(paths[0]) / 1e6
+                else:
+                    total += _read_int_strict(paths[0]) * _read_int_strict(paths[1]) / 1e6
+        except PermissionError as exc:
+            raise EnergyUnavailable(f"{exc.filename} is not readable by this user")
+        except (OSError, ValueError) as exc:
+            raise EnergyUnavailable(f"cannot read hwmon sensor: {exc}")
+        return total
+
+    def details(self):
+        return {"channels": [c[0] for c in self.channels], "rule": self.rule}
+
+
+class AndroidBatteryReader:
+    """Battery current x voltage from power_supply (current_now µA, voltage_now µV). Devices differ
+    in the sign of a discharging current: it is calibrated from the idle baseline, taken while the
+    battery reports Discharging (or set with ``sign``: "discharge_positive" | "discharge_negative")."""
+
+    name, kind = "android_battery", "power"
+
+    def __init__(self, root="/", sign=None, current_unit=None, **_):
+        base = os.path.join(root, "sys/class/power_supply")
+        try:
+            supplies = sorted(os.listdir(base))
+        except OSError:
+            raise EnergyUnavailable(f"{base} does not exist (no power_supply class)")
+        cands = [s for s in supplies if s == "battery"] + [
+            s for s in supplies if s != "battery" and (_read(os.path.join(base, s, "type")) or "") == "Battery"]
+        self.path = None
+        for s in cands:
+            p = os.path.join(base, s)
+            if os.path.exists(os.path.join(p, "current_now")) and os.path.exists(os.path.join(p, "voltage_now")):
+                self.path = p
+                break
+        if self.path is None:
+            raise EnergyUnavailable(f"no battery with current_now and voltage_now in {base} "
+                                    f"(supplies: {', '.join(supplies) or 'none'})")
+        if sign not in (None, "discharge_positive", "discharge_negative"):
+            raise EnergyUnavailable(f"android sign {sign!r}: use discharge_positive or discharge_negative")
+        self.sign = {None: None, "discharge_positive": 1, "discharge_negative": -1}[sign]
+        self.sign_source = "request" if sign else None
+        if current_unit is None:
+            # A phone awake draws >= 50 mA; |I| under 5000 only makes sense in mA (older kernels).
+            try:
+                i = abs(_read_int_strict(os.path.join(self.path, "current_now")))
+            except (OSError, ValueError) as exc:
+                raise EnergyUnavailable(f"cannot read the battery current: {exc}")
+            current_unit = "mA" if 0 < i < 5000 else "uA"
+        self.current_unit = current_unit
+        self.status_before = self.status()
+        if self.status_before in ("Charging", "Full"):
+            raise EnergyUnavailable(
+                f"the battery is {self.status_before.lower()}: the device runs on external power, so the battery "
+                "current is not what it consumes; unplug USB (adb over Wi-Fi: `adb tcpip`) or use an external meter")
+        if self.sign is None and self.status_before != "Discharging":
+            raise EnergyUnavailable(f"battery status is {self.status_before!r}, not Discharging: the current's sign "
+                                    "cannot be calibrated; set energy.android.sign in the request")
+        self.read()
+
+    def status(self):
+        return _read(os.path.join(self.path, "status"), "Unknown")
+
+    def read(self):
+        """Signed raw power (W) as the device reports it; ``calibrate`` fixes the sign."""
+        try:
+            i = _read_int_strict(os.path.join(self.path, "current_now"))
+            v = _read_int_strict(os.path.join(self.path, "voltage_now"))
+        except (OSError, ValueError) as exc:
+            raise EnergyUnavailable(f"cannot read the battery: {exc}")
+        if v < 100000:  # some kernels report mV
+            v *= 1000
+        i_scale = 1000 if self.current_unit == "mA" else 1
+        return i * i_scale * v / 1e12
+
+    def calibrate(self, baseline_powers):
+        """Fix the sign from the idle baseline (the battery discharges then); returns +1 or -1."""
+        if self.sign is None:
+            med = _median(baseline_powers) if baseline_powers else 0.0
+            if med == 0:
+                raise EnergyUnavailable("the battery current was 0 during the idle baseline: its sign cannot be "
+                                        "calibrated (the device may be on external power)")
+            self.sign = 1 if med > 0 else -1
+            self.sign_source = "calibrated while Discharging"
+        return self.sign
+
+    def details(self):
+        return {"supply": os.path.basename(self.path), "status": self.status_before,
+                "sign": {1: "discharge_positive", -1: "discharge_negative"}.get(self.sign),
+                "sign_source": self.sign_source, "current_unit": self.current_unit}
+
+
+class ExternalCommandReader:
+    """A user command (USB power meter, Joulescope script...) that prints cumulative joules as the
+    first number on its last output line. Runs as an argv list, never through a shell."""
+
+    name, kind = "external_command", "energy"
+
+    def __init__(self, command=None, timeout=10.0, **_):
+        import shlex
+
+        if not command:
+            raise EnergyUnavailable("no external meter command configured (energy.external_command in the request, "
+                                    "`--energy-command` on the host)")
+        self.argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+        self.timeout = float(timeout)
+        self.read()
+
+    def read(self):
+        import subprocess
+
+        try:
+            res = subprocess.run(self.argv, capture_output=True, text=True, timeout=self.timeout)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise EnergyUnavailable(f"external meter command {self.argv[0]!r} failed to run: {exc}")
+        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        if res.returncode != 0 or not lines:
+            raise EnergyUnavailable(f"external meter command {self.argv[0]!r} exited {res.returncode} with "
+                                    f"{'no output' if not lines else 'output'}: {(res.stderr or res.stdout).strip()[:200]}")
+        try:
+            return float(lines[-1].split()[0])
+        except ValueError:
+            raise EnergyUnavailable(f"external meter command printed {lines[-1][:80]!r}; expected cumulative "
+                                    "joules as a number")
+
+    def details(self):
+        return {"command": self.argv[0]}
+
+
+READERS = {"rapl": RaplReader, "hwmon": HwmonReader, "android_battery": AndroidBatteryReader,
+           "external_command": ExternalCommandReader}
+
+
+def open_energy_reader(cfg, root="/"):
+    """The first source in the target's priority order that reads; (reader, reasons of the others)."""
+    reasons = []
+    sources = list(cfg.get("sources") or [])
+    for src in sources:
+        cls = READERS.get(src)
+        if cls is None:
+            reasons.append(f"{src}: unknown source (known: {', '.join(ENERGY_SOURCES)})")
+            continue
+        kwargs = {"root": root}
+        if src == "hwmon":
+            kwargs.update(sensor=cfg.get("hwmon_sensor"), channels=cfg.get("hwmon_channels"))
+        elif src == "android_battery":
+            a = cfg.get("android") or {}
+            kwargs.update(sign=a.get("sign"), current_unit=a.get("current_unit"))
+        elif src == "external_command":
+            kwargs.update(command=cfg.get("external_command"), timeout=cfg.get("external_timeout", 10.0))
+        try:
+            return cls(**kwargs), reasons
+        except EnergyUnavailable as exc:
+            reasons.append(f"{src}: {exc}")
+    return None, reasons
+
+
+def _median(xs):
+    s = sorted(xs)
+    n = len(s)
+    if not n:
+        return None
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def _sem(xs):
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    m = sum(xs) / n
+    return (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 / n ** 0.5
+
+
+class EnergySampler:
+    """Samples a reader in a background thread; ``mark()`` takes a synchronous sample at a phase
+    boundary (baseline start, run start, run end) so every window has exact edges."""
+
+    def __init__(self, reader, hz=DEFAULT_SAMPLE_HZ):
+        import threading
+
+        self.reader = reader
+        self.period = 1.0 / max(0.1, float(hz))
+        self.samples = []  # (t, value, read_seconds)
+        self.error = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="edgekit-energy", daemon=True)
+
+    def _sample(self):
+        with self._lock:
+            a = time.perf_counter()
+            v = self.reader.read()
+            b = time.perf_counter()
+            self.samples.append(((a + b) / 2, v, b - a))
+            return len(self.samples) - 1
+
+    def _loop(self):
+        while not self._stop.wait(self.period):
+            try:
+                self._sample()
+            except EnergyUnavailable as exc:
+                self.error = str(exc)
+                return
+
+    def start(self):
+        self._thread.start()
+
+    def mark(self):
+        return self._sample()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def window_energy(kind, samples):
+    """(joules, seconds, per-sample or per-interval powers) over samples [(t, value, read_s)...]."""
+    if len(samples) < 2:
+        return None, None, []
+    t = [s[0] for s in samples]
+    v = [s[1] for s in samples]
+    seconds = t[-1] - t[0]
+    if kind == "energy":
+        joules = v[-1] - v[0]
+        powers = [(v[i + 1] - v[i]) / (t[i + 1] - t[i]) for i in range(len(v) - 1) if t[i + 1] > t[i]]
+    else:
+        joules = sum(0.5 * (v[i] + v[i + 1]) * (t[i + 1] - t[i]) for i in range(len(v) - 1))
+        powers = v
+    return joules, seconds, powers
+
+
+def energy_result(kind, base, run, inferences, sign=1):
+    """Net energy per inference over the run, above the idle baseline, with a 1-sigma uncertainty.
+
+    The run's own uncertainty is the standard error of its mean power x its duration for sampled
+    power; for a cumulative counter it is the counter's read time at the two edges x the mean
+    power. The baseline's standard error scales with the run's duration. Samples are treated as
+    independent, so the figure is a lower bound when power is autocorrelated."""
+    if sign != 1:
+        base = [(t, sign * v, d) for t, v, d in base] if kind == "power" else base
+        run = [(t, sign * v, d) for t, v, d in run] if kind == "power" else run
+    bj, bs, bp = window_energy(kind, base)
+    rj, rs, rp = window_energy(kind, run)
+    if kind == "power" and run and min(v for _, v, _ in run) < 0:
+        return None, {"reason": "the power reading turned negative during the run (the device started "
+                                "charging?): no energy figure"}
+    if rj is None or not rs:
+        return None, {"reason": f"only {len(run)} energy sample(s) during the run: raise min_seconds or sample_hz"}
+    if bj is None or not bs:
+        return None, {"reason": f"only {len(base)} energy sample(s) during the idle baseline"}
+    base_w = bj / bs
+    run_w = rj / rs
+    net_j = rj - base_w * rs
+    if kind == "power":
+        s_run = _sem(rp) * rs
+    else:
+        s_run = abs(run_w) * 0.5 * (run[0][2] + run[-1][2])
+    s_base = (_sem(bp) if len(bp) > 1 else abs(base_w) * 0.5 * (base[0][2] + base[-1][2]) / bs) * rs
+    sigma = (s_run ** 2 + s_base ** 2) ** 0.5
+    info = {"baseline_w": base_w, "run_w": run_w, "net_j": net_j, "run_seconds": rs, "baseline_seconds": bs,
+            "samples": len(run), "baseline_samples": len(base), "uncertainty_j": sigma}
+    if net_j <= 1e-9 * abs(rj):  # zero within float rounding counts as zero
+        info["reason"] = (f"the run drew no more power than idle ({run_w:.3f} W vs baseline {base_w:.3f} W, "
+                          f"uncertainty {sigma:.3g} J): energy per inference is below what this source resolves")
+        return None, info
+    info["uncertainty_mj"] = sigma / inferences * 1000.0
+    info["significant"] = net_j > 2 * sigma
+    return net_j / inferences * 1000.0, info
+
+
+def no_energy(reasons, sources):
+    if not sources:
+        reason = "the target lists no energy source"
+    else:
+        reason = "no readable energy source: " + "; ".join(reasons)
+    return {"energy_mj_per_inference": None, "source": None, "reason": reason, "checked": reasons}
+
+
+def energy_unavailable_reason(sources, sysfs_root="/"):
+    """Why no energy figure: each configured source's reason (kept for callers of the old API)."""
+    _, reasons = open_energy_reader({"sources": sources}, sysfs_root)
+    return no_energy(reasons, sources)["reason"]
 
 
 # --------------------------------------------------------------------------- runners
 class OnnxRunner:
     name = "onnxruntime"
 
-    def __init__(self, model_path, threads):
+    def __init__(self, model_path, threads, input_specs=None):
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -201,41 +787,81 @@ class OnnxRunner:
 
 
 class LiteRTRunner:
+    """A .tflite model on the LiteRT interpreter (ai_edge_litert; tflite_runtime on older devices)."""
+
     name = "litert"
 
-    def __init__(self, model_path, threads):
+    def __init__(self, model_path, threads, input_specs=None):
         Interpreter = None
+        errors = []
         for mod in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
             try:
                 Interpreter = __import__(mod, fromlist=["Interpreter"]).Interpreter
                 self.module = mod.split(".")[0]
                 break
-            except ImportError:
+            except ImportError as exc:
+                errors.append(f"{mod}: {exc}")
                 continue
         if Interpreter is None:
             raise AgentFailure("runtime_missing",
-                               "no LiteRT interpreter on this device (ai_edge_litert or tflite_runtime)",
-                               EXIT_RUNTIME)
+                               "no LiteRT interpreter on this device (pip install ai-edge-litert, or tflite-runtime "
+                               "on older devices): " + "; ".join(errors), EXIT_RUNTIME)
         top = sys.modules.get(self.module)
         self.version = f"{self.module} {getattr(top, '__version__', '?')}"
         try:
             self.interp = Interpreter(model_path=model_path, num_threads=int(threads))
             self.interp.allocate_tensors()
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {exc}", EXIT_RUNTIME) from exc
+            msg = str(exc)
+            if "Select TensorFlow op" in msg or "Flex" in msg:
+                msg += " (the model uses TensorFlow 'Flex' ops, which the plain LiteRT interpreter cannot run)"
+            raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME) from exc
         self.threads = int(threads)
-        self.inputs = self.interp.get_input_details()
+        self.inputs = self._in_spec_order(self.interp.get_input_details(), input_specs or [])
         self.outputs = self.interp.get_output_details()
-        self._batch = None
+
+    @staticmethod
+    def _in_spec_order(details, specs):
+        """The interpreter's inputs in the order of the host's specs (user data order), matched by the
+        TFLite tensor name the host recorded; interpreter order otherwise."""
+        by_name = {d["name"]: d for d in details}
+        names = [s.get("name") for s in specs]
+        if len(names) == len(details) and all(n in by_name for n in names):
+            return [by_name[n] for n in names]
+        return list(details)
 
     def batch_dynamic(self):
         return False  # TFLite graphs are fed one sample at a time (fixed batch 1 is the norm)
 
+    @staticmethod
+    def _quant(det):
+        q = det.get("quantization") or (0.0, 0)
+        return (float(q[0]), int(q[1])) if q and q[0] else (None, None)
+
     def run(self, feeds):
+        import numpy as np
+
         for det, x in zip(self.inputs, feeds):
-            self.interp.set_tensor(det["index"], x)
+            want = np.dtype(det["dtype"])
+            x = np.asarray(x)
+            if want.kind in "iu" and x.dtype.kind == "f":
+                # float data for an integer input that the host sent no scale for: use the tensor's own
+                scale, zp = self._quant(det)
+                if scale is None:
+                    raise AgentFailure("bad_request", f"input {det['name']} is {want} without quantization "
+                                       "parameters; float data cannot be fed to it", EXIT_BAD_REQUEST)
+                info = np.iinfo(want)
+                x = np.clip(np.round(x / scale + zp), info.min, info.max)
+            self.interp.set_tensor(det["index"], np.ascontiguousarray(x.astype(want, copy=False)))
         self.interp.invoke()
         return [self.interp.get_tensor(o["index"]) for o in self.outputs]
+
+    def output_quantization(self, i):
+        """(scale, zero_point) of output ``i`` when it is an integer tensor, else (None, None)."""
+        det = self.outputs[i]
+        if det["dtype"] is not None and str(det["dtype"]).find("int") >= 0:
+            return self._quant(det)
+        return None, None
 
 
 RUNNERS = {"onnxruntime": OnnxRunner, "litert": LiteRTRunner}
@@ -298,6 +924,188 @@ def synthetic_inputs(np, input_specs):
     return xs
 
 
+# --------------------------------------------------------------------------- measurement loop
+# Warmup (fixed count, or until latency stabilizes), the timed runs (until both a minimum count and
+# a minimum time are met, or for N seconds in sustained mode), and the energy windows around them.
+def _quantile(sorted_xs, q):
+    """Linear-interpolation quantile (numpy's default) of an already sorted list."""
+    if not sorted_xs:
+        return None
+    pos = (len(sorted_xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def summarize(xs):
+    s = sorted(xs)
+    if not s:
+        return {"runs": 0}
+    return {"runs": len(s), "mean": sum(s) / len(s), "min": s[0], "max": s[-1], "p50": _quantile(s, 0.5),
+            "p90": _quantile(s, 0.9), "p99": _quantile(s, 0.99)}
+
+
+def warmup_runs(run_once, req):
+    """Untimed runs before measuring. ``warmup_mode`` "fixed" (default) runs ``warmup`` times;
+    "auto" runs windows of ``warmup_window`` until two consecutive window medians agree within
+    ``warmup_tolerance`` (and at least ``warmup`` runs), capped by ``max_warmup`` / ``max_warmup_seconds``."""
+    mode = req.get("warmup_mode") or "fixed"
+    n = int(req.get("warmup", 10))
+    if mode == "fixed":
+        for _ in range(n):
+            run_once()
+        return {"warmup": n, "warmup_mode": "fixed"}
+    if mode != "auto":
+        raise AgentFailure("bad_request", f"warmup_mode {mode!r}: use 'fixed' or 'auto'", EXIT_BAD_REQUEST)
+    window = max(3, int(req.get("warmup_window", 10)))
+    tol = float(req.get("warmup_tolerance", 0.05))
+    max_n = max(window, int(req.get("max_warmup", 1000)))
+    max_s = float(req.get("max_warmup_seconds", 30.0))
+    clock = time.perf_counter_ns
+    done, prev, medians, stable = 0, None, [], False
+    started = time.perf_counter()
+    while True:
+        w = []
+        for _ in range(window):
+            a = clock()
+            run_once()
+            w.append((clock() - a) / 1e6)
+        done += window
+        med = _median(w)
+        medians.append(med)
+        if prev is not None and done >= n and abs(med - prev) <= tol * prev:
+            stable = True
+            break
+        if done >= max_n or time.perf_counter() - started >= max_s:
+            break
+        prev = med
+    return {"warmup": done, "warmup_mode": "auto", "warmup_stable": stable, "warmup_window": window,
+            "warmup_tolerance": tol, "warmup_window_medians_ms": medians[-10:]}
+
+
+def _bin_state(root):
+    temps = _temperatures_c(root)
+    f = _read(os.path.join(root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"))
+    return {"temperature_c": max(temps.values()) if temps else None,
+            "frequency_mhz": int(f) / 1000.0 if f and f.isdigit() else None}
+
+
+def timed_runs(run_once, req, root="/"):
+    """(raw timings in ms, sustained summary or None). Fixed mode stops when runs AND min_seconds
+    are met (or max_runs / max_seconds is hit); sustained mode runs for ``sustained.seconds``."""
+    clock = time.perf_counter_ns
+    raw = []
+    sus = req.get("sustained")
+    if not sus:
+        min_runs = int(req.get("runs", 50))
+        min_s = float(req.get("min_seconds", 1.0))
+        max_runs = int(req.get("max_runs", 5000))
+        max_s = float(req.get("max_seconds", 120.0))
+        started = time.perf_counter()
+        while True:
+            a = clock()
+            run_once()
+            raw.append((clock() - a) / 1e6)
+            elapsed = time.perf_counter() - started
+            if len(raw) >= max_runs or elapsed >= max_s:
+                break
+            if len(raw) >= min_runs and elapsed >= min_s:
+                break
+        return raw, None
+    seconds = float(sus["seconds"])
+    if seconds <= 0:
+        raise AgentFailure("bad_request", f"sustained.seconds must be > 0, got {seconds}", EXIT_BAD_REQUEST)
+    bin_s = float(sus.get("bin_s") or max(1.0, seconds / 30.0))
+    seg_s = float(sus.get("segment_s") or min(60.0, seconds / 4.0))
+    ends = []
+    bins = []
+    bin_start, next_bin = 0, bin_s
+    t0 = clock()
+    while True:
+        a = clock()
+        run_once()
+        b = clock()
+        raw.append((b - a) / 1e6)
+        el = (b - t0) / 1e9
+        ends.append(el)
+        if el >= next_bin or el >= seconds:
+            # between runs, outside the timed region: a cheap look at temperature and clock
+            bins.append(dict(summarize(raw[bin_start:]), t_start_s=next_bin - bin_s, t_end_s=el, **_bin_state(root)))
+            bin_start = len(raw)
+            while next_bin <= el:
+                next_bin += bin_s
+            if el >= seconds:
+                break
+    total = ends[-1]
+    first = [x for x, e in zip(raw, ends) if e <= seg_s]
+    last = [x for x, e in zip(raw, ends) if e >= total - seg_s]
+    fs, ls = summarize(first), summarize(last)
+    summary = {"seconds": total, "bin_s": bin_s, "segment_s": seg_s, "bins": bins, "first": fs, "last": ls,
+               "p50_ratio_last_first": (ls["p50"] / fs["p50"]) if fs.get("p50") and ls.get("p50") else None}
+    return raw, summary
+
+
+def decimate(raw, max_raw):
+    """Every k-th timing when there are more than ``max_raw`` (a long sustained run), with k."""
+    if max_raw and len(raw) > max_raw:
+        k = -(-len(raw) // max_raw)
+        return raw[::k], k
+    return raw, 1
+
+
+def measure_with_energy(run_once, req, root="/"):
+    """Idle baseline, then the timed runs, with the energy source sampled in a background thread.
+    Returns (raw, sustained, energy dict)."""
+    ecfg = req.get("energy") or {}
+    sources = list(ecfg.get("sources") or [])
+    reader, reasons = open_energy_reader(ecfg, root)
+    if reader is None:
+        raw, sus = timed_runs(run_once, req, root)
+        return raw, sus, no_energy(reasons, sources)
+    hz = float(ecfg.get("sample_hz") or DEFAULT_SAMPLE_HZ)
+    baseline_s = float(ecfg.get("baseline_seconds", DEFAULT_BASELINE_S))
+    sampler = EnergySampler(reader, hz)
+    out = {"energy_mj_per_inference": None, "source": reader.name, "checked": reasons,
+           "sample_hz_requested": hz}
+    sampler.start()
+    try:
+        i0 = sampler.mark()
+        time.sleep(baseline_s)  # idle: what the device draws without the model running
+        i1 = sampler.mark()
+    except EnergyUnavailable as exc:
+        sampler.stop()
+        out["reason"] = f"{reader.name}: {exc}"
+        raw, sus = timed_runs(run_once, req, root)
+        return raw, sus, out
+    try:
+        raw, sus = timed_runs(run_once, req, root)
+        try:
+            i2 = sampler.mark()
+        except EnergyUnavailable as exc:
+            sampler.error = sampler.error or str(exc)
+            i2 = len(sampler.samples) - 1
+    finally:
+        sampler.stop()
+    base, run = sampler.samples[i0:i1 + 1], sampler.samples[i1:i2 + 1]
+    sign = 1
+    try:
+        if sampler.error:
+            raise EnergyUnavailable(sampler.error)
+        if hasattr(reader, "calibrate"):
+            sign = reader.calibrate([v for _, v, _ in base])
+        if hasattr(reader, "status") and reader.status() in ("Charging", "Full"):
+            raise EnergyUnavailable("the battery started charging during the run")
+        mj, info = energy_result(reader.kind, base, run, len(raw), sign)
+    except EnergyUnavailable as exc:
+        mj, info = None, {"reason": f"{reader.name}: {exc}"}
+    out.update(info)
+    out["energy_mj_per_inference"] = mj
+    if len(run) > 1 and run[-1][0] > run[0][0]:
+        out["sample_hz"] = (len(run) - 1) / (run[-1][0] - run[0][0])
+    out["details"] = reader.details()
+    return raw, sus, out
+
+
 # --------------------------------------------------------------------------- measurement
 def measure(req):
     import numpy as np
@@ -314,10 +1122,10 @@ def measure(req):
     in_specs = req["inputs"]
     out_specs = req.get("outputs") or []
 
-    state_before = device_state()
+    state_before = device_state(req.get("sysfs_root") or (req.get("energy") or {}).get("sysfs_root") or "/")
     rss0, _, _ = memory_mb()
     t0 = time.perf_counter()
-    runner = RUNNERS[runtime](model, req.get("threads", 1))
+    runner = RUNNERS[runtime](model, req.get("threads", 1), input_specs=in_specs)
     load_ms = (time.perf_counter() - t0) * 1000.0
     rss1, _, _ = memory_mb()
 
@@ -333,32 +1141,29 @@ def measure(req):
         sample = synthetic_inputs(np, in_specs)
     feeds = [_prepare(np, x, s) for x, s in zip(sample, in_specs)]
 
+    root = req.get("sysfs_root") or (req.get("energy") or {}).get("sysfs_root") or "/"
+
+    def run_once():
+        runner.run(feeds)
+
     try:
-        warmup = int(req.get("warmup", 10))
-        for _ in range(warmup):
-            runner.run(feeds)
-        min_runs = int(req.get("runs", 50))
-        min_s = float(req.get("min_seconds", 1.0))
-        max_runs = int(req.get("max_runs", 5000))
-        max_s = float(req.get("max_seconds", 120.0))
-        raw = []
-        clock = time.perf_counter_ns
-        started = time.perf_counter()
-        while True:
-            a = clock()
-            runner.run(feeds)
-            raw.append((clock() - a) / 1e6)
-            elapsed = time.perf_counter() - started
-            if len(raw) >= max_runs or elapsed >= max_s:
-                break
-            if len(raw) >= min_runs and elapsed >= min_s:
-                break
+        warm = warmup_runs(run_once, req)
+        busy = BusyMeter()
+        raw, sustained, energy = measure_with_energy(run_once, req, root)
+        other_cpu = busy.other_cpu_fraction()
     except AgentFailure:
         raise
     except Exception as exc:
         raise AgentFailure("inference_failed", f"{runtime} failed to run the model: {exc}", EXIT_RUNTIME) from exc
+    runs_done = len(raw)
+    raw, decimation = decimate(raw, int(req.get("max_raw", 200000)))
     _, peak_mb, mem_source = memory_mb()
-    state_after = device_state()
+    pss = pss_mb()
+    arena_mb, arena_reason = runtime_arena(runner)
+    state_after = device_state(root)
+    warnings = state_warnings(state_before, state_after, other_cpu)
+    if warm.get("warmup_stable") is False:
+        warnings.append(f"latency did not stabilize during {warm['warmup']} warmup runs")
 
     accuracy = None
     outputs_path = req.get("outputs_path")
@@ -391,23 +1196,23 @@ def measure(req):
         "ok": True,
         "variant": req.get("variant"),
         "device": device_facts(),
-        "device_state": {"before": state_before, "after": state_after},
+        "device_state": {"before": state_before, "after": state_after, "other_cpu_fraction": other_cpu},
         "runtime": {"name": runner.name, "version": runner.version, "threads": runner.threads, "delegate": None},
         "load_ms": load_ms,
-        "latency_ms": {"warmup": warmup, "runs": len(raw), "raw": raw},
+        "latency_ms": dict(warm, runs=runs_done, raw=raw, raw_decimation=decimation),
+        "sustained": sustained,
         "memory": {
             "peak_rss_mb": peak_mb,
             "source": mem_source,
             "rss_before_load_mb": rss0,
             "rss_after_load_mb": rss1,
             "load_delta_mb": (rss1 - rss0) if (rss0 is not None and rss1 is not None) else None,
+            "pss_mb": pss,
+            "arena_mb": arena_mb,
+            "arena_reason": arena_reason,
         },
-        "energy": {
-            "energy_mj_per_inference": None,
-            "source": None,
-            "reason": energy_unavailable_reason((req.get("energy") or {}).get("sources"),
-                                                (req.get("energy") or {}).get("sysfs_root", "/")),
-        },
+        "energy": energy,
+        "warnings": warnings,
         "accuracy": accuracy,
         "outputs_path": outputs_path if xs is not None else None,
     }
