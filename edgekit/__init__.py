@@ -26,6 +26,7 @@ _EXPORTS = {
     "Recipe": "edgekit.recipe:Recipe",
     "load_recipe": "edgekit.recipe:load_recipe",
     "EdgekitError": "edgekit.errors:EdgekitError",
+    "train": "edgekit.train:train",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .artifact import Artifact  # noqa: F401
     from .pipeline import DeployOptions, deploy  # noqa: F401
     from .errors import EdgekitError  # noqa: F401
+    from .train import train  # noqa: F401
     from .recipe import Recipe, load_recipe  # noqa: F401
     from .report.model import Report  # noqa: F401
     from .targets import TargetSpec, list_targets, load_target  # noqa: F401

@@ -11,6 +11,8 @@ from .. import __version__
 from . import deploy as _deploy
 from . import report as _report
 from . import targets as _targets
+from . import plan as _plan
+from . import train as _train
 
 app = typer.Typer(
     name="edgekit",
@@ -37,6 +39,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 app.command("deploy", help=_deploy.HELP, no_args_is_help=True)(_deploy.deploy_cmd)
 app.add_typer(_targets.app, name="targets")
+app.command("train", help=_train.HELP, no_args_is_help=True)(_train.train_cmd)
+app.command("plan", help=_plan.HELP, no_args_is_help=True)(_plan.plan_cmd)
 app.add_typer(_report.app, name="report")
 
 
