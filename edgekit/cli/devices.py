@@ -1,0 +1,181 @@
+"""`edgekit devices add|list|check|remove|provision`: the device inventory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import EXIT_GATE_FAILED, err_console, out_console, progress_display
+
+app = typer.Typer(help="Your devices: named instances of target classes, reached over SSH (or ADB).\n\n"
+                  "Example: edgekit devices add lab-pi --target rpi4 --host 192.168.1.40 --user pi --trust",
+                  no_args_is_help=True)
+
+
+@app.command("add", help="Register a device. Its SSH host key must be known (known_hosts) or trusted here "
+             "with --trust, which shows the fingerprint; a changed host key is always refused.\n\n"
+             "Example: edgekit devices add lab-pi --target rpi4 --host 192.168.1.40 --user pi "
+             "--key ~/.ssh/id_ed25519 --trust")
+def add_cmd(
+    name: str = typer.Argument(..., help="Device name (letters, digits, . _ -)."),
+    target: str = typer.Option(..., "--target", "-t", help="Its target class (`edgekit targets list`)."),
+    host: str = typer.Option(..., "--host", help="Hostname or address of the board."),
+    port: int = typer.Option(22, "--port", help="SSH port."),
+    user: Optional[str] = typer.Option(None, "--user", "-u", help="Login user (default: your user name)."),
+    key: Optional[str] = typer.Option(None, "--key", help="Private key file (default: ssh-agent, then ~/.ssh keys)."),
+    workdir: str = typer.Option(".edgekit", "--workdir", help="Folder on the device (relative = under its home)."),
+    python: Optional[str] = typer.Option(None, "--python", help="The device's Python command (default: the target's)."),
+    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="An extra known_hosts file to check."),
+    trust: bool = typer.Option(False, "--trust", help="Trust the host key the device offers now (shows its fingerprint)."),
+    no_connect: bool = typer.Option(False, "--no-connect", help="Do not contact the device (its key must then be known)."),
+    replace: bool = typer.Option(False, "--replace", help="Overwrite a device of the same name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON."),
+):
+    from ..devices import DeviceEntry, add_device, edgekit_known_hosts, known_hosts_files
+    from ..errors import TransportError
+    from ..transport.ssh import fetch_host_key, fingerprint, host_key_name, trust_host_key
+
+    entry = DeviceEntry(name=name, kind="ssh", target=target, host=host, port=port, user=user, key=key,
+                        workdir=workdir, python=python, known_hosts=known_hosts)
+    if not no_connect:
+        import paramiko
+
+        offered = fetch_host_key(host, port, timeout=entry.connect_timeout)
+        hk = paramiko.HostKeys()
+        for f in known_hosts_files(entry):
+            if Path(f).is_file():
+                hk.load(f)
+        known = hk.lookup(host_key_name(host, port)) or {}
+        fp = f"{offered.get_name()} {fingerprint(offered)}"
+        if offered.get_name() in known and known[offered.get_name()] != offered:
+            raise TransportError(f"HOST KEY CHANGED for {host_key_name(host, port)}: it offers {fp}, known_hosts has "
+                                 f"{fingerprint(known[offered.get_name()])}; refusing",
+                                 hint="if the board was re-installed, remove its old line from known_hosts first")
+        if offered.get_name() not in known:
+            if not trust:
+                raise TransportError(f"the host key of {host_key_name(host, port)} is not known: {fp}",
+                                     hint="compare that fingerprint with the board's (`ssh-keygen -lf "
+                                          "/etc/ssh/ssh_host_ed25519_key.pub` on it), then add --trust")
+            trust_host_key(host, port, offered, edgekit_known_hosts())
+            err_console.print(f"trusted {host_key_name(host, port)}: {fp} (saved in {edgekit_known_hosts()})")
+    add_device(entry, replace=replace)
+    if as_json:
+        print(json.dumps(entry.model_dump(mode="json")))
+    else:
+        out_console.print(f"added device {name} ({target}, {entry.user + '@' if entry.user else ''}{host}:{port}); "
+                          f"check it with `edgekit devices check {name}`", highlight=False)
+
+
+@app.command("list", help="List the devices in the inventory.\n\nExample: edgekit devices list --json")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    from rich.table import Table
+
+    from ..devices import inventory_path, load_inventory
+
+    inv = load_inventory()
+    if as_json:
+        print(json.dumps([d.model_dump(mode="json") for d in inv.devices]))
+        return
+    if not inv.devices:
+        out_console.print(f"no devices in {inventory_path()}; add one with `edgekit devices add` or `edgekit sim up`")
+        return
+    t = Table("name", "kind", "target", "address", "user", "workdir", "notes")
+    for d in inv.devices:
+        addr = f"{d.host}:{d.port}" if d.kind == "ssh" else "-"
+        t.add_row(d.name, d.kind, d.target, addr, d.user or "-", d.workdir, d.notes)
+    out_console.print(t)
+
+
+@app.command("check", help="Connect and report OS, arch, Python, runtimes, free disk and memory, and whether the "
+             "device matches its target class (exit 1 when it does not, 3 when it cannot be reached).\n\n"
+             "Example: edgekit devices check lab-pi")
+def check_cmd(name: str = typer.Argument(..., help="Device name."),
+              as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    from ..devices import check_device, get_device
+
+    with progress_display(not as_json) as progress:
+        progress(f"checking {name}")
+        doc = check_device(get_device(name))
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        dev, res = doc["device"], doc["resources"]
+
+        def mb(x):
+            return "n/a" if x is None else f"{x:.0f} MB"
+
+        out_console.print(f"{doc['name']} ({doc['target']}) via {doc['transport']}, workdir {doc['workdir']}",
+                          highlight=False)
+        out_console.print(f"  os {dev.get('os')} {dev.get('os_release')}, arch {dev.get('arch')}, "
+                          f"{dev.get('cores')} cores ({dev.get('cpu')}), Python {dev.get('python')}", highlight=False)
+        rts = ", ".join(f"{k} {v}" for k, v in doc["runtimes"].items()) or "none"
+        out_console.print(f"  runtimes: {rts}", highlight=False)
+        if "error" in res:
+            out_console.print(f"  resources: unavailable ({res['error']})", highlight=False)
+        else:
+            out_console.print(f"  free disk {mb(res.get('disk_free_mb'))}, memory available "
+                              f"{mb(res.get('mem_available_mb'))} of {mb(res.get('mem_total_mb'))}"
+                              + (f" (cgroup limit {mb(res['memory_limit_mb'])})" if res.get("memory_limit_mb") else ""),
+                              highlight=False)
+        for n in doc["notes"]:
+            out_console.print(f"  note: {n}", highlight=False)
+        if doc["matches_target"]:
+            out_console.print(f"  [green]matches[/] target {doc['target']}")
+        else:
+            for p in doc["problems"]:
+                out_console.print(f"  [red]mismatch[/]: {p}", highlight=False)
+    if not doc["matches_target"]:
+        raise typer.Exit(EXIT_GATE_FAILED)
+
+
+@app.command("remove", help="Remove a device from the inventory (simulated ones: `edgekit sim down`).\n\n"
+             "Example: edgekit devices remove lab-pi")
+def remove_cmd(name: str = typer.Argument(..., help="Device name.")):
+    from ..devices import get_device, remove_device
+    from ..errors import BadInputError
+
+    if get_device(name).sim:
+        raise BadInputError(f"'{name}' is a simulated device", hint=f"`edgekit sim down {name}` stops and removes it")
+    remove_device(name)
+    out_console.print(f"removed {name}")
+
+
+@app.command("provision", help="Install the target's runtime wheels on the device from a wheelhouse built on this "
+             "host (`pip download` for the device's platform); the device needs no internet.\n\n"
+             "Example: edgekit devices provision lab-pi")
+def provision_cmd(
+    name: str = typer.Argument(..., help="Device name."),
+    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of .whl files (default: download "
+                                              "the target's wheels into the edgekit cache)."),
+    package: Optional[list[str]] = typer.Option(None, "--package", "-p", help="Package to install (repeatable; "
+                                                "default: the target's wheels.packages)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    from ..devices import add_device, get_device, transport_for
+    from ..provision import build_wheelhouse, default_wheelhouse, provision
+    from ..targets import load_target
+
+    entry = get_device(name)
+    spec = load_target(entry.target)
+    with progress_display(not as_json) as progress:
+        wh = wheelhouse
+        if wh is None:
+            wh = default_wheelhouse(spec)
+            if not any(wh.glob("*.whl")):
+                build_wheelhouse(spec, wh, progress=progress)
+        t = transport_for(entry, spec.python)
+        try:
+            res = provision(t, spec, wh, packages=list(package) if package else None, progress=progress)
+        finally:
+            t.close()
+    add_device(entry.model_copy(update={"python": res.python}), replace=True)
+    doc = {"device": name, "python": res.python, "installed": res.installed, "wheels_sent": res.wheels_sent,
+           "wheels_reused": res.wheels_reused, "bytes_sent": res.bytes_sent}
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        out_console.print(f"installed {', '.join(res.installed)} on {name} ({res.wheels_sent} wheels sent, "
+                          f"{res.wheels_reused} already there); its python is now: {res.python}", highlight=False)

@@ -1,0 +1,132 @@
+"""Install the agent's runtime on a device without the device needing internet.
+
+1. On the host: ``pip download --only-binary=:all: --python-version X --platform P ...`` the target's
+   ``wheels`` (targets/*.yaml) into a wheelhouse (cached in ``$EDGEKIT_HOME/wheelhouse/``).
+2. Push the wheels content-addressed and hash-verified (the bundle's delivery: unchanged wheels are
+   never re-sent), give them back their wheel file names on the device (symlinks), and run
+   ``pip install --no-index --find-links`` into ``WORKDIR/site``: no root, no venv, no PEP 668 clash.
+3. The device's python command becomes ``env PYTHONPATH=WORKDIR/site python3``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import BadInputError, DeviceError
+from .targets import TargetSpec
+
+PIP_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class ProvisionResult:
+    python: str  # the python command to use from now on
+    installed: list[str]
+    wheels_sent: int
+    wheels_reused: int
+    bytes_sent: int
+    skipped: bool = False
+
+
+def default_wheelhouse(spec: TargetSpec) -> Path:
+    from .devices import edgekit_home
+
+    ver = spec.wheels.python_version if spec.wheels else "any"
+    return edgekit_home() / "wheelhouse" / f"{spec.name}-py{ver}"
+
+
+def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = None) -> list[str]:
+    if spec.wheels is None or not (packages or spec.wheels.packages):
+        raise BadInputError(f"target '{spec.name}' names no wheels to provision",
+                            hint="add a `wheels:` section (python_version, platforms, packages) to the target file")
+    argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
+            "--python-version", spec.wheels.python_version, "--implementation", "cp", "-d", str(dest)]
+    for p in spec.wheels.platforms:
+        argv += ["--platform", p]
+    # pip itself rides along: a device python without pip runs pip straight from its wheel
+    return [*argv, "pip", *(packages or spec.wheels.packages)]
+
+
+def build_wheelhouse(spec: TargetSpec, dest: Path | None = None, packages: list[str] | None = None,
+                     progress: Callable[[str], None] = lambda m: None) -> Path:
+    """Download the target's wheels on this host (the one step that needs a package index)."""
+    dest = Path(dest or default_wheelhouse(spec))
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = download_command(spec, dest, packages)
+    progress(f"downloading wheels for {spec.name} into {dest}")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise DeviceError(f"pip download for {spec.name} failed: {proc.stderr.strip()[-800:]}",
+                          hint="this step needs a package index; or pass --wheelhouse DIR with the wheels "
+                               "already downloaded")
+    return dest
+
+
+def _wheels(wheelhouse: Path) -> list[Path]:
+    if not wheelhouse.is_dir():
+        raise BadInputError(f"wheelhouse {wheelhouse} does not exist",
+                            hint="run `edgekit devices provision NAME` once with a package index reachable, "
+                                 "or pass --wheelhouse DIR")
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    if not wheels:
+        raise BadInputError(f"wheelhouse {wheelhouse} holds no .whl files")
+    return wheels
+
+
+def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[str] | None = None,
+              progress: Callable[[str], None] = lambda m: None, timeout: float = PIP_TIMEOUT_S) -> ProvisionResult:
+    """Install ``packages`` (default: the target's) on the device from ``wheelhouse``."""
+    from .agent.bundle import BundleDeployer
+
+    want = list(packages or (spec.wheels.packages if spec.wheels else ()))
+    if not want:
+        raise BadInputError(f"nothing to provision for target '{spec.name}'", hint="pass --package NAME")
+    t = transport
+    wheels = _wheels(Path(wheelhouse))
+    deployer = BundleDeployer(t)
+    progress(f"sending {len(wheels)} wheels (content-addressed)")
+    remote = deployer.deliver(wheels)
+    wh = t.remote_path("wheelhouse")
+    site = t.remote_path("site")
+    _check(t, ["mkdir", "-p", wh, site], "creating the wheelhouse folder", 60)
+    for w in wheels:  # pip reads the version and platform from the file name
+        _check(t, ["ln", "-sf", remote[w], posixpath.join(wh, w.name)], f"naming {w.name}", 60)
+    base_python = _base_python(t.python)
+    pip = [base_python, "-m", "pip"]
+    if not t.run([*pip, "--version"], timeout=60).ok:
+        pip_wheel = next((w for w in wheels if w.name.startswith("pip-")), None)
+        if pip_wheel is None:
+            raise DeviceError("the device's python has no pip and the wheelhouse has no pip wheel",
+                              hint="rebuild the wheelhouse (it downloads pip along)")
+        pip = [base_python, posixpath.join(wh, pip_wheel.name, "pip")]
+    progress(f"pip install --no-index {' '.join(want)} on the device")
+    res = t.run([*pip, "install", "--disable-pip-version-check", "--no-index", "--find-links", wh,
+                 "--target", site, "--upgrade", *want], timeout=timeout)
+    if not res.ok:
+        raise DeviceError(f"pip install on the device failed (exit {res.returncode}): "
+                          f"{(res.stderr or res.stdout).strip()[-800:]}",
+                          hint="the wheelhouse may not match the device's Python or platform "
+                               "(see the target's wheels: section and `edgekit devices check`)")
+    python = f"env PYTHONPATH={shlex.quote(site)} {base_python}"
+    return ProvisionResult(python=python, installed=want, wheels_sent=deployer.stats.files_sent,
+                           wheels_reused=deployer.stats.files_reused, bytes_sent=deployer.stats.bytes_sent)
+
+
+def _base_python(python: str) -> str:
+    """The interpreter word of a python command (drops an earlier provisioning's env prefix)."""
+    words = shlex.split(python)
+    if words and words[0] == "env":
+        words = [w for w in words[1:] if "=" not in w]
+    return words[0] if words else "python3"
+
+
+def _check(t, argv: list[str], what: str, timeout: float) -> None:
+    res = t.run(argv, timeout=timeout)
+    if not res.ok:
+        raise DeviceError(f"{what} on the device failed: {(res.stderr or res.stdout).strip()[-400:]}")
