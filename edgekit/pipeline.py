@@ -51,6 +51,8 @@ class DeployOptions:
     threads: int | None = None
     max_seconds: float = 120.0
     extra_warnings: list[str] = field(default_factory=list)
+    lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
+    lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
 
 
 def _noop(_: str) -> None:
@@ -85,7 +87,7 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
 
 
-def open_transport(target: TargetSpec, device: str | None) -> Transport:
+def open_transport(target: TargetSpec, device: str | None, opts: DeployOptions | None = None) -> Transport:
     if device is None:
         if target.transport == "local":
             from .transport.local import LocalTransport
@@ -97,7 +99,8 @@ def open_transport(target: TargetSpec, device: str | None) -> Transport:
         from .devices import open_device_transport
     except ImportError as exc:
         raise BadInputError(f"device '{device}': this edgekit has no device inventory yet") from exc
-    return open_device_transport(device, target)
+    opts = opts or DeployOptions()
+    return open_device_transport(device, target, wait=opts.lock_wait, lock_timeout=opts.lock_timeout)
 
 
 def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: Progress) -> dict[str, Artifact]:
@@ -179,7 +182,7 @@ def deploy(
 
     # --- on the device ------------------------------------------------------------------------
     own_transport = transport is None
-    t = transport or open_transport(spec, device)
+    t = transport or open_transport(spec, device, opts)
     try:
         progress(f"deploying the bundle to {t.describe()}")
         deployer = BundleDeployer(t)
@@ -194,7 +197,14 @@ def deploy(
                 outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npy"),
                 energy_sources=spec.energy_sources, max_seconds=opts.max_seconds,
             )
-            results[name] = run_request(deployer, req)
+            try:
+                results[name] = run_request(deployer, req)
+            except DeviceError as exc:
+                # say what was and was not measured; no report is written for a failed run
+                done = ", ".join(results) or "none"
+                exc.message += f" (measured before the failure: {done}; not measured: " \
+                    f"{', '.join(n for n in variants if n not in results)}; no report written)"
+                raise
         delivery = deployer.stats
     finally:
         if own_transport:

@@ -42,6 +42,8 @@ def deploy_cmd(
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed runs before measuring (default: the target's)."),
     runs: Optional[int] = typer.Option(None, "--runs", help="Minimum timed runs (default: the target's)."),
     min_seconds: Optional[float] = typer.Option(None, "--min-seconds", help="Minimum timed seconds (default: the target's)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once (exit 3) when another deploy holds the device, instead of waiting."),
+    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for a busy device before failing (default: wait)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -50,6 +52,7 @@ def deploy_cmd(
     opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
                          runs=runs, min_seconds=min_seconds, threads=threads)
+    opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
     with progress_display(not as_json) as progress:
         report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
                         recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts, progress=progress)

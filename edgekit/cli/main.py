@@ -9,7 +9,9 @@ import typer
 
 from .. import __version__
 from . import deploy as _deploy
+from . import devices as _devices
 from . import report as _report
+from . import sim as _sim
 from . import targets as _targets
 from . import plan as _plan
 from . import train as _train
@@ -42,6 +44,8 @@ app.add_typer(_targets.app, name="targets")
 app.command("train", help=_train.HELP, no_args_is_help=True)(_train.train_cmd)
 app.command("plan", help=_plan.HELP, no_args_is_help=True)(_plan.plan_cmd)
 app.add_typer(_report.app, name="report")
+app.add_typer(_devices.app, name="devices")
+app.add_typer(_sim.app, name="sim")
 
 
 def main(argv: list[str] | None = None) -> int:
