@@ -28,7 +28,7 @@ from .measure.stats import latency_stats
 from .passes.base import PassContext
 from .passes.registry import get_pass
 from .recipe import GateConfig, Recipe, default_recipe, load_recipe
-from .report.gate import evaluate_gate
+from .report.gate import compare_with_baseline, evaluate_gate
 from .report.model import Report, VariantResult
 from .source import Source, load_source
 from .targets import MeasureDefaults, TargetSpec, load_target
@@ -51,6 +51,12 @@ class DeployOptions:
     threads: int | None = None
     max_seconds: float = 120.0
     extra_warnings: list[str] = field(default_factory=list)
+    # A previous report (the last release) to compare with; the release checks of the gate use it.
+    baseline_report: str | Path | None = None
+    max_latency_regression: float | None = None  # fraction, e.g. 0.1 (significant and above this fails)
+    max_release_accuracy_drop: float | None = None  # points vs the baseline report
+    max_memory_increase: float | None = None  # fraction
+    max_size_increase: float | None = None  # fraction
     lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
     lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
 
@@ -82,6 +88,9 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
         g["latency_ms_p50"] = opts.latency_budget_ms
     if opts.memory_budget_mb is not None:
         g["peak_memory_mb"] = opts.memory_budget_mb
+    for k in ("max_latency_regression", "max_release_accuracy_drop", "max_memory_increase", "max_size_increase"):
+        if getattr(opts, k) is not None:
+            g[k] = getattr(opts, k)
     from .config import validate
 
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
@@ -153,6 +162,7 @@ def deploy(
     gate_cfg = resolve_gate(spec, rec, opts)
     out_dir = ensure_writable_dir(out)
     eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
+    baseline_report = Report.load(opts.baseline_report) if opts.baseline_report is not None else None
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     art_dir = out_dir / "artifacts"
     art_dir.mkdir(exist_ok=True)
@@ -242,6 +252,8 @@ def deploy(
         gate=gate,
         warnings=warnings,
     )
+    if baseline_report is not None:
+        compare_with_baseline(report, baseline_report, opts.baseline_report, gate_cfg)
     report.write(out_dir)
     return report
 

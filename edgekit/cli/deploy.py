@@ -19,6 +19,8 @@ Examples:
 
   edgekit deploy model.onnx --target rpi4 --device lab-pi --eval-data eval.npz --max-accuracy-drop 0.5
 
+  edgekit deploy model.pt2 --target local --eval-data eval.npz --baseline release-1.2/report.json
+
 Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
 """
 
@@ -44,6 +46,11 @@ def deploy_cmd(
     min_seconds: Optional[float] = typer.Option(None, "--min-seconds", help="Minimum timed seconds (default: the target's)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once (exit 3) when another deploy holds the device, instead of waiting."),
     lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for a busy device before failing (default: wait)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A previous report.json (the last release) to compare with; the gate fails on a significant regression."),
+    max_latency_regression: Optional[float] = typer.Option(None, "--max-latency-regression", help="With --baseline: allowed p50 slowdown as a fraction (default 0.1); fails only when also significant."),
+    max_release_accuracy_drop: Optional[float] = typer.Option(None, "--max-release-accuracy-drop", help="With --baseline: allowed accuracy drop in points vs the baseline report (default: --max-accuracy-drop)."),
+    max_memory_increase: Optional[float] = typer.Option(None, "--max-memory-increase", help="With --baseline: allowed peak memory increase as a fraction (default 0.1)."),
+    max_size_increase: Optional[float] = typer.Option(None, "--max-size-increase", help="With --baseline: allowed model size increase as a fraction (default 0.1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -52,6 +59,9 @@ def deploy_cmd(
     opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
                          runs=runs, min_seconds=min_seconds, threads=threads)
+    opts.baseline_report = baseline
+    opts.max_latency_regression, opts.max_release_accuracy_drop = max_latency_regression, max_release_accuracy_drop
+    opts.max_memory_increase, opts.max_size_increase = max_memory_increase, max_size_increase
     opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
     with progress_display(not as_json) as progress:
         report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
@@ -60,6 +70,7 @@ def deploy_cmd(
         print(json.dumps(report.model_dump(mode="json")))
     else:
         print_summary(report)
-        out_console.print(f"report: {Path(out) / 'report.json'}, {Path(out) / 'report.md'}")
+        out_console.print(f"report: {Path(out) / 'report.json'}, {Path(out) / 'report.md'}, "
+                          f"{Path(out) / 'report.html'}, {Path(out) / 'junit.xml'}")
     if not report.gate.passed:
         raise typer.Exit(EXIT_GATE_FAILED)

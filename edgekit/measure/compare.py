@@ -28,7 +28,8 @@ DEFAULT_MIN_EFFECT = 0.10  # relative change of the median below which nothing i
 DEFAULT_RESAMPLES = 2000
 _MAX_SAMPLES = 5000  # timings beyond this are thinned evenly (keeps the bootstrap's memory bounded)
 
-Verdict = Literal["slower", "faster", "no significant change", "insufficient data"]
+# "below threshold": the medians differ significantly, but by less than min_effect
+Verdict = Literal["slower", "faster", "no significant change", "below threshold", "insufficient data"]
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,16 @@ class TimingComparison:
         return self.ratio - 1.0
 
     def describe(self) -> str:
-        p = "n/a" if self.p_value is None else f"{self.p_value:.2g}"
+        p = format_p(self.p_value)
         stats = (f"median {self.median_a:.4g} -> {self.median_b:.4g} ms, ratio {self.ratio:.3f} "
                  f"(95% CI {self.ratio_ci95[0]:.3f}-{self.ratio_ci95[1]:.3f}), Mann-Whitney p={p}")
         if self.verdict == "insufficient data":
             return f"insufficient data to compare ({self.n_a} vs {self.n_b} runs)"
         if self.verdict == "no significant change":
-            why = "" if not self.significant else f"; the shift is significant but under the {self.min_effect:.0%} threshold"
-            return f"no significant change: {stats}{why}"
+            return f"no significant change: {stats}"
+        if self.verdict == "below threshold":
+            way = "slower" if self.ratio > 1 else "faster"
+            return (f"{abs(self.change):.1%} {way}, significant but under the {self.min_effect:.0%} threshold: {stats}")
         return f"{abs(self.change):.1%} {self.verdict} (significant): {stats}"
 
     def to_dict(self) -> dict:
@@ -131,7 +134,7 @@ def compare_timings(a_ms, b_ms, *, alpha: float = DEFAULT_ALPHA, min_effect: flo
     elif significant and ratio <= 1.0 / (1.0 + min_effect):
         verdict = "faster"
     else:
-        verdict = "no significant change"
+        verdict = "below threshold" if significant else "no significant change"
     return TimingComparison(int(a.size), int(b.size), med_a, med_b, ratio, ci, p, test, alpha, min_effect,
                             significant, verdict)
 
@@ -151,7 +154,7 @@ def compare_summaries(a_p50: float, a_ci: tuple[float, float], b_p50: float, b_c
     elif significant and ratio <= 1.0 / (1.0 + min_effect):
         verdict = "faster"
     else:
-        verdict = "no significant change"
+        verdict = "below threshold" if significant else "no significant change"
     return TimingComparison(0, 0, a_p50, b_p50, ratio, ci, None, "median 95% CI overlap (no raw timings)", alpha,
                             min_effect, significant, verdict)
 
@@ -173,3 +176,10 @@ def two_proportion_p(acc_a: float, n_a: int, acc_b: float, n_b: int) -> float | 
     from math import erfc, sqrt
 
     return float(erfc(z / sqrt(2)))
+
+
+def format_p(p: float | None) -> str:
+    """A p-value for people: 'n/a', '<1e-16' (floating point cannot say more), or two significant digits."""
+    if p is None:
+        return "n/a"
+    return "<1e-16" if p < 1e-16 else f"{p:.2g}"

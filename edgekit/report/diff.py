@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..measure.compare import (DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare_summaries, compare_timings,
+from ..measure.compare import (DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare_summaries, compare_timings, format_p,
                                two_proportion_p)
 from .model import Report, VariantResult
 
@@ -134,7 +134,7 @@ def _accuracy_change(a: VariantResult, b: VariantResult) -> MetricChange:
                         change_rel=change / before if before else None, p_value=p, test="two-proportion z-test",
                         significant=None if p is None else p < DEFAULT_ALPHA, verdict=verdict,
                         message=f"{before:.2f}% -> {after:.2f}% ({change:+.2f} pts, two-proportion p="
-                                f"{'n/a' if p is None else f'{p:.2g}'}){note}: {verdict}")
+                                f"{format_p(p)}){note}: {verdict}")
 
 
 def diff_variant(a: VariantResult, b: VariantResult, *, alpha: float = DEFAULT_ALPHA,
@@ -192,7 +192,7 @@ def render_diff_markdown(d: ReportDiff) -> str:
         for c in v.changes:
             rel = "" if c.change_rel is None else f"{c.change_rel:+.1%}"
             sig = ("n/a" if c.significant is None and c.p_value is None else
-                   (f"p={c.p_value:.2g}" if c.p_value is not None else "CI") + (" (sig.)" if c.significant else ""))
+                   (f"p={format_p(c.p_value)}" if c.p_value is not None else "CI") + (" (sig.)" if c.significant else ""))
             lines.append(f"| {v.variant} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
                          f"{'**' + c.verdict + '**' if c.verdict in ('slower', 'worse', 'larger') else c.verdict} |")
     if d.added:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..measure.compare import format_p
 from .model import Report, VariantResult
 
 _CSS = """
@@ -164,14 +165,19 @@ def plot_pareto(r: Report) -> str | None:
 
 
 def sustained_series(v: VariantResult) -> tuple[list[float], list[float]] | None:
-    """A sustained-mode latency series (seconds, ms) if the report carries one, in any of the shapes
-    ``{"series": [{"t_s", "p50_ms"|"latency_ms"|"ms"}...]}``, ``{"t_s": [...], "latency_ms": [...]}`` or a
+    """A sustained-mode latency series (seconds, ms) if the report carries one: the agent's
+    ``{"bins": [{"t_end_s", "p50", ...}...]}``, or ``{"series": [{"t_s", "p50_ms"|"latency_ms"|"ms"}...]}``, ``{"t_s": [...], "latency_ms": [...]}`` or a
     list of ``[t_s, ms]`` pairs, under the variant's ``sustained`` or ``latency_ms.sustained``; else None."""
     extra = dict(v.model_extra or {})
     lat_extra = dict((v.latency_ms.model_extra or {}) if v.latency_ms else {})
-    s = extra.get("sustained") or lat_extra.get("sustained")
+    s = getattr(v, "sustained", None) or extra.get("sustained") or lat_extra.get("sustained")
     if not s:
         return None
+    if isinstance(s, dict) and isinstance(s.get("bins"), list):
+        # the agent's sustained summary (edgekit.measure.sustained): one p50 per time bin, at the bin's end
+        pts = [(b.get("t_end_s"), b.get("p50")) for b in s["bins"] if isinstance(b, dict)]
+        pts = [(float(t), float(y)) for t, y in pts if t is not None and y is not None]
+        return ([p[0] for p in pts], [p[1] for p in pts]) if pts else None
     if isinstance(s, dict) and "series" in s:
         s = s["series"]
     t: list[float] = []
@@ -356,7 +362,7 @@ def _checks_table(r: Report) -> str:
     rows = []
     for c in r.gate.checks:
         res = "<span class=good>pass</span>" if c.passed else "<span class=bad>FAIL</span>"
-        p = "" if c.p_value is None else f"{c.p_value:.2g}"
+        p = "" if c.p_value is None else format_p(c.p_value)
         rows.append(f"<tr class={'pass' if c.passed else 'fail'}><td>{_e(c.name)}</td><td>{_e(c.variant)}</td>"
                     f"<td class=n>{_f(c.value, '{:.4g}', '')}</td><td class=n>{_f(c.limit, '{:.4g}', '')}</td>"
                     f"<td class=n>{p}</td><td>{res}</td><td>{_e(c.message)}</td></tr>")
@@ -381,7 +387,7 @@ def _comparison_section(r: Report) -> str:
             rel = c.get("change_rel")
             rows.append(f"<tr{' class=fail' if bad else ''}><td>{_e(vd.get('variant'))}</td><td>{_e(c.get('metric'))}</td>"
                         f"<td class=n>{_f(c.get('before'), '{:.4g}')}</td><td class=n>{_f(c.get('after'), '{:.4g}')}</td>"
-                        f"<td class=n>{_f(rel, '{:+.1%}', '')}</td><td class=n>{_f(c.get('p_value'), '{:.2g}', '')}</td>"
+                        f"<td class=n>{_f(rel, '{:+.1%}', '')}</td><td class=n>{'' if c.get('p_value') is None else format_p(c.get('p_value'))}</td>"
                         f"<td{' class=bad' if bad else ''}>{_e(c.get('verdict'))}</td><td>{_e(c.get('message'))}</td></tr>")
     parts.append("<table id=comparison-table><thead><tr><th>variant</th><th>metric</th><th>before</th><th>after</th>"
                  "<th>change</th><th>p-value</th><th>verdict</th><th>detail</th></tr></thead><tbody>"

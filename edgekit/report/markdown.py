@@ -41,6 +41,12 @@ def render_markdown(r: Report) -> str:
     for c in r.gate.checks:
         lines.append(f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
                      f"{'pass' if c.passed else '**FAIL**'}: {c.message} |")
+    if r.comparison:
+        from .diff import ReportDiff, render_diff_markdown
+
+        lines += ["", "## Compared with the baseline report", "",
+                  f"Baseline: `{(r.compared_with or {}).get('path')}`.",
+                  render_diff_markdown(ReportDiff.model_validate(r.comparison)).rstrip("\n")]
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
         lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]

@@ -1,0 +1,151 @@
+"""Issue #8 end to end on `local` (real agent subprocess, real onnxruntime): the digits loop writes
+report.html, report.md and junit.xml; against a baseline report, an unchanged model passes, a slower
+model and a less accurate model fail the gate with the check and its significance named."""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from edgekit.report.model import Report
+
+ROOT = Path(__file__).resolve().parents[2]
+# Enough timed runs for the significance tests; short enough for the default test run.
+MEASURE = ("--runs", "200", "--min-seconds", "0.3", "--warmup", "5")
+# The unchanged run must not be flagged on this shared, noisy machine: the e2e test uses a 50% threshold
+# (the slow model below is many times slower); the 10% default is exercised on synthetic timings in
+# test_report_compare.py.
+THRESHOLD = "0.5"
+
+
+def _digits_cnn():
+    sys.path.insert(0, str(ROOT / "examples" / "digits"))
+    try:
+        from model import DigitsCNN
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "digits"))
+    return DigitsCNN
+
+
+def _trained(digits):
+    import torch
+
+    m = _digits_cnn()()
+    m.load_state_dict(torch.load(digits.pth, weights_only=True))
+    return m.eval()
+
+
+def _slow_model(digits):
+    """The same classifier plus a deliberately expensive side branch (an upsampled input through two
+    small convolutions) whose output is scaled to nothing: same accuracy, same size, much slower."""
+    import torch
+    from torch import nn
+
+    class SlowDigits(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.side = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
+
+        def forward(self, x):
+            big = nn.functional.interpolate(x, scale_factor=24.0, mode="nearest")  # 192x192
+            return self.inner(x) + 1e-6 * torch.tanh(self.side(big)).mean(dim=(1, 2, 3)).unsqueeze(1)
+
+    torch.manual_seed(0)
+    return SlowDigits(_trained(digits)).eval()
+
+
+def _less_accurate_model(digits):
+    """The same classifier that never predicts class 0 (its logit pushed down): about 10% less accurate."""
+    import torch
+
+    m = _trained(digits)
+    with torch.no_grad():
+        m.head[-1].bias[0] -= 100.0
+    return m
+
+
+@pytest.fixture(scope="module")
+def release(digits, tmp_path_factory):
+    """The 'last release': a real deploy of the digits model."""
+    from edgekit.cli.main import main
+
+    out = tmp_path_factory.mktemp("release")
+    rc = main(["deploy", str(digits.pt2), "--eval-data", str(digits.eval), "--calib-data", str(digits.calib),
+               "--out", str(out), *MEASURE])
+    assert rc == 0
+    return out
+
+
+def test_digits_loop_writes_all_views(release):
+    for name in ("report.json", "report.md", "report.html", "junit.xml"):
+        assert (release / name).stat().st_size > 0, name
+    html = (release / "report.html").read_text()
+    assert "Gate PASSED" in html and html.count("<svg") >= 3  # latency, pareto, parity
+    assert 'id="plot-latency"' in html and 'id="plot-pareto"' in html and 'id="plot-parity"' in html
+    # self-contained: no scripts, no stylesheets or images to fetch
+    assert "<script" not in html and "<link" not in html and 'src="http' not in html and "url(http" not in html
+    suite = ET.parse(release / "junit.xml").getroot().find("testsuite")
+    rep = Report.load(release / "report.json")
+    assert int(suite.get("tests")) == len(rep.gate.checks) and suite.get("failures") == "0"
+    assert rep.compared_with is None and rep.comparison is None
+
+
+def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_path):
+    out = tmp_path / "again"
+    r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--out", out, *MEASURE,
+            "--baseline", release / "report.json", "--max-latency-regression", THRESHOLD)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    rep = Report.load(out / "report.json")
+    assert rep.compared_with["path"] == str(release / "report.json") and len(rep.compared_with["sha256"]) == 64
+    names = {c.name for c in rep.gate.checks}
+    assert {"latency_regression", "release_accuracy_drop", "memory_increase", "size_increase"} <= names
+    lat = next(c for c in rep.gate.checks if c.name == "latency_regression")
+    assert lat.passed and "Mann-Whitney" in lat.message
+    assert "Compared with the baseline report" in (out / "report.html").read_text()
+
+
+def test_slower_model_fails_latency_regression_with_significance(digits, release, tmp_path):
+    import numpy as np
+
+    import edgekit
+
+    x = np.load(digits.eval)["x"][:1]
+    import torch
+
+    rep = edgekit.deploy(_slow_model(digits), example_inputs=(torch.from_numpy(x),), eval_data=digits.eval,
+                         calib_data=digits.calib, out=tmp_path / "slow", runs=200, min_seconds=0.3, warmup=5,
+                         baseline_report=release / "report.json", max_latency_regression=float(THRESHOLD))
+    assert not rep.gate.passed
+    failed = {c.name for c in rep.gate.failed_checks}
+    assert failed == {"latency_regression"}, [c.message for c in rep.gate.failed_checks]
+    c = rep.gate.failed_checks[0]
+    assert c.significant and c.p_value is not None and c.p_value < 0.05 and c.value > 0.5
+    assert "significant" in c.message and "Mann-Whitney p=" in c.message
+    junit = ET.parse(tmp_path / "slow" / "junit.xml").getroot()
+    fail = [tc for tc in junit.iter("testcase") if tc.find("failure") is not None]
+    assert [tc.get("name") for tc in fail] == ["latency_regression"]
+    assert "p-value" in fail[0].find("failure").text
+
+
+def test_less_accurate_model_fails_release_accuracy_drop(digits, release, tmp_path, cli):
+    import numpy as np
+    import torch
+
+    import edgekit
+
+    x = np.load(digits.eval)["x"][:1]
+    rep = edgekit.deploy(_less_accurate_model(digits), example_inputs=(torch.from_numpy(x),), eval_data=digits.eval,
+                         calib_data=digits.calib, out=tmp_path / "worse", runs=50, min_seconds=0.1, warmup=2,
+                         baseline_report=release / "report.json", max_latency_regression=float(THRESHOLD))
+    failed = {c.name for c in rep.gate.failed_checks}
+    assert "release_accuracy_drop" in failed and "latency_regression" not in failed
+    c = next(c for c in rep.gate.failed_checks if c.name == "release_accuracy_drop")
+    assert c.value > 5 and c.p_value is not None and c.p_value < 0.05
+    # the same verdict from the CLI diff of the two reports
+    r = cli("report", "diff", release / "report.json", tmp_path / "worse" / "report.json",
+            "--max-latency-regression", THRESHOLD)
+    assert r.exit_code == 1 and "release_accuracy_drop" in r.stdout and "worse" in r.stdout
