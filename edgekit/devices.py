@@ -57,8 +57,6 @@ class DeviceEntry(BaseModel):
     sim: bool = Field(False, description="created by `edgekit sim up` (removed by `sim down`)")
     emulated: bool = Field(False, description="CPU emulation (e.g. an arm64 twin under qemu): timings "
                            "are not the real board's")
-    emulated: bool = Field(False, description="runs under CPU emulation (qemu, `sim up --arch arm64`): its "
-                           "latency and memory figures are not representative of the real hardware")
     notes: str = ""
 
     @model_validator(mode="after")

@@ -233,11 +233,15 @@ def deploy(
     for v in vresults:
         if v.latency_ms and not v.latency_ms.stable:
             warnings.append(f"{v.name}: latency is unstable (CoV {v.latency_ms.cov:.1%}); the device may be busy")
+    emulation = _emulation(device)
+    if emulation:
+        warnings.append(f"device {device} is emulated ({emulation}): latency and memory figures are NOT "
+                        "representative of real hardware; accuracy, parity and the deploy path are real")
     report = Report(
         edgekit_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         target=spec.name,
-        device=_device_info(first, t, device, spec, vresults),
+        device=_device_info(first, t, device, spec, vresults, emulation),
         model={"source": str(model) if not hasattr(model, "forward") else type(model).__name__,
                "sha256": source.artifact.sha256, "format": source.artifact.format.value,
                "inputs": [i.model_dump(mode="json") for i in source.artifact.io.inputs]},
@@ -306,7 +310,21 @@ def _variant_result(name: str, art: Artifact, res: AgentResult, reference: np.nd
     )
 
 
-def _device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults) -> dict:
+def _emulation(device: str | None) -> str | None:
+    """How the device is emulated (an arm64 twin under qemu, from its inventory entry); None = real."""
+    if device is None:
+        return None
+    from .devices import get_device
+
+    try:
+        entry = get_device(device)
+    except BadInputError:
+        return None
+    return (entry.notes or "CPU emulation") if entry.emulated else None
+
+
+def _device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults,
+                 emulation: str | None = None) -> dict:
     facts = dict(doc.get("device") or {})
     states = [v.device_state for v in vresults if v.device_state]
     before = states[0].get("before", {}) if states else {}
@@ -320,6 +338,8 @@ def _device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, 
         "loadavg_before": before.get("loadavg"),
         "target_arch": spec.arch,
     })
+    if emulation:  # the report's readers (and the gate's users) must know the timings are not the board's
+        facts.update({"emulated": True, "emulation": emulation, "latency_representative": False})
     return facts
 
 
