@@ -1,0 +1,105 @@
+"""`edgekit convert`: one model to ONNX, TFLite or Core ML, with parity proven at every hop."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import out_console, progress_display
+
+HELP = """Convert a model to ONNX, TFLite or Core ML and check parity at every hop.
+
+Examples:
+
+  edgekit convert model.pt2 --to tflite --precision int8 --calib-data calib.npz --out model-int8.tflite
+
+  edgekit convert model.pt2 --to coreml --precision fp16 --out model.mlpackage
+
+  edgekit convert model.onnx --to tflite --input-shape input:1,3,224,224 --calib-data calib.npz
+
+Parity inputs are --eval-data when given, else --calib-data. Exit codes: 0 converted within tolerance,
+2 bad input or no converter route within tolerance (nothing is written at --out).
+"""
+
+_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "coreml": ".mlpackage"}
+
+
+class To(str, Enum):
+    onnx = "onnx"
+    tflite = "tflite"
+    coreml = "coreml"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+def _parse_shapes(values: list[str]) -> dict[str, list[int]]:
+    from ..errors import BadInputError
+
+    out: dict[str, list[int]] = {}
+    for v in values:
+        name, sep, dims = v.rpartition(":")
+        try:
+            shape = [int(d) for d in dims.split(",")]
+        except ValueError:
+            shape = []
+        if not sep or not name or not shape or any(d <= 0 for d in shape):
+            raise BadInputError(f"--input-shape {v!r} is not NAME:D0,D1,...", hint="e.g. --input-shape input:1,3,224,224")
+        out[name] = shape
+    return out
+
+
+def convert_cmd(
+    model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
+    to: To = typer.Option(..., "--to", help="Target format."),
+    precision: Precision = typer.Option(Precision.fp32, "--precision", "-p",
+                                        help="fp32 | fp16 | int8 (TFLite: full-integer with --calib-data; "
+                                        "Core ML: 8-bit weights)."),
+    calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for INT8 calibration."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x: the parity inputs (else calib)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: MODEL-PRECISION.EXT here)."),
+    io: str = typer.Option("float", "--io", help="TFLite full-integer int8: float | int8 inputs/outputs."),
+    quantization: str = typer.Option("full", "--quantization", help="TFLite int8: full | dynamic (weights only)."),
+    route: str = typer.Option("auto", "--route", help="TFLite: auto | onnx2tf | litert-torch."),
+    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME:1,3,224,224 for a dynamic ONNX input."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
+    x_key: str = typer.Option("x", "--x-key", help="Array name of the inputs in the .npz files."),
+    as_json: bool = typer.Option(False, "--json", help="Print the artifact (io spec + lineage) as JSON."),
+):
+    from ..convert.api import convert
+
+    shapes = _parse_shapes(input_shape)
+    target = out or Path(f"{model.stem}-{precision.value}{_SUFFIX[to.value]}")
+    with progress_display(not as_json) as progress:
+        art = convert(model, to=to.value, precision=precision.value, out=target, calib_data=calib_data,
+                      eval_data=eval_data, io=io, quantization=quantization, route=route, input_shapes=shapes or None,
+                      arch=arch, x_key=x_key, progress=progress)
+    if as_json:
+        print(json.dumps(art.model_dump(mode="json")))
+        return
+    out_console.print(f"wrote {art.path} ({art.format.value}, {art.precision}, {art.size_bytes / 1e3:.1f} KB)")
+    for step in art.lineage:
+        if step.kind != "convert":
+            continue
+        m = step.metrics
+        par = m.get("parity")
+        route_ = m.get("route") or step.config.get("converter", "")
+        if par:
+            top1 = f"{par['top1_agreement']:.1%}" if par.get("top1_agreement") is not None else "n/a"
+            line = (f"  {step.name:<14} {route_:<28} {step.seconds or 0:6.2f} s  max|err| {par['max_abs_err']:.3g}  "
+                    f"cosine {par['cosine']:.6f}  top-1 {top1}")
+            viol = m.get("parity_violations")
+            line += "  OK" if not viol else "  OUT OF TOLERANCE: " + "; ".join(viol)
+        else:
+            line = f"  {step.name:<14} {route_:<28} {step.seconds or 0:6.2f} s  parity: {m.get('parity_reason', 'n/a')}"
+        out_console.print(line, highlight=False, soft_wrap=True)
+        for t in m.get("routes_tried") or []:
+            out_console.print(f"    (route {t['route']} not kept: {t['error']})", highlight=False, soft_wrap=True)

@@ -1,0 +1,104 @@
+"""``edgekit.convert.api.convert``: what `edgekit convert` runs. One model -> ONNX, TFLite or Core
+ML, through the chain of hops, each checked for parity; the result lands atomically at ``out``.
+Every input is validated before any converter runs."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ..artifact import Artifact
+from ..data import check_fits, load_npz
+from ..errors import BadInputError, ConversionError, DataError, OutputError
+from ..formats import Format
+
+_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "coreml": ".mlpackage"}
+
+
+def _check_out(out: Path, to: str) -> Path:
+    if out.suffix.lower() != _SUFFIX[to]:
+        raise OutputError(f"--out {out}: a {to} model is written as {_SUFFIX[to]}", hint=f"e.g. --out model{_SUFFIX[to]}")
+    if out.exists() and out.is_dir() and to != "coreml":
+        raise OutputError(f"--out {out} is a folder", hint=f"give a file name ending in {_SUFFIX[to]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, calib_data: str | Path | None = None,
+            eval_data: str | Path | None = None, io: str = "float", quantization: str = "full", route: str = "auto",
+            input_shapes: dict[str, list[int]] | None = None, arch: str | None = None, x_key: str = "x",
+            progress: Callable[[str], None] | None = None) -> Artifact:
+    from ..convert.onnx_to_tflite import TfliteConfig
+    from ..config import validate
+
+    progress = progress or (lambda _m: None)
+    out = _check_out(Path(out), to)
+    # --- validate the cheap things first ------------------------------------------------------
+    if to == "coreml" and (io != "float" or quantization != "full"):
+        raise BadInputError("--io and --quantization are TFLite options; Core ML int8 is 8-bit weight compression",
+                            hint="for Core ML use --precision fp32 | fp16 | int8")
+    if to == "onnx" and precision != "fp32":
+        raise BadInputError(f"--to onnx --precision {precision}: the ONNX hop makes the fp32 model",
+                            hint="quantize ONNX with `edgekit deploy` (recipe `quantize` step), or --to tflite")
+    tcfg = None
+    if to == "tflite":
+        tcfg = validate(TfliteConfig, {"precision": precision, "io": io, "quantization": quantization,
+                                       "input_shapes": input_shapes}, "convert options",
+                        hint="--io int8 needs --precision int8 --quantization full")
+    calib = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
+    ev = load_npz(eval_data, x_key=x_key, y_key=None, require_labels=False, role="eval") if eval_data else None
+    if tcfg is not None and tcfg.precision == "int8" and tcfg.quantization == "full" and calib is None:
+        raise DataError("full-integer INT8 needs a calibration set",
+                        hint="pass --calib-data CALIB.npz, or --quantization dynamic (weights only)")
+    data = ev or calib
+    example = tuple(x[0:1] for x in data.xs) if data is not None else None
+    if data is None and Path(str(model)).suffix.lower() in (".pt", ".pth"):
+        raise DataError("a state dict needs sample inputs to export the model", hint="pass --calib-data or --eval-data")
+
+    work = Path(tempfile.mkdtemp(prefix=".edgekit-convert-", dir=out.parent))
+    try:
+        from ..source import load_source
+
+        progress("loading the model")
+        source = load_source(model, example_inputs=example, arch=arch, workdir=work)
+        for ds, role in ((calib, "calib"), (ev, "eval")):
+            if ds is not None:
+                check_fits(ds, source.artifact.io, role)
+        if data is None:
+            raise DataError("converting needs sample inputs to check parity (and find the TFLite layout)",
+                            hint="pass --eval-data EVAL.npz or --calib-data CALIB.npz (x as the model takes it)")
+        xs = list(data.xs)
+        if to == "coreml":
+            from .torch_to_coreml import CoremlConfig, torch_to_coreml
+
+            progress("converting PyTorch -> Core ML")
+            return torch_to_coreml(source, out, CoremlConfig(precision=precision), parity_inputs=xs)
+        if source.artifact.format == Format.TORCH:
+            from .torch_to_onnx import export_onnx
+
+            progress("exporting PyTorch -> ONNX (parity check)")
+            onnx_art = export_onnx(source, (out if to == "onnx" else work / "model.onnx"), xs)
+            violations = onnx_art.lineage[-1].metrics.get("parity_violations")
+            if violations:
+                if to == "onnx":
+                    out.unlink(missing_ok=True)
+                raise ConversionError("ONNX export is out of parity tolerance: " + "; ".join(violations),
+                                      hop="torch->onnx", hint="an op exports with different numerics; "
+                                      "check the model in eval() mode and the opset")
+        else:
+            onnx_art = source.artifact
+            if to == "onnx":
+                raise BadInputError(f"{model} is already ONNX", hint="use --to tflite or --to coreml")
+        if to == "onnx":
+            return onnx_art
+        from .chain import convert_to_tflite
+
+        progress(f"converting ONNX -> TFLite ({tcfg.label})")
+        return convert_to_tflite(onnx_art, out, tcfg, source=source, calib=calib, parity_inputs=xs, route=route)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+__all__ = ["convert"]

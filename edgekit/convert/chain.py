@@ -1,0 +1,108 @@
+"""Route fallback for a conversion: try each route in turn, keep the first whose output is within
+its parity tolerance, record which route won (and why the others lost) in the lineage. When no
+route passes, fail with every route's error: a model that no route converts faithfully never ships.
+
+TFLite routes, in order:
+1. onnx2tf from the ONNX model, with the requested options;
+2. onnx2tf with ``keep_input_layout`` (NCHW inputs kept, transposes inside the graph), the option
+   that most often fixes a layout problem;
+3. litert-torch straight from the PyTorch program (fp32 only; when installed and the source is PyTorch).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..artifact import Artifact
+from ..data import Dataset
+from ..errors import BadInputError, ConversionError, DataError, MissingExtraError
+from .onnx_to_tflite import TfliteConfig, onnx_to_tflite
+
+HOP = "->tflite"
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    run: Callable[[Path], Artifact]
+
+
+def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: Dataset | None,
+                  parity_inputs: list[np.ndarray] | None, route: str = "auto") -> list[Route]:
+    ref = source.reference if source is not None else None
+    ref_name = source.reference_name if source is not None else None
+
+    def o2t(c: TfliteConfig) -> Callable[[Path], Artifact]:
+        return lambda p: onnx_to_tflite(onnx_art, p, c, calib=calib, parity_inputs=parity_inputs,
+                                        chain_reference=ref, chain_reference_name=ref_name)
+
+    routes = [Route("onnx2tf", o2t(cfg))]
+    if not cfg.keep_input_layout:
+        routes.append(Route("onnx2tf(keep_input_layout)", o2t(cfg.model_copy(update={"keep_input_layout": True}))))
+    if source is not None and source.program is not None and cfg.precision == "fp32":
+        from .torch_to_tflite import available, torch_to_tflite
+
+        if available():
+            routes.append(Route("litert-torch", lambda p: torch_to_tflite(
+                source, p, precision=cfg.precision, parity_inputs=parity_inputs or list(calib.xs),  # type: ignore[union-attr]
+                onnx_art=onnx_art, parity_samples=cfg.parity_samples)))
+    if route != "auto":
+        routes = [r for r in routes if r.name.split("(")[0] == route]
+        if not routes:
+            raise ConversionError(f"route {route!r} is not available for this model/precision", hop=HOP,
+                                  hint="routes: onnx2tf, litert-torch (fp32, PyTorch source, pip install "
+                                  "'edgekit[litert-torch]')")
+    return routes
+
+
+def first_passing(routes: list[Route], out_path: str | Path, hop: str = HOP) -> Artifact:
+    """Run ``routes`` until one is within tolerance; its file lands at ``out_path``."""
+    out_path = Path(out_path)
+    tried: list[dict] = []
+    for i, r in enumerate(routes):
+        staged = out_path.with_name(f".{out_path.stem}.route{i}{out_path.suffix}")
+        try:
+            art = r.run(staged)
+        except (DataError, MissingExtraError):
+            raise  # the user's input is wrong, or a package is missing: no other route fixes that
+        except BadInputError as exc:
+            tried.append({"route": r.name, "error": str(exc).splitlines()[0]})
+            continue
+        step = art.lineage[-1]
+        violations = step.metrics.get("parity_violations") or []
+        if violations:
+            tried.append({"route": r.name, "error": "parity: " + "; ".join(violations)})
+            _remove(staged)
+            continue
+        staged.replace(out_path)
+        metrics = {**step.metrics, "route": r.name, "routes_tried": tried}
+        new_step = step.model_copy(update={"metrics": metrics})
+        return art.model_copy(update={"path": out_path.resolve(), "lineage": (*art.lineage[:-1], new_step)})
+    raise ConversionError(
+        "no route converted the model within its parity tolerance:\n" +
+        "\n".join(f"  - {t['route']}: {t['error']}" for t in tried), hop=hop,
+        hint="the first route's error names the blocking op; keep this model on ONNX Runtime (--to onnx) "
+        "or change that op in the model")
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *, source=None,
+                      calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
+                      route: str = "auto") -> Artifact:
+    cfg = cfg or TfliteConfig()
+    routes = tflite_routes(onnx_art, cfg, source=source, calib=calib, parity_inputs=parity_inputs, route=route)
+    return first_passing(routes, out_path)
+
+
+__all__ = ["Route", "tflite_routes", "first_passing", "convert_to_tflite"]

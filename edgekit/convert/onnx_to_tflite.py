@@ -1,0 +1,413 @@
+"""ONNX -> TFLite through onnx2tf: fp32, fp16, dynamic-range INT8, and full-integer INT8 calibrated
+on the user's calibration set (int8 or float I/O), with parity against the ONNX model.
+
+How it is done, and why:
+- onnx2tf builds a TensorFlow SavedModel and the fp32/fp16 .tflite files inside a private temp
+  folder (it writes many files); only the chosen .tflite is moved, atomically, to ``out_path``.
+- INT8 files are made here with ``tf.lite.TFLiteConverter`` from that SavedModel and a
+  representative dataset built from the user's calibration set (builtin INT8 kernels only, so the
+  result runs on a plain LiteRT interpreter; onnx2tf's own INT8 path adds TF "Flex" ops and falls
+  back to downloaded sample images).
+- Offline: onnx2tf 1.28 fetches a sample-image .npy from the internet while converting models
+  with 4-D 3-channel inputs. edgekit writes that file (built from the user's own data) into the
+  conversion's working folder, where onnx2tf looks first, and swaps onnx2tf's download function for
+  a local loader during the call, so a conversion never reaches the network.
+- Layout: onnx2tf makes NHWC graphs from NCHW models. Which permutation each input and output got
+  is found by running the fp32 graph against ONNX Runtime on a few eval samples and is recorded in
+  the artifact's io spec (``transpose``); the agent applies it, so users keep feeding NCHW data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
+from ..data import Dataset, check_fits
+from ..errors import ConversionError, DataError, MissingExtraError
+from ..formats import Format
+from ..fsutil import atomic_path
+from ..logs import quiet
+from .opcheck import model_ops, require_ops, require_static_shapes
+from .parity import compare
+
+HOP = "onnx->tflite"
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf looks for in the cwd
+_CWD_LOCK = threading.Lock()  # onnx2tf reads the sample file from the process-wide cwd
+_RNN_OPS = {"LSTM", "GRU", "RNN"}
+
+
+class TfliteConfig(BaseModel):
+    """Options of the ONNX -> TFLite hop (the recipe's ``convert: {to: tflite, ...}`` step)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    precision: Literal["fp32", "fp16", "int8"] = "fp32"
+    quantization: Literal["full", "dynamic"] = Field(
+        "full", description="int8 only: full-integer (calibrated activations) or dynamic-range (weights only)")
+    io: Literal["float", "int8"] = Field("float", description="full-integer int8: type of the model's inputs/outputs")
+    calibration_samples: int = Field(200, ge=1, description="calibration samples used (first N)")
+    allow_float_fallback: bool = Field(False, description="full int8: keep ops without an INT8 kernel in float "
+                                       "(precision becomes 'mixed') instead of failing")
+    keep_input_layout: bool = Field(False, description="keep NCHW/NCW inputs as they are (onnx2tf inserts "
+                                    "transposes inside the graph); a layout-fixing option")
+    input_shapes: dict[str, list[int]] | None = Field(None, description="fixed sizes for dynamic inputs")
+    parity_samples: int = Field(64, ge=1, description="eval samples the parity check runs")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.io == "int8" and not (self.precision == "int8" and self.quantization == "full"):
+            raise ValueError("io: int8 needs precision: int8 with quantization: full (only a fully "
+                             "quantized model has integer inputs and outputs)")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.precision != "int8":
+            return self.precision
+        if self.quantization == "dynamic":
+            return "int8-dynamic"
+        return f"int8-{self.io}io"
+
+
+# --------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def _in_dir(path: Path) -> Iterator[None]:
+    with _CWD_LOCK:
+        old = os.getcwd()
+        os.chdir(path)
+        try:
+            yield
+        finally:
+            os.chdir(old)
+
+
+def _sample_images(xs: list[np.ndarray] | None) -> np.ndarray:
+    """The 20x?x?x3 NHWC float32 array onnx2tf wants, from the user's first input when it is an
+    image batch (NCHW, 3 channels), else deterministic noise. onnx2tf resizes it to the input size."""
+    if xs:
+        x = np.asarray(xs[0], dtype=np.float32)
+        if x.ndim == 4 and x.shape[1] == 3:
+            x = x.transpose(0, 2, 3, 1)
+        if x.ndim == 4 and x.shape[-1] == 3:
+            reps = int(np.ceil(20 / len(x)))
+            return np.ascontiguousarray(np.concatenate([x] * reps)[:20])
+    return np.random.default_rng(0).standard_normal((20, 128, 128, 3)).astype(np.float32)
+
+
+@contextlib.contextmanager
+def _offline_onnx2tf(sample_path: Path) -> Iterator[None]:
+    """Replace onnx2tf's sample-data download by a loader of our local file for the call."""
+    import onnx2tf.onnx2tf as o2t_main
+    import onnx2tf.utils.common_functions as o2t_common
+
+    def local_sample() -> np.ndarray:
+        return np.load(sample_path, allow_pickle=False)
+
+    saved = [(m, getattr(m, "download_test_image_data", None)) for m in (o2t_main, o2t_common)]
+    for m, _ in saved:
+        m.download_test_image_data = local_sample
+    try:
+        yield
+    finally:
+        for m, fn in saved:
+            if fn is not None:
+                m.download_test_image_data = fn
+
+
+def _tail(text: str, n: int = 6) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln or "error" in ln]
+    return " | ".join((errs or lines)[-n:])[-800:]
+
+
+def _agent():
+    """The device agent module, imported from its file: parity on the host runs the very code the
+    device runs (LiteRTRunner, _prepare, _restore_output)."""
+    import importlib.util
+    import sys
+
+    from ..agent.bundle import agent_source
+
+    name = "_edgekit_device_agent"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, agent_source())
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    sys.modules[name] = mod
+    return mod
+
+
+def run_tflite(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -> np.ndarray:
+    """First output of a .tflite model on ``xs`` (user layout and dtype), one sample at a time,
+    exactly as the agent feeds it."""
+    agent = _agent()
+    ins = [s.model_dump(mode="json") for s in io.inputs]
+    outs = [s.model_dump(mode="json") for s in io.outputs]
+    try:
+        runner = agent.LiteRTRunner(str(path), threads, input_specs=ins)
+    except agent.AgentFailure as exc:
+        raise ConversionError(exc.message, hop=HOP,
+                              hint="a model that needs TensorFlow Flex ops cannot run on a device's LiteRT "
+                              "interpreter; see the ops named above") from exc
+    res = []
+    for i in range(len(xs[0])):
+        feeds = [agent._prepare(np, x[i:i + 1], s) for x, s in zip(xs, ins)]
+        res.append(agent._restore_output(np, runner.run(feeds)[0], outs[0] if outs else None))
+    return np.concatenate(res, axis=0)
+
+
+def _perm_candidates(user: tuple, runtime: tuple) -> list[tuple[int, ...] | None]:
+    """Permutations p with runtime.shape[k] == user.shape[p[k]]: identity, channels-last, channels-first."""
+    r = len(user)
+    if r != len(runtime):
+        return []
+    cands: list[tuple[int, ...]] = [tuple(range(r))]
+    if r >= 3:
+        cands += [(0, *range(2, r), 1), (0, r - 1, *range(1, r - 1))]
+    ok = []
+    for p in dict.fromkeys(cands):
+        if all(user[p[k]] is None or runtime[k] is None or user[p[k]] == runtime[k] for k in range(r)):
+            ok.append(None if p == tuple(range(r)) else p)
+    return ok
+
+
+def _details_specs(details, onnx_specs, perms) -> tuple[TensorSpec, ...]:
+    out = []
+    for det, src, perm in zip(details, onnx_specs, perms):
+        dt = np.dtype(det["dtype"]).name
+        scale, zp = (det.get("quantization") or (0.0, 0))[:2]
+        q = dt in ("int8", "uint8", "int16") and scale
+        out.append(TensorSpec(name=det["name"], shape=src.shape, dtype=dt, layout=src.layout,
+                              transpose=perm, scale=float(scale) if q else None, zero_point=int(zp) if q else None))
+    return tuple(out)
+
+
+def _tflite_details(path: Path):
+    agent = _agent()
+    try:
+        r = agent.LiteRTRunner(str(path), 1)
+    except agent.AgentFailure as exc:
+        raise ConversionError(exc.message, hop=HOP) from exc
+    return r.inputs, r.outputs
+
+
+def _match(details, onnx_specs, kind: str):
+    """Interpreter tensors in the ONNX model's order (by name when onnx2tf kept the names)."""
+    if len(details) != len(onnx_specs):
+        raise ConversionError(f"the TFLite model has {len(details)} {kind}s, the ONNX model {len(onnx_specs)}", hop=HOP)
+    by_name = {d["name"]: d for d in details}
+    if all(s.name in by_name for s in onnx_specs):
+        return [by_name[s.name] for s in onnx_specs]
+    return list(details)
+
+
+def find_layout(fp32_path: Path, onnx_io: IOSpec, onnx_ref: Callable, probe: list[np.ndarray]) -> IOSpec:
+    """The io spec of the fp32 .tflite with the permutations that make it agree with ONNX on ``probe``."""
+    din, dout = _tflite_details(fp32_path)
+    din, dout = _match(din, onnx_io.inputs, "input"), _match(dout, onnx_io.outputs, "output")
+    in_c = [_perm_candidates(s.shape, tuple(d["shape"])) for s, d in zip(onnx_io.inputs, din)]
+    out_c = [_perm_candidates(s.shape, tuple(d["shape"])) for s, d in zip(onnx_io.outputs, dout)]
+    for s, d, c in [*zip(onnx_io.inputs, din, in_c), *zip(onnx_io.outputs, dout, out_c)]:
+        if not c:
+            raise ConversionError(f"TFLite tensor {d['name']} has shape {tuple(d['shape'])}, which no layout "
+                                  f"permutation maps to the ONNX tensor {s.name} {s.shape}", hop=HOP,
+                                  hint="try keep_input_layout: true, or fix the input sizes with --input-shape")
+    ref = onnx_ref(probe)
+    best = None
+    for in_p in itertools.product(*in_c):
+        for out0 in out_c[0]:
+            perms_out = [out0, *[c[0] for c in out_c[1:]]]
+            io = IOSpec(inputs=_details_specs(din, onnx_io.inputs, in_p),
+                        outputs=_details_specs(dout, onnx_io.outputs, perms_out))
+            try:
+                got = run_tflite(fp32_path, io, probe)
+            except Exception:  # a wrong permutation can make shapes not fit: just not this candidate
+                continue
+            if got.shape != ref.shape:
+                continue
+            err = float(np.max(np.abs(got - ref)))
+            if best is None or err < best[0]:
+                best = (err, io)
+    if best is None:
+        raise ConversionError("no input/output layout of the TFLite model reproduces the ONNX outputs' shapes",
+                              hop=HOP, hint="try keep_input_layout: true")
+    return best[1]
+
+
+def _signature_keys(saved_model: Path) -> list[str]:
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(saved_model))
+    sig = loaded.signatures["serving_default"]
+    return list(sig.structured_input_signature[1].keys())
+
+
+def _quantize(saved_model: Path, cfg: TfliteConfig, io: IOSpec, onnx_names: list[str], calib: Dataset | None) -> bytes:
+    import tensorflow as tf
+
+    conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    if cfg.quantization == "full":
+        keys = _signature_keys(saved_model)
+        if len(keys) != len(io.inputs):
+            raise ConversionError(f"the SavedModel takes {len(keys)} inputs, the model {len(io.inputs)}", hop=HOP)
+        order = []
+        for i, name in enumerate(onnx_names):  # onnx2tf keeps input names, minus ':' and '/'
+            cands = [name, name.replace(":", "_").replace("/", "_"), name.replace(":", "__").replace("/", "_")]
+            order.append(next((c for c in cands if c in keys), keys[i]))
+        xs = [x[: cfg.calibration_samples] for x in calib.xs]  # type: ignore[union-attr]
+
+        def representative():
+            for i in range(len(xs[0])):
+                sample = {}
+                for key, x, spec in zip(order, xs, io.inputs):
+                    v = np.asarray(x[i:i + 1], dtype=np.float32)
+                    sample[key] = np.transpose(v, spec.transpose) if spec.transpose else v
+                yield sample
+
+        conv.representative_dataset = representative
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if cfg.allow_float_fallback:
+            ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)
+        conv.target_spec.supported_ops = ops
+        if cfg.io == "int8":
+            conv.inference_input_type = tf.int8
+            conv.inference_output_type = tf.int8
+    return conv.convert()
+
+
+# --------------------------------------------------------------------------- the hop
+def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *,
+                   calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
+                   chain_reference: Callable | None = None, chain_reference_name: str | None = None) -> Artifact:
+    """Convert an ONNX artifact to ``out_path`` (.tflite). ``parity_inputs`` (user layout, batch
+    first) drive the layout search and the parity check against ONNX Runtime; ``chain_reference``
+    (e.g. the PyTorch model) adds whole-chain parity to the lineage."""
+    import importlib.util
+
+    import onnx
+
+    from ..source import ort_reference
+
+    cfg = cfg or TfliteConfig()
+    out_path = Path(out_path)
+    if importlib.util.find_spec("onnx2tf") is None or importlib.util.find_spec("tensorflow") is None:
+        raise MissingExtraError("onnx2tf", "tflite", "ONNX -> TFLite conversion")
+    if art.format != Format.ONNX:
+        raise ConversionError(f"takes an ONNX model, got {art.format.value}", hop=HOP)
+    model = onnx.load(str(art.path), load_external_data=False)
+    require_ops(model, HOP)
+    shapes = {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()}
+    require_static_shapes(model, HOP, shapes)
+    needs_calib = cfg.precision == "int8" and cfg.quantization == "full"
+    if needs_calib:
+        if calib is None:
+            raise DataError("full-integer INT8 needs a calibration set",
+                            hint="pass --calib-data CALIB.npz (x as the model takes it), or use "
+                            "quantization: dynamic (weights only)")
+        check_fits(calib, art.io, "calib")
+    if parity_inputs is None:
+        if calib is None:
+            raise DataError("the ONNX -> TFLite hop needs sample inputs to find the layout and check parity",
+                            hint="pass --calib-data or --eval-data")
+        parity_inputs = list(calib.xs)
+    probe = [np.asarray(x[: cfg.parity_samples]) for x in parity_inputs]
+    ops = model_ops(model)
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start = time.perf_counter()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".edgekit-tflite-", dir=out_path.parent))
+    try:
+        sample = work / SAMPLE_FILE
+        np.save(sample, _sample_images(list(calib.xs) if calib is not None else probe))
+        src = work / "model.onnx"
+        shutil.copyfile(art.path, src)
+        kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True,
+                      copy_onnx_input_output_names_to_tflite=True, output_signaturedefs=True)
+        if cfg.keep_input_layout:
+            kwargs["keep_ncw_or_nchw_or_ncdhw_input_names"] = [s.name for s in art.io.inputs]
+        if shapes:
+            kwargs["overwrite_input_shape"] = [f"{k}:{','.join(map(str, v))}" for k, v in shapes.items()]
+        elif any(s.shape and s.shape[0] is None for s in art.io.inputs):
+            kwargs["batch_size"] = 1
+        if _RNN_OPS & set(ops):
+            kwargs["enable_rnn_unroll"] = True  # a loop over time would need TF Flex ops on the device
+        with _in_dir(work), quiet("onnx2tf", "tensorflow", "absl") as buf, _offline_onnx2tf(sample):
+            try:
+                import onnx2tf
+
+                onnx2tf.convert(**kwargs)
+            except SystemExit as exc:  # onnx2tf reports errors and calls sys.exit(1)
+                raise ConversionError(f"onnx2tf stopped: {_tail(buf.getvalue()) or exc}", hop=HOP,
+                                      hint="the op named above is the one to change; or try keep_input_layout: "
+                                      "true, or the litert-torch route from the .pt2") from None
+            except Exception as exc:  # converter internals raise anything; name the hop and its message
+                raise ConversionError(f"onnx2tf failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                                      f" {_tail(buf.getvalue(), 3)}", hop=HOP,
+                                      hint="try keep_input_layout: true, or the litert-torch route from the .pt2") from exc
+        fp32 = work / "tf" / "model_float32.tflite"
+        if not fp32.is_file():
+            raise ConversionError(f"onnx2tf wrote no .tflite ({_tail(buf.getvalue())})", hop=HOP)
+        onnx_ref = ort_reference(Path(art.path))
+        io32 = find_layout(fp32, art.io, onnx_ref, [x[:4] for x in probe])
+        precision = cfg.precision
+        if cfg.precision == "fp32":
+            final = fp32
+        elif cfg.precision == "fp16":
+            final = work / "tf" / "model_float16.tflite"
+        else:
+            final = work / "int8.tflite"
+            try:
+                with quiet("tensorflow", "absl"):
+                    final.write_bytes(_quantize(work / "tf", cfg, io32, [i.name for i in art.io.inputs], calib))
+            except ConversionError:
+                raise
+            except Exception as exc:  # the TFLite converter raises ConverterError and others
+                raise ConversionError(
+                    f"INT8 quantization failed: {type(exc).__name__}: {_tail(str(exc), 3)}", hop=HOP,
+                    hint="an op without an INT8 kernel: set allow_float_fallback: true, or use "
+                    "quantization: dynamic, or precision: fp16") from exc
+            if cfg.quantization == "full" and cfg.allow_float_fallback:
+                precision = "mixed"
+        din, dout = _tflite_details(final)
+        din, dout = _match(din, art.io.inputs, "input"), _match(dout, art.io.outputs, "output")
+        io = IOSpec(inputs=_details_specs(din, art.io.inputs, [s.transpose for s in io32.inputs]),
+                    outputs=_details_specs(dout, art.io.outputs, [s.transpose for s in io32.outputs]))
+        seconds = time.perf_counter() - start
+        got = run_tflite(final, io, probe)
+        parity = compare(onnx_ref(probe), got, "onnx")
+        metrics: dict = {"parity": parity.to_dict(), "parity_violations": parity.violations(precision),
+                         "route": "onnx2tf", "precision": cfg.label, "convert_seconds": round(seconds, 3)}
+        if chain_reference is not None:
+            chain = compare(chain_reference(probe), got, chain_reference_name or "reference")
+            metrics["chain_parity"] = chain.to_dict()
+        if needs_calib:
+            metrics["calibration_samples"] = int(min(cfg.calibration_samples, calib.n))  # type: ignore[union-attr]
+            metrics["calibration_data"] = str(calib.path)  # type: ignore[union-attr]
+        with atomic_path(out_path) as tmp:
+            shutil.copyfile(final, tmp)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    import onnx2tf as _o2t
+
+    step = LineageStep(kind="convert", name=HOP, config={**cfg.model_dump(mode="json"), "converter": "onnx2tf",
+                                                         "onnx2tf": getattr(_o2t, "__version__", "?")},
+                       metrics=metrics, seconds=round(time.perf_counter() - start, 3))
+    return art.derive(out_path, fmt=Format.TFLITE, io=io, step=step, precision=precision)
+
+
+__all__ = ["TfliteConfig", "onnx_to_tflite", "run_tflite", "find_layout", "HOP"]

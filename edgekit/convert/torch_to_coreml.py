@@ -1,0 +1,165 @@
+"""PyTorch -> Core ML (mlprogram) with coremltools: fp32, fp16, and int8 (8-bit linear weight
+compression with ``coremltools.optimize.coreml``; activations stay float).
+
+Core ML *prediction* runs only on macOS. On other hosts edgekit converts, validates the model spec
+(program, inputs/outputs, weights) and says so: parity and profiling need a macOS host, and no
+number is made up. On macOS the converted model is run on the eval inputs for parity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
+from ..errors import ConversionError, require
+from ..formats import Format
+from ..logs import quiet
+from .parity import compare
+
+HOP = "torch->coreml"
+MACOS_NOTE = ("Core ML prediction needs macOS: the model was converted and its spec validated on this "
+              f"{platform.system()} host, but parity and on-device profiling need a macOS host (or an iPhone "
+              "reached from one)")
+
+
+class CoremlConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        "fp32", description="compute precision; int8 = 8-bit weight compression over an fp16 program")
+    minimum_deployment_target: Literal["iOS16", "iOS17", "iOS18"] = "iOS16"
+    parity_samples: int = Field(32, ge=1)
+
+
+def can_predict() -> bool:
+    return platform.system() == "Darwin"
+
+
+def validate_spec(path: Path, io_spec: IOSpec) -> dict:
+    """Load the saved .mlpackage's spec (no prediction) and check it is a complete mlprogram."""
+    ct = require("coremltools", "coreml", "Core ML conversion")
+    try:
+        spec = ct.utils.load_spec(str(path))
+    except Exception as exc:  # protobuf/IO errors: the package is not usable
+        raise ConversionError(f"the saved Core ML package does not load: {exc}", hop=HOP) from exc
+    kind = spec.WhichOneof("Type")
+    if kind != "mlProgram":
+        raise ConversionError(f"expected an mlprogram, got {kind}", hop=HOP)
+    ins = [i.name for i in spec.description.input]
+    outs = [o.name for o in spec.description.output]
+    if len(ins) != len(io_spec.inputs) or len(outs) < 1:
+        raise ConversionError(f"spec has inputs {ins} and outputs {outs}; the model has {len(io_spec.inputs)} inputs",
+                              hop=HOP)
+    funcs = list(spec.mlProgram.functions.keys())
+    ops = sum(len(b.operations) for f in spec.mlProgram.functions.values() for b in f.block_specializations.values())
+    if ops == 0:
+        raise ConversionError("the converted program has no operations", hop=HOP)
+    return {"spec_version": int(spec.specificationVersion), "inputs": ins, "outputs": outs, "functions": funcs,
+            "operations": int(ops)}
+
+
+def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = None, *,
+                    parity_inputs: list[np.ndarray] | None = None) -> Artifact:
+    cfg = cfg or CoremlConfig()
+    if source.program is None:
+        raise ConversionError("Core ML conversion starts from a PyTorch model (.pt2, .pth+--arch or nn.Module); "
+                              "coremltools has no ONNX front end", hop=HOP,
+                              hint="give edgekit the PyTorch model instead of the .onnx")
+    ct = require("coremltools", "coreml", "Core ML conversion")
+    out_path = Path(out_path)
+    if out_path.suffix != ".mlpackage":
+        raise ConversionError(f"{out_path.name}: an mlprogram is saved as a .mlpackage folder", hop=HOP,
+                              hint="use --out model.mlpackage")
+    start = time.perf_counter()
+    ep = source.program
+    try:
+        ep = ep.run_decompositions({})  # coremltools takes the ATen-level program
+    except Exception:  # already decomposed, or nothing to decompose: convert as is
+        pass
+    inputs = [ct.TensorType(name=s.name, shape=tuple(d if d is not None else 1 for d in s.shape),
+                            dtype=np.dtype(s.dtype).type) for s in source.artifact.io.inputs]
+    work = Path(tempfile.mkdtemp(prefix=".edgekit-coreml-", dir=out_path.parent if out_path.parent.exists() else None))
+    try:
+        try:
+            # coremltools draws tqdm progress bars on stderr: keep the CLI's output readable
+            with quiet("coremltools"), contextlib.redirect_stderr(io.StringIO()):
+                mlmodel = ct.convert(
+                    ep, inputs=inputs, convert_to="mlprogram",
+                    compute_precision=ct.precision.FLOAT32 if cfg.precision == "fp32" else ct.precision.FLOAT16,
+                    minimum_deployment_target=getattr(ct.target, cfg.minimum_deployment_target),
+                    skip_model_load=not can_predict())
+                if cfg.precision == "int8":
+                    from coremltools.optimize.coreml import (OpLinearQuantizerConfig, OptimizationConfig,
+                                                             linear_quantize_weights)
+
+                    opt = OptimizationConfig(global_config=OpLinearQuantizerConfig(mode="linear_symmetric",
+                                                                                 dtype="int8"))
+                    mlmodel = linear_quantize_weights(mlmodel, config=opt)
+        except Exception as exc:  # coremltools raises NotImplementedError/ValueError/RuntimeError per op
+            msg = str(exc).splitlines()[0][:400] if str(exc) else ""
+            raise ConversionError(f"coremltools failed: {type(exc).__name__}: {msg}", hop=HOP,
+                                  hint="an op without a Core ML lowering is named above; rewrite it in the model "
+                                  "or keep this model on ONNX/TFLite") from exc
+        seconds = time.perf_counter() - start
+        staged = work / out_path.name
+        mlmodel.save(str(staged))
+        spec_info = validate_spec(staged, source.artifact.io)
+        metrics: dict = {"spec": spec_info, "precision": cfg.precision, "convert_seconds": round(seconds, 3)}
+        if can_predict() and parity_inputs is not None:
+            probe = [np.asarray(x[: cfg.parity_samples]) for x in parity_inputs]
+            outs = []
+            for i in range(len(probe[0])):
+                res = mlmodel.predict({s.name: probe[k][i:i + 1] for k, s in enumerate(source.artifact.io.inputs)})
+                outs.append(np.asarray(res[spec_info["outputs"][0]]))
+            parity = compare(source.reference(probe), np.concatenate(outs), source.reference_name)
+            metrics["parity"] = parity.to_dict()
+            metrics["parity_violations"] = parity.violations("int8" if cfg.precision == "int8" else cfg.precision)
+        else:
+            metrics["parity"] = None
+            metrics["parity_reason"] = MACOS_NOTE
+        if out_path.exists():
+            shutil.rmtree(out_path) if out_path.is_dir() else out_path.unlink()
+        staged.replace(out_path)  # same filesystem: a rename, so no half-written package at out_path
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    io_spec = IOSpec(inputs=tuple(TensorSpec(name=n, shape=s.shape, dtype=s.dtype, layout=s.layout)
+                             for n, s in zip(spec_info["inputs"], source.artifact.io.inputs)),
+                outputs=tuple(TensorSpec(name=n, shape=s.shape, dtype=s.dtype)
+                              for n, s in zip(spec_info["outputs"], source.artifact.io.outputs)))
+    step = LineageStep(kind="convert", name=HOP, config={**cfg.model_dump(mode="json"), "converter": "coremltools",
+                                                         "coremltools": ct.__version__}, metrics=metrics,
+                       seconds=round(time.perf_counter() - start, 3))
+    return source.artifact.derive(out_path, fmt=Format.COREML, io=io_spec, step=step,
+                                  precision="int8" if cfg.precision == "int8" else cfg.precision)
+
+
+__all__ = ["CoremlConfig", "torch_to_coreml", "validate_spec", "can_predict", "MACOS_NOTE", "HOP"]
+
+
+def set_aside_coreml(variants: dict, target) -> tuple[dict, list[str]]:
+    """Core ML variants cannot be measured by this host's agent. On a Core ML target (iPhone) that
+    is the whole run: raise a clear error after conversion and validation. Elsewhere, keep the
+    other variants and say which Core ML ones were converted but not measured."""
+    from ..errors import DeviceError
+
+    coreml = {n: a for n, a in variants.items() if a.format == Format.COREML}
+    if not coreml:
+        return variants, []
+    listing = ", ".join(f"{n} ({a.path.name}, {a.size_bytes / 1e6:.2f} MB, spec validated)" for n, a in coreml.items())
+    if target.runtimes and target.runtimes[0] == "coreml":
+        raise DeviceError(f"converted and validated the Core ML variants {listing}; measuring them on "
+                          f"'{target.name}' needs a macOS host: {MACOS_NOTE}",
+                          hint=f"the .mlpackage files are in {next(iter(coreml.values())).path.parent}; "
+                          "profile them from a Mac (Xcode Instruments / coremltools on macOS)")
+    rest = {n: a for n, a in variants.items() if n not in coreml}
+    return rest, [f"Core ML variants not measured on '{target.name}': {listing}. {MACOS_NOTE}"]

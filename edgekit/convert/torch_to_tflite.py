@@ -1,0 +1,94 @@
+"""PyTorch -> TFLite directly with ``litert-torch`` (Google's PyTorch -> LiteRT converter): the second
+TFLite route, used when onnx2tf fails or misses its parity tolerance (see chain.py).
+
+litert-torch keeps the PyTorch layout (NCHW stays NCHW), so no transposition is recorded. In
+edgekit this route makes fp32 models; the quantized precisions go through onnx2tf.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
+from ..errors import ConversionError, MissingExtraError
+from ..formats import Format
+from ..fsutil import atomic_path
+from ..logs import quiet
+from .parity import compare
+
+HOP = "torch->tflite"
+
+
+def available() -> bool:
+    return importlib.util.find_spec("litert_torch") is not None
+
+
+def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", parity_inputs: list[np.ndarray],
+                    onnx_art: Artifact | None = None, parity_samples: int = 64) -> Artifact:
+    """Convert ``source.program`` (a torch.export program) to ``out_path`` and check parity
+    against the PyTorch reference on ``parity_inputs``."""
+    from .onnx_to_tflite import _match, _tflite_details, run_tflite
+
+    if not available():
+        raise MissingExtraError("litert-torch", "litert-torch", "the direct PyTorch -> TFLite route")
+    if source.program is None:
+        raise ConversionError("the litert-torch route starts from a PyTorch model; the source is ONNX", hop=HOP)
+    if precision != "fp32":
+        raise ConversionError(f"edgekit's litert-torch route makes fp32 models, not {precision}", hop=HOP,
+                              hint="quantized TFLite models come from the onnx2tf route")
+    import torch
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    probe = [np.asarray(x[:parity_samples]) for x in parity_inputs]
+    example = tuple(torch.from_numpy(np.ascontiguousarray(x[0:1])) for x in probe)
+    start = time.perf_counter()
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".edgekit-litert-", dir=out_path.parent))
+    try:
+        try:
+            with quiet("litert_torch", "tensorflow", "absl", "jax"):
+                import litert_torch
+
+                edge = litert_torch.convert(source.program.module().eval(), example)
+                edge.export(str(work / "model.tflite"))
+        except Exception as exc:  # the converter's errors come from torch, MLIR and TF layers
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            raise ConversionError(f"litert-torch failed: {type(exc).__name__}: {first}", hop=HOP,
+                                  hint="the op named above has no LiteRT lowering; try the onnx2tf route "
+                                  "(from the ONNX model)") from exc
+        seconds = time.perf_counter() - start
+        src_io = source.artifact.io
+        din, dout = _tflite_details(work / "model.tflite")
+        din = din if len(din) == len(src_io.inputs) else _match(din, src_io.inputs, "input")
+        specs_in = tuple(TensorSpec(name=d["name"], shape=s.shape, dtype=np.dtype(d["dtype"]).name, layout=s.layout)
+                         for d, s in zip(din, src_io.inputs))
+        outs = onnx_art.io.outputs if onnx_art is not None else src_io.outputs
+        specs_out = tuple(TensorSpec(name=d["name"], shape=s.shape, dtype=np.dtype(d["dtype"]).name)
+                          for d, s in zip(dout, outs))
+        io = IOSpec(inputs=specs_in, outputs=specs_out)
+        got = run_tflite(work / "model.tflite", io, probe)
+        parity = compare(source.reference(probe), got, source.reference_name)
+        with atomic_path(out_path) as tmp:
+            shutil.copyfile(work / "model.tflite", tmp)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    metrics = {"parity": parity.to_dict(), "parity_violations": parity.violations(precision), "route": "litert-torch",
+               "precision": precision, "convert_seconds": round(seconds, 3), "chain_parity": parity.to_dict()}
+    from importlib.metadata import version
+
+    step = LineageStep(kind="convert", name=HOP, config={"precision": precision, "converter": "litert-torch",
+                                                         "litert-torch": version("litert-torch")},
+                       metrics=metrics, seconds=round(time.perf_counter() - start, 3))
+    return source.artifact.derive(out_path, fmt=Format.TFLITE, io=io, step=step, precision=precision)
+
+
+__all__ = ["torch_to_tflite", "available", "HOP"]
