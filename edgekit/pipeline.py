@@ -158,6 +158,10 @@ def deploy(
     # --- validate everything cheap first -----------------------------------------------------
     spec = target if isinstance(target, TargetSpec) else load_target(target)
     rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(calib_data is not None))
+    from .passes.convert import variants_for_target
+
+    # litert targets (rpi4, Android) get TFLite variants, Core ML targets Core ML ones, unless the recipe converts
+    rec = variants_for_target(rec, spec, calib_data is not None)
     measure = resolve_measure(spec, rec, opts)
     gate_cfg = resolve_gate(spec, rec, opts)
     out_dir = ensure_writable_dir(out)
@@ -185,8 +189,13 @@ def deploy(
         fp32 = source.artifact
 
     # --- passes -------------------------------------------------------------------------------
-    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds)
+    # convert steps: Core ML / litert-torch start from the PyTorch program
+    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, extras={"source": source})
     variants = build_variants(fp32, rec, ctx, progress)
+    from .convert.torch_to_coreml import set_aside_coreml
+
+    variants, coreml_notes = set_aside_coreml(variants, spec)  # Core ML prediction needs macOS
+    opts.extra_warnings.extend(coreml_notes)
     progress("computing reference outputs")
     reference = source.reference(xs)
 

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from .. import __version__
+from . import convert as _convert
 from . import deploy as _deploy
 from . import devices as _devices
 from . import report as _report
@@ -40,6 +41,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 app.command("deploy", help=_deploy.HELP, no_args_is_help=True)(_deploy.deploy_cmd)
+app.command("convert", help=_convert.HELP, no_args_is_help=True)(_convert.convert_cmd)
 app.add_typer(_targets.app, name="targets")
 app.command("train", help=_train.HELP, no_args_is_help=True)(_train.train_cmd)
 app.command("plan", help=_plan.HELP, no_args_is_help=True)(_plan.plan_cmd)
