@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "deploy": "edgekit.pipeline:deploy",
     "DeployOptions": "edgekit.pipeline:DeployOptions",
+    "search": "edgekit.variant_search.run:search",
+    "SearchOptions": "edgekit.variant_search.run:SearchOptions",
     "Report": "edgekit.report.model:Report",
     "Artifact": "edgekit.artifact:Artifact",
     "TargetSpec": "edgekit.targets:TargetSpec",

@@ -44,13 +44,20 @@ def deploy_cmd(
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed runs before measuring (default: the target's)."),
     runs: Optional[int] = typer.Option(None, "--runs", help="Minimum timed runs (default: the target's)."),
     min_seconds: Optional[float] = typer.Option(None, "--min-seconds", help="Minimum timed seconds (default: the target's)."),
-    no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once (exit 3) when another deploy holds the device, instead of waiting."),
-    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for a busy device before failing (default: wait)."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="A previous report.json (the last release) to compare with; the gate fails on a significant regression."),
     max_latency_regression: Optional[float] = typer.Option(None, "--max-latency-regression", help="With --baseline: allowed p50 slowdown as a fraction (default 0.1); fails only when also significant."),
     max_release_accuracy_drop: Optional[float] = typer.Option(None, "--max-release-accuracy-drop", help="With --baseline: allowed accuracy drop in points vs the baseline report (default: --max-accuracy-drop)."),
     max_memory_increase: Optional[float] = typer.Option(None, "--max-memory-increase", help="With --baseline: allowed peak memory increase as a fraction (default 0.1)."),
     max_size_increase: Optional[float] = typer.Option(None, "--max-size-increase", help="With --baseline: allowed model size increase as a fraction (default 0.1)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once (exit 3) when another deploy holds the device, instead of waiting."),
+    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for a busy device before failing (default: wait)."),
+    remeasure: bool = typer.Option(False, "--remeasure", help="Measure on the device again even when the measurement cache holds this exact measurement (same model, runtime, settings, device, agent)."),
+    warmup_mode: Optional[str] = typer.Option(None, "--warmup-mode", help="fixed: --warmup runs; auto: warm up until latency stabilizes (at least --warmup runs)."),
+    sustained: Optional[float] = typer.Option(None, "--sustained", help="Run each variant this many seconds and report latency over time (first vs last minute) to catch thermal throttling."),
+    energy_command: Optional[str] = typer.Option(None, "--energy-command", help="Command on the device that prints cumulative joules (a USB meter / Joulescope script); used after the target's energy sources."),
+    search: bool = typer.Option(False, "--search", help="Build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/."),
+    objective: str = typer.Option("p50", "--objective", help="With --search: what 'best' means: p50, p99, energy or size."),
+    time_budget: float = typer.Option(900.0, "--time-budget", help="With --search: total seconds; candidates not reached are dropped with that reason."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -60,12 +67,19 @@ def deploy_cmd(
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
                          runs=runs, min_seconds=min_seconds, threads=threads)
     opts.baseline_report = baseline
+    opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
+    opts.energy_command = energy_command
+    opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
     opts.max_latency_regression, opts.max_release_accuracy_drop = max_latency_regression, max_release_accuracy_drop
     opts.max_memory_increase, opts.max_size_increase = max_memory_increase, max_size_increase
-    opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
-    with progress_display(not as_json) as progress:
-        report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
-                        recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts, progress=progress)
+    if search:
+        report = _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, y_key, opts,
+                             objective, time_budget, as_json, recipe)
+    else:
+        with progress_display(not as_json) as progress:
+            report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
+                            recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts,
+                            progress=progress)
     if as_json:
         print(json.dumps(report.model_dump(mode="json")))
     else:
@@ -74,3 +88,33 @@ def deploy_cmd(
                           f"{Path(out) / 'report.html'}, {Path(out) / 'junit.xml'}")
     if not report.gate.passed:
         raise typer.Exit(EXIT_GATE_FAILED)
+
+
+def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, y_key, opts, objective, time_budget,
+                as_json, recipe):
+    from ..errors import BadInputError
+    from ..variant_search import SearchOptions
+    from ..variant_search import search as run_search
+    from ..targets import MeasureDefaults, load_target
+
+    if objective not in ("p50", "p99", "energy", "size"):
+        raise BadInputError(f"--objective {objective!r} is not one of p50, p99, energy, size")
+    if recipe is not None:
+        raise BadInputError("--search builds its own candidates; it does not take --recipe",
+                            hint="drop --recipe, or drop --search to measure the recipe's variants")
+    spec = load_target(target)
+    m = spec.measure.model_dump()
+    m.update({k: getattr(opts, k) for k in ("warmup", "runs", "min_seconds", "threads") if getattr(opts, k) is not None})
+    sopts = SearchOptions(objective=objective, time_budget_s=time_budget, measure=MeasureDefaults(**m))
+    with progress_display(not as_json) as progress:
+        report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
+                            max_accuracy_drop=opts.max_accuracy_drop if opts.max_accuracy_drop is not None else 1.0,
+                            options=sopts, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
+    if not as_json:
+        sel = report.search.get("selected")
+        out_console.print(f"search: selected {sel or 'nothing'} by {objective} in {report.search['seconds']:.0f} s"
+                          + (f"; shipping file {report.search['shipped']['file']}" if report.search.get("shipped") else ""))
+        for c in report.search["candidates"]:
+            if c["status"] == "dropped":
+                out_console.print(f"  dropped {c['name']} at {c['dropped_at']}: {c['reason']}", highlight=False)
+    return report
