@@ -21,7 +21,7 @@ from .agent.protocol import AgentResult, build_request, run_request
 from .artifact import Artifact
 from .convert.parity import compare
 from .data import Dataset, check_fits, load_npz
-from .errors import BadInputError, DeviceError
+from .errors import BadInputError, DeviceError, PassError
 from .formats import Format, RUNTIME_FOR_FORMAT
 from .fsutil import ensure_writable_dir
 from .measure.stats import latency_stats
@@ -51,14 +51,20 @@ class DeployOptions:
     threads: int | None = None
     max_seconds: float = 120.0
     extra_warnings: list[str] = field(default_factory=list)
+    remeasure: bool = False  # measure again even when the measurement cache holds a valid result
+    warmup_mode: str | None = None  # "fixed" (warmup runs) or "auto" (until latency stabilizes)
+    sustained_seconds: float | None = None  # run each variant this long and report latency over time
+    energy_command: list[str] | str | None = None  # device-side command printing cumulative joules
+    train_data: str | Path | None = None  # .npz (x, y) for pruning fine-tunes and distillation (else the recipe's)
+    use_cache: bool = True  # reuse pass outputs from edgekit.cache when nothing they depend on changed
+    lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
+    lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
     # A previous report (the last release) to compare with; the release checks of the gate use it.
     baseline_report: str | Path | None = None
     max_latency_regression: float | None = None  # fraction, e.g. 0.1 (significant and above this fails)
     max_release_accuracy_drop: float | None = None  # points vs the baseline report
     max_memory_increase: float | None = None  # fraction
     max_size_increase: float | None = None  # fraction
-    lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
-    lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
 
 
 def _noop(_: str) -> None:
@@ -112,15 +118,48 @@ def open_transport(target: TargetSpec, device: str | None, opts: DeployOptions |
     return open_device_transport(device, target, wait=opts.lock_wait, lock_timeout=opts.lock_timeout)
 
 
-def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: Progress) -> dict[str, Artifact]:
+def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: Progress,
+                   source: Source | None = None, cache: Any = None) -> dict[str, Artifact]:
+    """Run each variant's passes. PyTorch-level passes (prune, distill) start from the torch source
+    and come first; the result is exported to ONNX (parity-checked, lineage kept) before the first
+    ONNX-level pass or at the end. With ``cache`` (edgekit.cache.PassCache) unchanged steps are reused."""
     variants: dict[str, Artifact] = {recipe.baseline: fp32}
     for spec in recipe.variants:
         art = fp32
-        for i, step in enumerate(spec.passes):
+        passes = [get_pass(step.name) for step in spec.passes]
+        if passes and Format.TORCH in passes[0].input_formats:
+            if source is None or source.artifact.format != Format.TORCH:
+                raise PassError(f"variant {spec.name}: pass '{passes[0].name}' works on the PyTorch model, but the "
+                                "model is not a PyTorch program", hint="deploy the .pt2 (or .pth with --arch)")
+            art = source.artifact
+        for i, (step, p) in enumerate(zip(spec.passes, passes)):
+            if art.format == Format.TORCH and Format.TORCH not in p.input_formats:
+                progress(f"variant {spec.name}: exporting to ONNX")
+                art = _export_variant(art, ctx, f"{spec.name}-{i}-onnx", cache)
+            elif art.format != Format.TORCH and p.input_formats == (Format.TORCH,):
+                raise PassError(f"variant {spec.name}: pass '{p.name}' works on the PyTorch model and must come "
+                                "before the ONNX-level passes", hint="reorder the variant's passes")
             progress(f"variant {spec.name}: pass {step.name}")
-            art = get_pass(step.name)(art, step.config, ctx, out_name=f"{spec.name}-{i}-{step.name}")
+            out_name = f"{spec.name}-{i}-{step.name}"
+            art = cache.run(p, art, step.config, ctx, out_name) if cache else p(art, step.config, ctx, out_name=out_name)
+        if art.format == Format.TORCH:
+            progress(f"variant {spec.name}: exporting to ONNX")
+            art = _export_variant(art, ctx, f"{spec.name}-onnx", cache)
         variants[spec.name] = art
     return variants
+
+
+def _export_variant(art: Artifact, ctx: PassContext, stem: str, cache: Any) -> Artifact:
+    from .passes._torch import export_torch_artifact
+
+    xs = list(ctx.eval.xs) if ctx.eval is not None else list(ctx.calib.xs)
+    dest = ctx.workdir / f"{stem}.onnx"
+    if cache is None:
+        return export_torch_artifact(art, dest, xs)
+    from .cache import data_fingerprint, key_for
+
+    key = key_for({"input": art.sha256, "convert": "torch->onnx", "data": data_fingerprint(ctx)})
+    return cache.cached(key, art, ctx.workdir, stem, lambda: export_torch_artifact(art, dest, xs))
 
 
 def deploy(
@@ -168,6 +207,8 @@ def deploy(
     eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
     baseline_report = Report.load(opts.baseline_report) if opts.baseline_report is not None else None
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
+    train_path = opts.train_data or rec.train_data
+    train_ds = load_npz(train_path, x_key=x_key, y_key=y_key, require_labels=True, role="train") if train_path else None
     art_dir = out_dir / "artifacts"
     art_dir.mkdir(exist_ok=True)
     if example_inputs is None:
@@ -179,23 +220,40 @@ def deploy(
     check_fits(eval_ds, source.artifact.io, "eval")
     if calib_ds is not None:
         check_fits(calib_ds, source.artifact.io, "calib")
+    if train_ds is not None:
+        check_fits(train_ds, source.artifact.io, "train")
+    from .cache import default_cache
+
+    cache = default_cache() if opts.use_cache else None
     xs = [x for x in eval_ds.xs]
     if source.artifact.format == Format.TORCH:
         progress("exporting to ONNX (parity check on the eval inputs)")
         from .convert.torch_to_onnx import export_onnx
 
-        fp32 = export_onnx(source, art_dir / "fp32.onnx", xs)
+        if cache is None:
+            fp32 = export_onnx(source, art_dir / "fp32.onnx", xs)
+        else:  # the dynamo export is seconds: reuse it when the model and the eval inputs are unchanged
+            from .cache import key_for
+            from .fsutil import sha256_file
+
+            key = key_for({"input": source.artifact.sha256, "convert": "torch->onnx", "eval": sha256_file(eval_ds.path)})
+            fp32 = cache.cached(key, source.artifact, art_dir, "fp32", lambda: export_onnx(source, art_dir / "fp32.onnx", xs))
     else:
         fp32 = source.artifact
 
     # --- passes -------------------------------------------------------------------------------
-    # convert steps: Core ML / litert-torch start from the PyTorch program
-    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, extras={"source": source})
-    variants = build_variants(fp32, rec, ctx, progress)
+    extras: dict[str, Any] = {"arch": arch} if arch else {}
+    extras["source"] = source  # convert steps: Core ML / litert-torch start from the PyTorch program
+    if source.artifact.format == Format.TORCH:
+        extras["teacher"] = source.artifact  # distill's default teacher
+    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, train=train_ds, extras=extras)
+    passes_started = time.perf_counter()
+    variants = build_variants(fp32, rec, ctx, progress, source=source, cache=cache)
     from .convert.torch_to_coreml import set_aside_coreml
 
     variants, coreml_notes = set_aside_coreml(variants, spec)  # Core ML prediction needs macOS
     opts.extra_warnings.extend(coreml_notes)
+    passes_seconds = round(time.perf_counter() - passes_started, 3)
     progress("computing reference outputs")
     reference = source.reference(xs)
 
@@ -205,9 +263,15 @@ def deploy(
     try:
         progress(f"deploying the bundle to {t.describe()}")
         deployer = BundleDeployer(t)
+        # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
+        platform_before = t.device_facts() if hasattr(t, "device_facts") else None
         eval_file = _eval_bundle_file(eval_ds, art_dir)
         remotes = deployer.deliver([eval_file, *{a.path for a in variants.values()}])
         results: dict[str, AgentResult] = {}
+        from .measure.cache import open_device_measurements
+        from .measure.request import apply_measure_options
+
+        measurements = open_device_measurements(deployer, device_name=device, remeasure=opts.remeasure)
         for name, art in variants.items():
             progress(f"measuring {name} on the device ({measure.runs}+ runs, >= {measure.min_seconds:g} s)")
             req = build_request(
@@ -216,8 +280,9 @@ def deploy(
                 outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npy"),
                 energy_sources=spec.energy_sources, max_seconds=opts.max_seconds,
             )
+            apply_measure_options(req, opts)
             try:
-                results[name] = run_request(deployer, req)
+                results[name] = measurements.measure(req, lambda req=req: run_request(deployer, req))
             except DeviceError as exc:
                 # say what was and was not measured; no report is written for a failed run
                 done = ", ".join(results) or "none"
@@ -225,6 +290,7 @@ def deploy(
                     f"{', '.join(n for n in variants if n not in results)}; no report written)"
                 raise
         delivery = deployer.stats
+        platform_after = t.device_facts() if platform_before is not None else None
     finally:
         if own_transport:
             t.close()
@@ -232,6 +298,8 @@ def deploy(
     # --- report --------------------------------------------------------------------------------
     progress("writing the report")
     vresults = [_variant_result(name, art, results[name], reference, source) for name, art in variants.items()]
+    for v in vresults:
+        v.measurement = measurements.info.get(v.name, {})
     base = next(v for v in vresults if v.name == rec.baseline)
     for v in vresults:
         if v.accuracy and base.accuracy:
@@ -242,6 +310,10 @@ def deploy(
     for v in vresults:
         if v.latency_ms and not v.latency_ms.stable:
             warnings.append(f"{v.name}: latency is unstable (CoV {v.latency_ms.cov:.1%}); the device may be busy")
+        warnings += [f"{v.name}: {w}" for w in results[v.name].doc.get("warnings") or []]
+        warnings += [f"{v.name}: {w}" for w in (v.sustained or {}).get("warnings", [])]
+    if measurements.warning():
+        warnings.append(measurements.warning())
     emulation = _emulation(device)
     if emulation:
         warnings.append(f"device {device} is emulated ({emulation}): latency and memory figures are NOT "
@@ -250,7 +322,7 @@ def deploy(
         edgekit_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         target=spec.name,
-        device=_device_info(first, t, device, spec, vresults, emulation),
+        device=_platform_facts(platform_before, platform_after) | _device_info(first, t, device, spec, vresults, emulation),
         model={"source": str(model) if not hasattr(model, "forward") else type(model).__name__,
                "sha256": source.artifact.sha256, "format": source.artifact.format.value,
                "inputs": [i.model_dump(mode="json") for i in source.artifact.io.inputs]},
@@ -259,7 +331,10 @@ def deploy(
                   "calib_data": str(calib_ds.path) if calib_ds else None,
                   "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
                                "bytes_sent": delivery.bytes_sent},
-                  "wall_seconds": round(time.perf_counter() - started, 2)},
+                  "wall_seconds": round(time.perf_counter() - started, 2),
+                  "train_data": str(train_ds.path) if train_ds else None,
+                  "passes": {"seconds": passes_seconds, "cache": None if cache is None else
+                             {"hits": cache.hits, "misses": cache.misses, "root": str(cache.root)}}},
         baseline=rec.baseline,
         variants=vresults,
         gate=gate,
@@ -297,6 +372,9 @@ def _variant_result(name: str, art: Artifact, res: AgentResult, reference: np.nd
         parity = compare(reference, res.outputs, source.reference_name).to_dict()
     mem = doc.get("memory") or {}
     energy = doc.get("energy") or {}
+    from .measure.sustained import analyze
+
+    sustained = analyze(doc.get("sustained"))
     return VariantResult(
         name=name,
         format=art.format.value,
@@ -307,12 +385,17 @@ def _variant_result(name: str, art: Artifact, res: AgentResult, reference: np.nd
         artifact_path=str(art.path),
         lineage=art.lineage_dicts(),
         load_ms=doc.get("load_ms"),
-        latency_ms={"warmup": lat["warmup"], "runs": lat["runs"], "raw": lat["raw"], **stats.to_dict()},
+        latency_ms={"warmup": lat["warmup"], "runs": lat["runs"], "raw": lat["raw"], **stats.to_dict(),
+                    **{k: lat[k] for k in lat if k.startswith("warmup_")},
+                    **({"runs": lat["runs"], "raw_decimation": lat["raw_decimation"]}
+                       if (lat.get("raw_decimation") or 1) > 1 else {})},
         peak_memory_mb=mem.get("peak_rss_mb"),
         memory=mem,
         energy_mj_per_inference=energy.get("energy_mj_per_inference"),
         energy_source=energy.get("source"),
         energy_reason=energy.get("reason"),
+        energy=energy,
+        sustained=sustained,
         accuracy=doc.get("accuracy"),
         parity=parity,
         device_state=doc.get("device_state") or {},
@@ -330,6 +413,14 @@ def _emulation(device: str | None) -> str | None:
     except BadInputError:
         return None
     return (entry.notes or "CPU emulation") if entry.emulated else None
+
+
+def _platform_facts(before: dict | None, after: dict | None) -> dict:
+    """An Android device's facts (model, SoC, version, clocks, battery) from the adb transport."""
+    if before is None:
+        return {}
+    return {"android": before, "battery_temperature_c": {"before": before.get("battery_temperature_c"),
+                                                         "after": (after or {}).get("battery_temperature_c")}}
 
 
 def _device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults,

@@ -19,9 +19,12 @@ DIGITS = ROOT / "examples" / "digits"
 def _isolated_local_device(tmp_path_factory):
     """Keep the local transport's device folder and caches out of the user's home."""
     d = tmp_path_factory.mktemp("local-device")
-    old = {k: os.environ.get(k) for k in ("EDGEKIT_LOCAL_DEVICE_DIR", "EDGEKIT_HOME")}
+    old = {k: os.environ.get(k) for k in ("EDGEKIT_LOCAL_DEVICE_DIR", "EDGEKIT_HOME", "EDGEKIT_NO_MEASURE_CACHE")}
     os.environ["EDGEKIT_LOCAL_DEVICE_DIR"] = str(d)
     os.environ["EDGEKIT_HOME"] = str(tmp_path_factory.mktemp("edgekit-home"))
+    # Every test measures for real (a reused measurement would hide a device fault a test injects);
+    # tests of the measurement cache turn it back on with monkeypatch.delenv.
+    os.environ["EDGEKIT_NO_MEASURE_CACHE"] = "1"
     yield d
     for k, v in old.items():
         if v is None:

@@ -79,6 +79,12 @@ class VariantResult(_Open):
     energy_mj_per_inference: float | None = None
     energy_source: str | None = None
     energy_reason: str | None = None
+    # The agent's full energy record: source, sample rate, baseline, uncertainty (see edgekit_agent.py).
+    energy: dict[str, Any] = Field(default_factory=dict)
+    # Sustained mode: latency bins over time and first vs last segment (edgekit.measure.sustained).
+    sustained: dict[str, Any] | None = None
+    # Where the numbers come from: {"reused": true, "measured_at": ...} when taken from the measurement cache.
+    measurement: dict[str, Any] = Field(default_factory=dict)
     accuracy: Accuracy | None = None
     accuracy_drop: float | None = None
     parity: Parity | None = None
