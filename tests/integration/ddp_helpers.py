@@ -1,0 +1,117 @@
+"""Shared by the DDP tests: the digits training split written as .npz (no training needed), and a
+factory module with tiny DigitsCNN variants (width 8)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits"
+EDGEKIT = str(Path(sys.executable).with_name("edgekit"))
+
+FACTORIES = f'''
+import os, sys
+sys.path.insert(0, {str(DIGITS)!r})
+import torch
+from model import DigitsCNN
+
+
+def small():
+    return DigitsCNN(8)
+
+
+def nobn():
+    # BatchNorm without SyncBatchNorm (CPU) normalises per process; without it 1 and N processes
+    # compute the same function, which is what the equivalence test checks
+    m = DigitsCNN(8)
+    for seq in (m.features,):
+        for i, mod in enumerate(seq):
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                seq[i] = torch.nn.Identity()
+    return m
+
+
+def five_classes():
+    m = DigitsCNN(8)
+    m.head[-1] = torch.nn.Linear(64, 5)
+    return m
+
+
+class _Dies(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nobn()
+        self.calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+            if os.environ.get("RANK") == "1" and self.calls == 4:
+                os._exit(13)  # a rank that dies mid-run, as an OOM kill or a crash would
+        return self.inner(x)
+
+
+def dies_on_rank1():
+    return _Dies()
+'''
+
+
+def write_digits(dest: Path) -> tuple[Path, Path]:
+    sys.path.insert(0, str(DIGITS))
+    try:
+        import train as digits_train
+    finally:
+        sys.path.remove(str(DIGITS))
+    xtr, xte, ytr, yte = digits_train.load_data(0)
+    dest.mkdir(parents=True, exist_ok=True)
+    np.savez(dest / "train.npz", x=xtr, y=ytr)
+    np.savez(dest / "eval.npz", x=xte, y=yte)
+    return dest / "train.npz", dest / "eval.npz"
+
+
+def write_factories(dest: Path) -> Path:
+    p = dest / "factories.py"
+    p.write_text(FACTORIES)
+    return p
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def state_dict(pt2: Path) -> dict:
+    import torch
+
+    return {k: v.detach().clone() for k, v in torch.export.load(str(pt2)).state_dict.items()}
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def run(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([EDGEKIT, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def popen(*args) -> subprocess.Popen:
+    # a session of its own, so the test can kill edgekit, torchrun and its workers together
+    return subprocess.Popen([EDGEKIT, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
