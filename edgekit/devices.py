@@ -50,6 +50,14 @@ class DeviceEntry(BaseModel):
     key: str | None = Field(None, description="private key file; unset = ssh-agent and ~/.ssh keys")
     known_hosts: str | None = Field(None, description="extra known_hosts file checked for this device")
     connect_timeout: float = Field(10.0, gt=0)
+    # adb (edgekit/transport/adb.py); a relative workdir lies under /data/local/tmp
+    serial: str | None = Field(None, description="adb serial (`adb devices`); unset with no adb_tcp = the only "
+                               "attached device")
+    adb_tcp: str | None = Field(None, description="HOST:PORT of a phone on Wi-Fi adb (`adb connect` first)")
+    adb_path: str | None = Field(None, description="the adb client (default: $ADB, then adb on the PATH)")
+    adb_isolated_server: bool = Field(False, description="a private adb server for this device (Wi-Fi devices, "
+                                      "CI); never for USB phones")
+    pin_big_cores: bool = Field(False, description="run the agent under taskset with the target's big_cores_mask")
     # every kind
     workdir: str = Field(".edgekit", description="folder on the device for the agent and bundle "
                          "(relative = under the login's home)")
@@ -65,6 +73,8 @@ class DeviceEntry(BaseModel):
             raise ValueError(f"device name {self.name!r} must be letters, digits, '.', '_' or '-' (max 63)")
         if self.kind == "ssh" and not self.host:
             raise ValueError("an ssh device needs a host")
+        if self.kind == "adb" and self.serial and self.adb_tcp:
+            raise ValueError("an adb device has a serial (USB) or an adb_tcp address (Wi-Fi), not both")
         return self
 
 

@@ -18,11 +18,19 @@ app = typer.Typer(help="Your devices: named instances of target classes, reached
 @app.command("add", help="Register a device. Its SSH host key must be known (known_hosts) or trusted here "
              "with --trust, which shows the fingerprint; a changed host key is always refused.\n\n"
              "Example: edgekit devices add lab-pi --target rpi4 --host 192.168.1.40 --user pi "
-             "--key ~/.ssh/id_ed25519 --trust")
+             "--key ~/.ssh/id_ed25519 --trust\n\n"
+             "Android phones over adb: edgekit devices add pixel --target pixel-arm64 --adb 0123456789ABCDEF "
+             "(USB), or --adb-tcp 192.168.1.23:5555 (Wi-Fi); the phone must show 'device' in `adb devices`.")
 def add_cmd(
     name: str = typer.Argument(..., help="Device name (letters, digits, . _ -)."),
     target: str = typer.Option(..., "--target", "-t", help="Its target class (`edgekit targets list`)."),
-    host: str = typer.Option(..., "--host", help="Hostname or address of the board."),
+    host: Optional[str] = typer.Option(None, "--host", help="Hostname or address of the board (SSH)."),
+    adb: Optional[str] = typer.Option(None, "--adb", help="An Android device's adb serial (USB; `adb devices`)."),
+    adb_tcp: Optional[str] = typer.Option(None, "--adb-tcp", help="HOST:PORT of an Android device on Wi-Fi adb."),
+    pin_big_cores: bool = typer.Option(False, "--pin-big-cores", help="adb: run the agent on the target's big "
+                                       "cores (taskset big_cores_mask)."),
+    adb_isolated_server: bool = typer.Option(False, "--adb-isolated-server", help="adb: a private adb server for "
+                                             "this device (Wi-Fi devices, CI), never the user's own."),
     port: int = typer.Option(22, "--port", help="SSH port."),
     user: Optional[str] = typer.Option(None, "--user", "-u", help="Login user (default: your user name)."),
     key: Optional[str] = typer.Option(None, "--key", help="Private key file (default: ssh-agent, then ~/.ssh keys)."),
@@ -38,6 +46,14 @@ def add_cmd(
     from ..errors import TransportError
     from ..transport.ssh import fetch_host_key, fingerprint, host_key_name, trust_host_key
 
+    if adb is not None or adb_tcp is not None:
+        return _add_adb(name, target, adb, adb_tcp, workdir, python, pin_big_cores, adb_isolated_server,
+                        no_connect, replace, as_json, host)
+    if host is None:
+        from ..errors import BadInputError
+
+        raise BadInputError("a device needs --host (SSH) or --adb SERIAL / --adb-tcp HOST:PORT (Android)",
+                            hint="e.g. edgekit devices add phone --target pixel-arm64 --adb 0123456789ABCDEF")
     entry = DeviceEntry(name=name, kind="ssh", target=target, host=host, port=port, user=user, key=key,
                         workdir=workdir, python=python, known_hosts=known_hosts)
     if not no_connect:
@@ -69,6 +85,26 @@ def add_cmd(
                           f"check it with `edgekit devices check {name}`", highlight=False)
 
 
+def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated, no_connect, replace, as_json,
+             host):
+    from ..devices import DeviceEntry, add_device, transport_for
+    from ..errors import BadInputError
+    from ..targets import load_target
+
+    if host is not None or (serial is not None and tcp is not None):
+        raise BadInputError("give one of --host (SSH), --adb SERIAL (USB) or --adb-tcp HOST:PORT (Wi-Fi)")
+    entry = DeviceEntry(name=name, kind="adb", target=target, serial=serial, adb_tcp=tcp, workdir=workdir,
+                        python=python, pin_big_cores=pin_big_cores, adb_isolated_server=isolated)
+    if not no_connect:  # an offline/unauthorized phone or a wrong serial fails here, with what to do
+        transport_for(entry, load_target(target).python).close()
+    add_device(entry, replace=replace)
+    if as_json:
+        print(json.dumps(entry.model_dump(mode="json")))
+    else:
+        out_console.print(f"added device {name} ({target}, adb {serial or tcp}); check it with "
+                          f"`edgekit devices check {name}`", highlight=False)
+
+
 @app.command("list", help="List the devices in the inventory.\n\nExample: edgekit devices list --json")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     from rich.table import Table
@@ -84,7 +120,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
         return
     t = Table("name", "kind", "target", "address", "user", "workdir", "notes")
     for d in inv.devices:
-        addr = f"{d.host}:{d.port}" if d.kind == "ssh" else "-"
+        addr = f"{d.host}:{d.port}" if d.kind == "ssh" else (f"adb {d.serial or d.adb_tcp or '(only device)'}"
+                                                              if d.kind == "adb" else "-")
         t.add_row(d.name, d.kind, d.target, addr, d.user or "-", d.workdir, d.notes)
     out_console.print(t)
 

@@ -304,13 +304,16 @@ class AdbTransport(Transport):
         res = self._adb("push", str(local), tmp, timeout=120.0 + size / PUSH_MIN_BYTES_PER_S)
         if res.returncode != 0:
             state = self.state()
+            msg = (res.stderr or res.stdout).strip().splitlines()
+            first = msg[0] if msg else "no message"
+            # adb reconnects TCP devices by itself, so the state may read 'device' again already
+            link = state != "device" or re.search(r"couldn't read|connection|closed|offline|not found", first)
             if state == "device":
                 self._quiet_rm(tmp)
-            msg = (res.stderr or res.stdout).strip().splitlines()
             raise AdbStateError(self.serial, state, f"pushing {local.name} to adb device '{self.serial}' failed "
-                                f"({msg[0] if msg else 'no message'}); the device is now {state}",
-                                hint="check the cable or the Wi-Fi link and retry; nothing was left under the "
-                                     "final name on the device" if state != "device" else
+                                f"({first}); the device is now {state}",
+                                hint="the link to the device broke: check the cable or the Wi-Fi link and retry; "
+                                     "nothing was left under the final name on the device" if link else
                                      f"check free space on the device (`adb shell df {ANDROID_TMP}`)")
         check = self.run(["sh", "-c", _VERIFY_AND_RENAME, "edgekit-push", tmp, dest, digest],
                          timeout=60.0 + size / 50e6, cwd="/")
