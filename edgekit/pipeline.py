@@ -65,6 +65,9 @@ class DeployOptions:
     max_release_accuracy_drop: float | None = None  # points vs the baseline report
     max_memory_increase: float | None = None  # fraction
     max_size_increase: float | None = None  # fraction
+    # also measure each .tflite variant with TFLite's own benchmark_model: the user's binary (pushed by
+    # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
+    benchmark_binary: str | Path | None = None
 
 
 def _noop(_: str) -> None:
@@ -268,6 +271,7 @@ def deploy(
         eval_file = _eval_bundle_file(eval_ds, art_dir)
         remotes = deployer.deliver([eval_file, *{a.path for a in variants.values()}])
         results: dict[str, AgentResult] = {}
+        bench: dict[str, dict] = {}  # benchmark_model's figures per .tflite variant
         from .measure.cache import open_device_measurements
         from .measure.request import apply_measure_options
 
@@ -289,6 +293,9 @@ def deploy(
                 exc.message += f" (measured before the failure: {done}; not measured: " \
                     f"{', '.join(n for n in variants if n not in results)}; no report written)"
                 raise
+            if opts.benchmark_binary is not None and art.format == Format.TFLITE:
+                progress(f"measuring {name} with benchmark_model")
+                bench[name] = _benchmark_model(t, remotes[art.path], opts.benchmark_binary, measure)
         delivery = deployer.stats
         platform_after = t.device_facts() if platform_before is not None else None
     finally:
@@ -300,6 +307,8 @@ def deploy(
     vresults = [_variant_result(name, art, results[name], reference, source) for name, art in variants.items()]
     for v in vresults:
         v.measurement = measurements.info.get(v.name, {})
+        if v.name in bench:  # a second latency/memory source; accuracy and parity stay the Python agent's
+            v.benchmark_model = bench[v.name]
     base = next(v for v in vresults if v.name == rec.baseline)
     for v in vresults:
         if v.accuracy and base.accuracy:
@@ -413,6 +422,15 @@ def _emulation(device: str | None) -> str | None:
     except BadInputError:
         return None
     return (entry.notes or "CPU emulation") if entry.emulated else None
+
+
+def _benchmark_model(t: Transport, model_remote: str, binary: str | Path, measure: MeasureDefaults) -> dict:
+    from .agent.benchmark_model import run_benchmark_model
+
+    exe = None if str(binary) == "device" else Path(binary)
+    r = run_benchmark_model(t, model_remote, binary=exe, threads=measure.threads, warmup=measure.warmup,
+                            runs=measure.runs, min_seconds=measure.min_seconds)
+    return r.to_report()
 
 
 def _platform_facts(before: dict | None, after: dict | None) -> dict:

@@ -236,6 +236,15 @@ def parse_benchmark_output(text: str) -> BenchmarkModelResult:
 
 
 # --------------------------------------------------------------------------- on the device
+def validate_binary_option(value: str | Path | None) -> str | Path | None:
+    """``--benchmark-binary``: a local file, or 'device' (use one already on the device)."""
+    if value is None or str(value) == "device":
+        return value
+    if not Path(value).is_file():
+        raise BadInputError(f"--benchmark-binary {value}: no such file", hint=BINARY_HINT)
+    return Path(value)
+
+
 def install_binary(t: Transport, binary: Path | None, timeout: float = 60.0) -> str:
     """The device path of a runnable benchmark_model: the user's binary, pushed by content (it is
     re-sent only when it changed), else one already on the device."""

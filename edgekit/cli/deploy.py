@@ -58,6 +58,7 @@ def deploy_cmd(
     search: bool = typer.Option(False, "--search", help="Build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/."),
     objective: str = typer.Option("p50", "--objective", help="With --search: what 'best' means: p50, p99, energy or size."),
     time_budget: float = typer.Option(900.0, "--time-budget", help="With --search: total seconds; candidates not reached are dropped with that reason."),
+    benchmark_binary: Optional[str] = typer.Option(None, "--benchmark-binary", help="Also measure each .tflite variant with this TFLite benchmark_model binary for the device (pushed, never downloaded), or 'device' for one already on it (e.g. /data/local/tmp/benchmark_model)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -69,6 +70,9 @@ def deploy_cmd(
     opts.baseline_report = baseline
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.energy_command = energy_command
+    from ..agent.benchmark_model import validate_binary_option
+
+    opts.benchmark_binary = validate_binary_option(benchmark_binary)
     opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
     opts.max_latency_regression, opts.max_release_accuracy_drop = max_latency_regression, max_release_accuracy_drop
     opts.max_memory_increase, opts.max_size_increase = max_memory_increase, max_size_increase
