@@ -1,0 +1,178 @@
+"""`edgekit deploy --device` over a real sshd on loopback: the whole loop, content-addressed delivery,
+corruption detection, a connection dying mid-measurement, and the per-device lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgekit.agent.bundle import BundleDeployer
+from edgekit.errors import TransportError
+from edgekit.sim.procs import descendants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import run_edgekit_subprocess  # noqa: E402
+from sshd import needs_sshd, register, sshd_server  # noqa: E402,F401  (pytest fixture)
+
+pytestmark = needs_sshd
+FAST = ["--runs", "5", "--min-seconds", "0", "--warmup", "1"]
+
+
+@pytest.fixture
+def device(sshd_server, tmp_path, monkeypatch):
+    """Device 'board' in an isolated inventory: the real sshd, target class `local`, this venv's Python."""
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
+    register(sshd_server, "board", target="local", workdir=tmp_path / "device")
+    return sshd_server
+
+
+def deploy_args(digits, out, *extra):
+    return ["deploy", digits.pt2, "--target", "local", "--device", "board", "--eval-data", digits.eval,
+            "--calib-data", digits.calib, "--out", out, *FAST, *extra]
+
+
+@pytest.mark.slow
+def test_deploy_over_ssh_cold_then_warm_sends_no_model_bytes(cli, digits, device, tmp_path):
+    t0 = time.perf_counter()
+    r = cli(*deploy_args(digits, tmp_path / "cold"))
+    cold_s = time.perf_counter() - t0
+    assert r.exit_code == 0, r.stderr
+    cold = json.loads((tmp_path / "cold" / "report.json").read_text())
+    assert cold["device"]["transport"] == "ssh" and cold["device"]["name"] == "board"
+    assert [v["name"] for v in cold["variants"]] == ["fp32", "int8-static"]
+    assert all(v["latency_ms"]["p50"] > 0 and v["accuracy"]["value"] > 90 for v in cold["variants"])
+    model_bytes = sum(v["size_bytes"] for v in cold["variants"])
+    assert cold["settings"]["delivery"]["bytes_sent"] >= model_bytes
+
+    t0 = time.perf_counter()
+    r = cli(*deploy_args(digits, tmp_path / "warm"))
+    warm_s = time.perf_counter() - t0
+    assert r.exit_code == 0, r.stderr
+    warm = json.loads((tmp_path / "warm" / "report.json").read_text())
+    d = warm["settings"]["delivery"]
+    # same models, same eval data, same requests: everything is already on the device, by hash
+    assert d["files_sent"] == 0 and d["bytes_sent"] == 0 and d["files_reused"] >= 3, d
+    print(f"\ndeploy over ssh: cold {cold_s:.2f} s ({cold['settings']['delivery']}), warm {warm_s:.2f} s ({d})")
+
+
+def test_file_corrupted_on_the_device_is_detected_and_resent(device, digits, tmp_path):
+    from edgekit.devices import get_device, transport_for
+
+    with transport_for(get_device("board")) as t:
+        dep = BundleDeployer(t)
+        remote = dep.deliver([digits.eval])[digits.eval]
+        Path(remote).write_bytes(b"\0" * 100 + Path(remote).read_bytes()[100:])  # bit rot on the board
+        dep2 = BundleDeployer(t)
+        dep2.deliver([digits.eval])
+        assert dep2.stats.files_sent == 1  # its hash no longer matched: sent again
+        assert Path(remote).read_bytes() == digits.eval.read_bytes()
+
+
+def test_corruption_in_transit_is_detected(device, digits, tmp_path):
+    """The link flips bytes: the device-side hash check refuses the file (exit 3)."""
+    from edgekit.devices import get_device, transport_for
+
+    t = transport_for(get_device("board"))
+    dep = BundleDeployer(t)
+    assert dep.agent  # the agent goes over a clean link; the payload does not
+    real_push = t.push
+
+    def corrupting_push(local, remote):
+        bad = tmp_path / "in-transit.bin"
+        data = bytearray(Path(local).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        bad.write_bytes(bytes(data))
+        real_push(bad, remote)
+
+    t.push = corrupting_push
+    try:
+        with pytest.raises(TransportError, match="arrived corrupted") as e:
+            dep.deliver([digits.eval])
+        assert e.value.exit_code == 3
+    finally:
+        t.close()
+
+
+@pytest.mark.slow
+def test_sshd_killed_mid_measurement_exits_3_and_keeps_the_old_report(cli, digits, device, tmp_path):
+    out = tmp_path / "out"
+    r = cli(*deploy_args(digits, out))
+    assert r.exit_code == 0, r.stderr
+    before = (out / "report.json").read_bytes()
+
+    killed = []
+
+    def kill_when_measuring():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for pid in descendants(device.pid):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if any(c.endswith(b".json") for c in cmd) and any(b"edgekit_agent" in c for c in cmd):
+                    device.stop()  # sshd and every session it forked, by PID
+                    killed.append(pid)
+                    return
+            time.sleep(0.05)
+
+    th = threading.Thread(target=kill_when_measuring, daemon=True)
+    th.start()
+    r = cli(*deploy_args(digits, out, "--min-seconds", "30"))
+    th.join(timeout=5)
+    assert killed, "the agent never started measuring"
+    assert r.exit_code == 3, (r.exit_code, r.stderr)
+    assert "measured before the failure" in r.stderr and "no report written" in r.stderr
+    assert (out / "report.json").read_bytes() == before  # the earlier report survives untouched
+    assert not [p for p in out.iterdir() if p.name.startswith(".report")]
+
+
+@pytest.mark.slow
+def test_two_concurrent_deploys_are_serialized_by_the_lock(digits, device, tmp_path):
+    """A holds the device; B (--no-wait) fails fast with exit 3; C waits and runs after A."""
+    import subprocess
+
+    from edgekit.lock import DeviceLock
+
+    env = {"EDGEKIT_HOME": os.environ["EDGEKIT_HOME"]}
+    exe = Path(sys.executable).with_name("edgekit")
+    lock = DeviceLock("board")
+
+    def start(name, *extra):
+        argv = [str(exe), *map(str, deploy_args(digits, tmp_path / name, *extra)), "--json"]
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **env})
+
+    a = start("a", "--min-seconds", "4")
+    holders = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and (not holders or holders[-1] != a.pid):
+        h = lock.holder()
+        if h:
+            holders.append(h["pid"])
+        time.sleep(0.05)
+    assert holders and holders[-1] == a.pid, "deploy A never took the device lock"
+    b = run_edgekit_subprocess(*deploy_args(digits, tmp_path / "b", "--no-wait"), env=env, timeout=300)
+    assert b.exit_code == 3 and "busy" in b.stderr and f"PID {a.pid}" in b.stderr
+    c = start("c")
+    seen = []
+    while c.poll() is None and time.monotonic() < deadline + 300:
+        h = lock.holder()
+        if h and (not seen or seen[-1][0] != h["pid"]):
+            seen.append((h["pid"], a.poll()))
+        time.sleep(0.02)
+    a_out, a_err = a.communicate(timeout=300)
+    c_out, c_err = c.communicate(timeout=300)
+    assert a.returncode == 0, a_err
+    assert c.returncode == 0, c_err
+    # C held the device only once A had exited: never both at once
+    c_turns = [a_rc for pid, a_rc in seen if pid == c.pid]
+    assert c_turns and all(rc is not None for rc in c_turns), seen
+    assert not (tmp_path / "b" / "report.json").exists()
