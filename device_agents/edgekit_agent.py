@@ -235,7 +235,8 @@ BUSY_OTHER_CPU = 0.15  # other processes' share of all CPUs above which the devi
 def device_facts():
     return {
         "arch": platform.machine(),
-        "os": platform.system().lower(),
+        # Python < 3.13 on Android (Termux, boards) says "linux"; the system image gives it away
+        "os": "android" if os.path.isfile("/system/build.prop") else platform.system().lower(),
         "os_release": platform.release(),
         "python": platform.python_version(),
         "cpu": _cpu_model(),
