@@ -236,9 +236,29 @@ def _finish(cfg, model, data, classes, history, world, backend, precision, steps
     print(f"edgekit-train: wrote {cfg.out} and {cfg.lineage_path}", flush=True)
 
 
+def _die_with_agent() -> None:
+    """torchrun starts each worker in a session of its own, so a SIGKILLed agent (a killed job, an
+    OOM kill) would leave its workers training unsupervised, writing checkpoints under a resumed run.
+    On Linux, ask the kernel to kill this worker when its parent, the agent, dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ppid = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != ppid:  # the agent died before the request took effect
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    _die_with_agent()
     argv = sys.argv[1:] if argv is None else argv
     cfg = TrainConfig.model_validate_json(Path(argv[0]).read_text())
     rank = int(os.environ.get("RANK", "0"))

@@ -109,9 +109,25 @@ def popen(*args) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> list[int]:
+    """SIGKILL edgekit and torchrun (its process group), as a crashed job would. torchrun puts each
+    worker in a session of its own; the workers must die with their agent (PR_SET_PDEATHSIG).
+    Returns the PIDs of workers that outlived it (killed here so the test leaves nothing behind)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in alive]

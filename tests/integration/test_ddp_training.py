@@ -1,0 +1,114 @@
+"""Real DDP training through torchrun (gloo on CPU): 1 process vs 2 processes reach the same
+weights, and a run killed after a checkpoint resumes and finishes with the weights an unkilled run
+reaches. Each test starts real torchrun process groups, so they are slow on 2 cores."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from ddp_helpers import kill_group, max_abs_diff, popen, run, state_dict, write_digits, write_factories
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 2  # 2 x 22 steps of a global batch of 64 on 1437 digits
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ddp")
+    train, evald = write_digits(d)
+    return d, train, evald, write_factories(d)
+
+
+@pytest.fixture(scope="module")
+def one_process(env):
+    d, train, evald, fac = env
+    out = d / "one" / "teacher.pt2"
+    p = run("train", f"{fac}:nobn", "--data", train, "--eval-data", evald, "--epochs", EPOCHS, "--out", out,
+            "--seed", 3, "--threads", 1, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    return out, json.loads(p.stdout)
+
+
+def test_one_process_writes_a_pt2_teacher_and_its_metrics_in_lineage(one_process, env):
+    out, res = one_process
+    ep = torch.export.load(str(out))
+    x = torch.from_numpy(np.load(env[2])["x"][:1])
+    assert ep.module()(x).shape == (1, 10)
+    doc = json.loads(out.with_name("teacher.pt2.lineage.json").read_text())
+    step = doc["lineage"][0]
+    assert (step["kind"], step["name"]) == ("source", "train")
+    m = step["metrics"]
+    assert m["world_size"] == 1 and m["backend"] == "gloo" and m["precision"] == "fp32"
+    assert m["global_steps"] == EPOCHS * (1437 // 64)
+    assert len(m["history"]) == EPOCHS and m["history"][-1]["loss"] < m["history"][0]["loss"]
+    assert 0 <= m["eval_accuracy"] <= 100
+    assert res["metrics"] == m
+    from edgekit.fsutil import sha256_file
+
+    assert doc["sha256"] == sha256_file(out)
+
+
+def test_two_processes_reach_the_same_weights_as_one(one_process, env):
+    d, train, _, fac = env
+    out = d / "two" / "teacher.pt2"
+    p = run("train", f"{fac}:nobn", "--data", train, "--epochs", EPOCHS, "--out", out, "--seed", 3,
+            "--nproc-per-node", 2, "--threads", 1, "--force", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["metrics"]["world_size"] == 2
+    a, b = state_dict(one_process[0]), state_dict(out)
+    diff = max_abs_diff(a, b)
+    assert diff < 1e-4, f"1-process and 2-process weights differ by {diff}"
+    # and training moved them: the check would pass trivially on untouched weights
+    torch.manual_seed(3)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= diff
+    assert res["metrics"]["final_loss"] == pytest.approx(one_process[1]["metrics"]["final_loss"], abs=1e-4)
+
+
+def test_another_seed_gives_other_weights(one_process, env):
+    # the guard for the test above: equal weights must come from equal training, not from nothing changing
+    d, train, _, fac = env
+    out = d / "seed4" / "teacher.pt2"
+    p = run("train", f"{fac}:nobn", "--data", train, "--epochs", 1, "--out", out, "--seed", 4, "--threads", 1)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert max_abs_diff(state_dict(one_process[0]), state_dict(out)) > 1e-3
+
+
+def test_killed_run_resumes_from_its_checkpoint_and_finishes_like_an_unkilled_one(one_process, env):
+    d, train, evald, fac = env
+    out = d / "resume" / "teacher.pt2"
+    ckpt = d / "resume" / "teacher.ckpt" / "last.pt"
+    args = ("train", f"{fac}:nobn", "--data", train, "--epochs", EPOCHS, "--out", out, "--seed", 3,
+            "--threads", 1, "--checkpoint-every", 5)
+    proc = popen(*args, "--nproc-per-node", 2, "--force")
+    try:
+        deadline = time.monotonic() + 240
+        while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ckpt.exists(), f"no checkpoint appeared: {proc.poll()} {proc.stdout.read() if proc.poll() is not None else ''}"
+    finally:
+        survivors = kill_group(proc)  # SIGKILL edgekit and torchrun; the workers must follow
+    assert not survivors, f"workers {survivors} kept running after torchrun was killed"
+    assert not out.exists(), "killed before the end, yet a teacher was written"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["global_step"] >= 5 and saved["complete"] is False
+    assert {"model", "optimizer", "epoch", "step_in_epoch"} <= saved.keys()
+    assert saved["optimizer"]["state"], "optimizer state (Adam moments) is in the checkpoint"
+
+    # a fresh start over an unfinished checkpoint is refused: it would silently throw the run away
+    p = run(*args)
+    assert p.returncode == 2 and "--resume" in p.stderr
+    # resume with 1 process: a global batch holds the same samples at any world size
+    p = run(*args, "--resume", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = json.loads(p.stdout)["metrics"]
+    assert m["resumed_from"]["global_step"] == saved["global_step"]
+    assert m["global_steps"] == EPOCHS * (1437 // 64)
+    diff = max_abs_diff(state_dict(one_process[0]), state_dict(out))
+    assert diff < 1e-4, f"resumed run differs from the unkilled run by {diff}"
