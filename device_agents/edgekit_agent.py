@@ -568,6 +568,7 @@ class ExternalCommandReader:
     first number on its last output line. Runs as an argv list, never through a shell."""
 
     name, kind = "external_command", "energy"
+    default_hz = 1.0  # each read is a process start: sample slowly so the meter does not load the device
 
     def __init__(self, command=None, timeout=10.0, **_):
         import shlex
@@ -1063,7 +1064,7 @@ def measure_with_energy(run_once, req, root="/"):
     if reader is None:
         raw, sus = timed_runs(run_once, req, root)
         return raw, sus, no_energy(reasons, sources)
-    hz = float(ecfg.get("sample_hz") or DEFAULT_SAMPLE_HZ)
+    hz = float(ecfg.get("sample_hz") or getattr(reader, "default_hz", DEFAULT_SAMPLE_HZ))
     baseline_s = float(ecfg.get("baseline_seconds", DEFAULT_BASELINE_S))
     sampler = EnergySampler(reader, hz)
     out = {"energy_mj_per_inference": None, "source": reader.name, "checked": reasons,

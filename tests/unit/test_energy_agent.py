@@ -102,3 +102,22 @@ def test_agent_on_this_machine_reports_null_energy_with_reasons(tmp_path):
     assert mem["peak_rss_mb"] >= mem["rss_after_load_mb"] > 0 and mem["load_delta_mb"] > 0
     assert mem["pss_mb"] is not None and 0 < mem["pss_mb"] <= mem["peak_rss_mb"]
     assert mem["arena_mb"] is None and "arena" in mem["arena_reason"]
+
+
+def test_agent_with_an_external_meter_at_constant_power_reports_null_not_noise(tmp_path):
+    """A stand-in meter (a fake) whose joules grow at a constant 3 W whatever the device does: the run
+    draws no more than the idle baseline, so the agent must say so instead of printing a number."""
+    t0 = tmp_path / "t0"
+    t0.write_text(repr(time.time()))
+    meter = tmp_path / "meter.py"
+    meter.write_text("import sys, time\nprint(3.0 * (time.time() - float(open(sys.argv[1]).read())))\n")
+    req = tiny_request(tiny_onnx(tmp_path / "tiny.onnx"), min_seconds=0.3, max_runs=10_000_000,
+                       energy={"sources": ["rapl", "external_command"], "sysfs_root": str(tmp_path / "none"),
+                               "external_command": [sys.executable, str(meter), str(t0)], "baseline_seconds": 0.3})
+    e = run_agent(req, tmp_path)["energy"]
+    assert e["source"] == "external_command" and e["checked"][0].startswith("rapl:")
+    assert e["baseline_w"] == pytest.approx(3.0, rel=0.3) and e["run_w"] == pytest.approx(3.0, rel=0.3)
+    if e["energy_mj_per_inference"] is None:
+        assert "no more power than idle" in e["reason"]
+    else:  # timing jitter can leave a sliver above idle: then it must not claim significance
+        assert not e["significant"], e
