@@ -82,6 +82,8 @@ class Recipe(_Strict):
     variants: list[VariantSpec] = Field(default_factory=list)
     measure: MeasureOverrides = MeasureOverrides()
     gate: GateConfig = GateConfig()
+    # .npz (x, y) that pruning fine-tunes and distillation train on; relative to the recipe file
+    train_data: str | None = None
 
     @field_validator("variants")
     @classmethod
@@ -104,6 +106,8 @@ def default_recipe(has_calib: bool) -> Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     r = load_model_file(Recipe, path, hint="see examples/digits/recipe.yaml for a valid recipe")
+    if r.train_data and not Path(r.train_data).is_absolute():
+        r.train_data = str(Path(path).parent / r.train_data)
     from .passes.registry import known_passes
 
     for v in r.variants:

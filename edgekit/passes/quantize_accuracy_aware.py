@@ -1,0 +1,212 @@
+"""Accuracy-aware INT8 (onnxruntime): the fastest INT8 configuration that stays inside an accuracy
+tolerance, found by measurement on the eval set -- never a silently degraded model.
+
+Start from full INT8. While the drop is outside the tolerance, try keeping each remaining
+quantizable op in float (one at a time, on top of the ops already kept), keep the one whose
+float copy recovers the most accuracy (ties broken by the output error vs fp32), and repeat.
+Every decision is recorded (the op, its accuracy gain, the candidates it beat) in the lineage.
+When no configuration meets the tolerance the pass raises PassError naming the best one found.
+
+Note: the search is scored on the eval set it is given; the device measures on the same set, so
+give a held-out split as ``--eval-data`` if the reported accuracy must be unbiased.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from ..artifact import Artifact
+from ..errors import DataError, PassError
+from ..formats import Format
+from ..logs import quiet
+from .base import Pass, PassContext, PassOutput
+from .quantize_ort import OrtQuantize, OrtQuantizeConfig
+
+
+class AccuracyAwareConfig(OrtQuantizeConfig):
+    max_accuracy_drop: float = Field(1.0, ge=0, le=100, description="accuracy points vs fp32 (1 = one point)")
+    relative: bool = Field(False, description="read max_accuracy_drop as percent of the fp32 accuracy")
+    # rerank: re-measure every remaining candidate after each op kept in float (N*K trials, best set);
+    # rank_once: rank ops once by single-op sensitivity and keep them in that order (N+K trials).
+    strategy: Literal["rerank", "rank_once"] = "rerank"
+    max_float_ops: int | None = Field(None, ge=0, description="give up after keeping this many ops in float")
+    max_trials: int = Field(400, ge=1, description="quantize+evaluate budget of the search")
+    eval_samples: int | None = Field(None, ge=1, description="score on the first N eval samples (default all)")
+
+
+def tolerance_points(max_drop: float, relative: bool, base_accuracy: float) -> float:
+    """The tolerance in accuracy points (``relative`` reads ``max_drop`` as percent of the baseline)."""
+    return max_drop * base_accuracy / 100.0 if relative else max_drop
+
+
+def quantizable_ops() -> set[str]:
+    """Op types onnxruntime's static quantizer handles by default (QOperator and QDQ registries)."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return set(QDQRegistry) | set(QLinearOpsRegistry)
+
+
+class _Scorer:
+    """Accuracy (points) and output MSE of an ONNX file on the eval set, vs fp32 logits."""
+
+    def __init__(self, xs: list[np.ndarray], y: np.ndarray):
+        self.xs, self.y = xs, y.reshape(len(y), -1)[:, 0] if y.ndim > 1 else y
+        self.ref: np.ndarray | None = None
+
+    def __call__(self, path: Path) -> tuple[float, float]:
+        from ..source import ort_reference
+
+        out = ort_reference(path)(self.xs)
+        if out.ndim != 2 or out.shape[0] != len(self.y):
+            raise DataError(f"accuracy needs (N, classes) logits; the model's first output has shape {out.shape}",
+                            hint="accuracy-aware quantization scores top-1 classification on the eval labels")
+        acc = float((out.argmax(1) == self.y).mean() * 100.0)
+        if self.ref is None:
+            self.ref = out
+        mse = float(np.mean((out - self.ref) ** 2))
+        return acc, mse
+
+
+class AccuracyAwareQuantize(Pass):
+    name = "quantize_accuracy_aware"
+    Config = AccuracyAwareConfig
+    input_formats = (Format.ONNX,)
+
+    def run(self, artifact, config: AccuracyAwareConfig, ctx: PassContext, stem: str) -> PassOutput:
+        import onnx
+
+        if ctx.eval is None:
+            raise DataError("accuracy-aware quantization needs an eval set with labels",
+                            hint="pass --eval-data EVAL.npz (x and y), or use the plain `quantize` pass")
+        if ctx.eval.y is None:
+            raise DataError(f"eval data {ctx.eval.path} has no labels; accuracy-aware quantization measures accuracy",
+                            hint="add y=labels to the .npz")
+        n = config.eval_samples or ctx.eval.n
+        scorer = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y[:n])
+        base_cfg = OrtQuantizeConfig(**config.model_dump(include=set(OrtQuantizeConfig.model_fields)))
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{stem}.search-", dir=ctx.workdir))
+        try:
+            src = artifact
+            if config.preprocess:  # once, so that node names are the same in every trial
+                from onnxruntime.quantization.shape_inference import quant_pre_process
+
+                pre = tmpdir / "pre.onnx"
+                with quiet("root", "onnxruntime"):
+                    quant_pre_process(str(artifact.path), str(pre), skip_symbolic_shape=True)
+                src = Artifact.from_file(pre, Format.ONNX, artifact.io)
+            base_acc, _ = scorer(Path(src.path))
+            tol = tolerance_points(config.max_accuracy_drop, config.relative, base_acc)
+            graph = onnx.load(str(src.path)).graph
+            allowed = set(config.op_types) if config.op_types else quantizable_ops()
+            user_excluded = set(config.nodes_to_exclude)
+            op_type = {nd.name: nd.op_type for nd in graph.node}
+            candidates = [nd.name for nd in graph.node
+                          if nd.op_type in allowed and nd.name and nd.name not in user_excluded]
+            search = _Search(src, base_cfg, ctx, tmpdir, scorer, user_excluded, config.max_trials)
+
+            kept: list[str] = []
+            acc, mse, path = search.trial(kept)
+            full = {"accuracy": round(acc, 4), "drop": round(base_acc - acc, 4), "output_mse": mse}
+            decisions: list[dict] = []
+            sensitivity: list[dict] | None = None
+            order: list[str] | None = None
+            while base_acc - acc > tol:
+                remaining = [c for c in candidates if c not in kept]
+                limit_hit = config.max_float_ops is not None and len(kept) >= config.max_float_ops
+                if not remaining or limit_hit or search.exhausted:
+                    why = ("max_float_ops reached" if limit_hit else "trial budget (max_trials) spent"
+                           if search.exhausted else "every quantizable op is already in float")
+                    raise PassError(
+                        f"no INT8 configuration met the tolerance of {tol:.2f} accuracy points ({why}): the best "
+                        f"found keeps {search.best[1] or 'no op'} in float and drops {base_acc - search.best[0]:.2f} points "
+                        f"(fp32 {base_acc:.2f}%, full INT8 {full['accuracy']:.2f}%); no model was written",
+                        hint="raise --max-accuracy-drop, allow more float ops (max_float_ops), give more "
+                        "representative calibration data, or ship the fp32 model")
+                if order is None or config.strategy == "rerank":
+                    scored = []
+                    for c in remaining:
+                        if search.exhausted:
+                            break
+                        a, m, _ = search.trial(kept + [c])
+                        scored.append((a, -m, c))
+                    scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+                    if sensitivity is None:  # the first round is each op's own sensitivity
+                        sensitivity = [{"node": c, "op_type": op_type[c], "accuracy_if_float": round(a, 4),
+                                        "recovers_points": round(a - acc, 4), "output_mse_if_float": -m}
+                                       for a, m, c in scored]
+                    order = [c for _, _, c in scored]
+                if not order:
+                    continue  # budget ran out during ranking: the check above reports it
+                pick = order.pop(0)
+                prev = acc
+                acc, mse, path = search.trial(kept + [pick])
+                kept.append(pick)
+                decisions.append({
+                    "node": pick, "op_type": op_type[pick], "accuracy": round(acc, 4),
+                    "drop": round(base_acc - acc, 4),
+                    "reason": f"keeping {pick} ({op_type[pick]}) in float moved accuracy {prev:.2f}% -> {acc:.2f}%, "
+                              f"the largest recovery of the {len(remaining)} candidates tried",
+                })
+            out = ctx.workdir / f"{stem}.onnx"
+            tmp = ctx.workdir / f".{stem}.partial.onnx"
+            shutil.copyfile(path, tmp)
+            tmp.replace(out)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        metrics = {
+            "fp32_accuracy": round(base_acc, 4),
+            "full_int8": full,
+            "accuracy": round(acc, 4),
+            "accuracy_drop": round(base_acc - acc, 4),
+            "tolerance_points": round(tol, 4),
+            "kept_in_float": decisions,
+            "float_ops": sorted(user_excluded | set(kept)),
+            "quantizable_ops": len(candidates),
+            "sensitivity": sensitivity or [],
+            "trials": search.trials,
+            "strategy": config.strategy,
+            "eval_data": str(ctx.eval.path),
+            "eval_samples": n,
+            "output_mse": mse,
+        }
+        if ctx.calib is not None:
+            metrics["calibration_data"] = str(ctx.calib.path)
+        return PassOutput(path=out, precision="mixed" if kept or user_excluded else "int8", metrics=metrics)
+
+
+class _Search:
+    """Quantize with a set of float ops and score it; results memoized by the set."""
+
+    def __init__(self, src, base_cfg, ctx, tmpdir, scorer, user_excluded, max_trials):
+        self.src, self.base_cfg, self.tmpdir, self.scorer = src, base_cfg, tmpdir, scorer
+        self.user_excluded, self.max_trials = user_excluded, max_trials
+        self.ctx = PassContext(workdir=tmpdir, calib=ctx.calib, eval=ctx.eval, train=ctx.train)
+        self.memo: dict[frozenset, tuple[float, float, Path]] = {}
+        self.best: tuple[float, list[str]] = (-1.0, [])
+
+    @property
+    def trials(self) -> int:
+        return len(self.memo)
+
+    @property
+    def exhausted(self) -> bool:
+        return len(self.memo) >= self.max_trials
+
+    def trial(self, float_ops: list[str]) -> tuple[float, float, Path]:
+        key = frozenset(float_ops)
+        if key in self.memo:
+            return self.memo[key]
+        cfg = self.base_cfg.model_copy(update={"nodes_to_exclude": sorted(self.user_excluded | key),
+                                               "preprocess": False})
+        out = OrtQuantize().run(self.src, cfg, self.ctx, f"trial-{len(self.memo)}")
+        acc, mse = self.scorer(out.path)
+        self.memo[key] = (acc, mse, out.path)
+        if acc > self.best[0]:
+            self.best = (acc, sorted(float_ops))
+        return self.memo[key]
