@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.agent_loader import load_agent
+from tests.unit.agent_loader import AGENT_PATH, load_agent
 
 A = load_agent()
 MAX_RANGE = 262143328850  # a real package zone's max_energy_range_uj
@@ -104,12 +104,39 @@ def test_rapl_absent_gives_the_reason(tmp_path):
         A.RaplReader(str(tmp_path))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file anyway; the check needs a normal user")
 def test_rapl_root_only_counter_says_so(tmp_path):
-    rapl_tree(tmp_path)
-    os.chmod(tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj", 0)
-    with pytest.raises(A.EnergyUnavailable, match="root"):
-        A.RaplReader(str(tmp_path))
+    """Kernels since 5.10 make energy_uj root-only. Checked as an unprivileged user: directly when
+    the tests run as one, else through `runuser -u nobody` with the system python (stdlib only,
+    like a device)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        rapl_tree(tmp_path)
+        os.chmod(tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj", 0)
+        with pytest.raises(A.EnergyUnavailable, match="root"):
+            A.RaplReader(str(tmp_path))
+        return
+    if not shutil.which("runuser") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs runuser and /usr/bin/python3 to read as an unprivileged user")
+    root = Path(tempfile.mkdtemp(prefix="edgekit-rapl-"))
+    try:
+        rapl_tree(root)
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (root / "sys/class/powercap/intel-rapl:0/energy_uj").chmod(0o400)
+        code = ("import importlib.util,sys\n"
+                "s=importlib.util.spec_from_file_location('a',sys.argv[1]);m=importlib.util.module_from_spec(s)\n"
+                "s.loader.exec_module(m)\n"
+                "try:\n m.RaplReader(sys.argv[2]); print('READ')\n"
+                "except m.EnergyUnavailable as e: print(e)\n")
+        out = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", code, str(AGENT_PATH),
+                              str(root)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "readable only by root" in out.stdout and "chmod o+r" in out.stdout, out.stdout
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- hwmon
