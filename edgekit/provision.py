@@ -90,6 +90,8 @@ def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[s
     t = transport
     wheels = _wheels(Path(wheelhouse))
     deployer = BundleDeployer(t)
+    _ = deployer.agent  # installed first, so the counts below are the wheels' alone
+    deployer.stats = type(deployer.stats)()
     progress(f"sending {len(wheels)} wheels (content-addressed)")
     remote = deployer.deliver(wheels)
     wh = t.remote_path("wheelhouse")
