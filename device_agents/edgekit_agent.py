@@ -663,7 +663,10 @@ class EnergySampler:
     def _sample(self):
         with self._lock:
             a = time.perf_counter()
-            v = self.reader.read()
+            try:
+                v = self.reader.read()
+            except (OSError, ValueError) as exc:  # a sensor that vanishes mid-run costs the figure, not the run
+                raise EnergyUnavailable(f"reading {self.reader.name} failed: {exc}") from exc
             b = time.perf_counter()
             self.samples.append(((a + b) / 2, v, b - a))
             return len(self.samples) - 1

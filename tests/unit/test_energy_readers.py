@@ -323,3 +323,30 @@ def test_no_more_power_than_idle_is_null_not_a_made_up_number():
     assert mj is None and "no more power than idle" in info["reason"]
     mj, info = A.energy_result("power", base, run[:1], 50)
     assert mj is None and "raise min_seconds" in info["reason"]
+
+
+def test_a_sensor_that_vanishes_mid_run_costs_the_figure_not_the_run(tmp_path):
+    rapl_tree(tmp_path)
+    r = A.RaplReader(str(tmp_path))
+    s = A.EnergySampler(r, hz=0.1)  # marks only: the thread stays asleep
+    s.mark()
+    (tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj").write_text("garbage\n")
+    with pytest.raises(A.EnergyUnavailable, match="reading rapl failed"):
+        s.mark()
+
+
+def test_measure_with_energy_survives_a_sensor_failing_during_the_run(tmp_path):
+    rapl_tree(tmp_path)
+    counter = tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj"
+    calls = {"n": 0}
+
+    def run_once():
+        calls["n"] += 1
+        if calls["n"] == 5:
+            counter.write_text("garbage\n")
+
+    req = {"runs": 10, "min_seconds": 0.0, "energy": {"sources": ["rapl"], "baseline_seconds": 0.01, "sample_hz": 0.1}}
+    raw, sus, energy = A.measure_with_energy(run_once, req, str(tmp_path))
+    assert len(raw) == 10 and sus is None
+    assert energy["energy_mj_per_inference"] is None and energy["source"] == "rapl"
+    assert "reading rapl failed" in energy["reason"]
