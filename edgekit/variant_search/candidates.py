@@ -34,7 +34,7 @@ TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
     ("tflite-fp32", {"to": "tflite", "precision": "fp32"}, False),
     ("tflite-fp16", {"to": "tflite", "precision": "fp16"}, False),
     ("tflite-int8", {"to": "tflite", "precision": "int8", "io": "float"}, True),
-    ("tflite-dynamic", {"to": "tflite", "precision": "dynamic"}, False),
+    ("tflite-dynamic", {"to": "tflite", "precision": "int8", "quantization": "dynamic"}, False),
 ]
 
 

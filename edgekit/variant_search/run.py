@@ -157,7 +157,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         candidate_variants(spec, has_calib=calib_ds is not None)
     cands = [Candidate(s) for s in specs]
     skipped_summ = [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]
-    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds)
+    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, extras={"source": source})
     for c in cands:
         if time.perf_counter() > deadline:
             c.drop("build", "time budget exhausted before this candidate was built")
