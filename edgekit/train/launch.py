@@ -109,6 +109,26 @@ _RDZV = re.compile(r"(RendezvousConnectionError|RendezvousTimeoutError|Rendezvou
                    r"RendezvousStateError|DistNetworkError)")
 
 
+def _failures(tail: str) -> list[dict[str, Any]]:
+    """The per-rank blocks of torchrun's ChildFailedError summary, root cause first."""
+    i = tail.rfind("Failures:")
+    if i < 0:
+        return []
+    text = tail[i:]
+    root = text.find("Root Cause")
+    blocks = re.split(r"\n\[\d+\]:\n", text[root:] if root >= 0 else text)[1:]
+    if root >= 0:
+        blocks += re.split(r"\n\[\d+\]:\n", text[:root])[1:]
+    out = []
+    for b in blocks:
+        rm = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", b)
+        em = re.search(r"exitcode\s*:\s*(-?\d+)", b)
+        if rm and em:
+            out.append({"rank": int(rm.group(1)), "local_rank": int(rm.group(2)), "exitcode": int(em.group(1)),
+                        "text": b})
+    return out
+
+
 def _raise_failure(cfg: TrainConfig, rc: int, tail: str, log: Path) -> None:
     err_dir = cfg.run_dir / "errors"
     for f in sorted(err_dir.glob("rank*.json")) if err_dir.is_dir() else []:
@@ -127,16 +147,23 @@ def _raise_failure(cfg: TrainConfig, rc: int, tail: str, log: Path) -> None:
         raise TransportError(
             f"rendezvous at {cfg.rdzv_endpoint} failed ({m.group(1)}) {waited}; {cfg.nnodes} nodes were expected, "
             f"timeout {cfg.rdzv_timeout} s", hint=f"start every node with the same --rdzv-endpoint and --nnodes; log: {log}")
-    root = tail[tail.find("Root Cause"):] if "Root Cause" in tail else ""
-    rm = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", root)
-    em = re.search(r"exitcode\s*:\s*(-?\d+)", root)
-    if rm and em:
-        code = int(em.group(1))
+    failures = _failures(tail)
+    if failures:
+        # torchrun's "root cause" is the earliest timestamp, which can be a survivor that noticed the
+        # dead peer first (gloo: "Connection closed by peer") or that torchrun itself SIGTERMed:
+        # the rank that really failed is one that was neither.
+        def secondary(f: dict) -> bool:
+            return f["exitcode"] == -15 or "Connection closed by peer" in f["text"] or "remote worker" in f["text"]
+
+        cause = next((f for f in failures if not secondary(f)), failures[0])
+        code = cause["exitcode"]
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        others = sorted({f["rank"] for f in failures} - {cause["rank"]})
+        then = (f"; rank(s) {', '.join(map(str, others))} stopped after it" if others else "")
         raise TrainFailedError(
-            f"training failed: rank {rm.group(1)} (local rank {rm.group(2)}) {how}; torchrun stopped the other "
-            f"processes (--max-restarts {cfg.max_restarts})",
-            hint=f"see the rank's traceback in {log}; after fixing it, continue from the last checkpoint with --resume")
+            f"training failed: rank {cause['rank']} (local rank {cause['local_rank']}) {how}{then}; torchrun stopped "
+            f"the other processes (--max-restarts {cfg.max_restarts})",
+            hint=f"see the rank's output in {log}; after fixing it, continue from the last checkpoint with --resume")
     last = "\n".join(tail.strip().splitlines()[-6:])
     raise TrainFailedError(f"torchrun exited with code {rc}:\n{last}", hint=f"full log: {log}")
 

@@ -62,8 +62,10 @@ def test_a_rank_that_dies_stops_the_others_with_a_clear_error(env):
     out = d / "dies" / "teacher.pt2"
     # the subprocess timeout is the bound: a hang fails the test instead of blocking the suite
     p = run("train", f"{fac}:dies_on_rank1", "--data", train, "--epochs", 2, "--out", out, "--threads", 1,
-            "--nproc-per-node", 2, "--force", timeout=300)
+            "--nproc-per-node", 2, timeout=300)
     assert p.returncode == 3, p.stdout + p.stderr
+    # without --force, the advisor first says that the digits set does not need DDP, and why
+    assert "does not need distributed training" in p.stderr and "no gain" in p.stderr
     assert "rank 1 (local rank 1) exited with code 13" in p.stderr
     assert "--max-restarts 0" in p.stderr and "--resume" in p.stderr
     assert not out.exists()

@@ -62,6 +62,7 @@ def test_two_processes_reach_the_same_weights_as_one(one_process, env):
     assert p.returncode == 0, p.stdout + p.stderr
     res = json.loads(p.stdout)
     assert res["metrics"]["world_size"] == 2
+    assert res["warnings"] == [] and "does not need distributed" not in p.stderr  # --force silences the advisor
     a, b = state_dict(one_process[0]), state_dict(out)
     diff = max_abs_diff(a, b)
     assert diff < 1e-4, f"1-process and 2-process weights differ by {diff}"

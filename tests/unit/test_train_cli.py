@@ -83,3 +83,18 @@ def test_unreachable_rendezvous_endpoint_fails_within_the_timeout_naming_it(cli,
     assert f"cannot reach the rendezvous endpoint 127.0.0.1:{port} within 2 s" in r.stderr
     assert "start node 0" in r.stderr
     assert not (tmp / "t.ckpt" / "torchrun-node1.log").exists()  # torchrun was never started
+
+
+def test_torchrun_failure_summary_names_the_rank_that_died_not_the_survivor(tmp_path):
+    """A real torchrun summary (recorded from the rank-death integration test): its "root cause" is
+    rank 0, which gloo told that its peer closed the connection; the rank that died is rank 1."""
+    from edgekit.train.config import TrainConfig
+    from edgekit.train.launch import TrainFailedError, _failures, _raise_failure
+
+    tail = (Path(__file__).parent / "fixtures" / "torchrun_rank_death_summary.txt").read_text()
+    assert [(f["rank"], f["exitcode"]) for f in _failures(tail)] == [(0, -15), (1, 13)]
+    cfg = TrainConfig(factory="m:f", data=tmp_path / "d.npz", out=tmp_path / "t.pt2", nproc_per_node=2)
+    with pytest.raises(TrainFailedError) as ei:
+        _raise_failure(cfg, 1, tail, tmp_path / "log")
+    assert "rank 1 (local rank 1) exited with code 13; rank(s) 0 stopped after it" in ei.value.message
+    assert ei.value.exit_code == 3
