@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from adb_fixtures import adb_device, adb_env, needs_adb  # noqa: F401
@@ -17,7 +18,8 @@ import edgekit
 from edgekit.errors import TransportError
 from edgekit.transport.adb import AdbTransport
 
-pytestmark = needs_adb
+pytestmark = [needs_adb, pytest.mark.slow]  # the deploy converts to TFLite first (> 20 s here)
+FAKE_BM = Path(__file__).with_name("fake_benchmark_model.py")  # a FAKE benchmark_model: see its docstring
 
 
 def _transport(d) -> AdbTransport:
@@ -31,15 +33,26 @@ def test_deploy_digits_over_adb(adb_device, digits, tmp_path):
     adb_device.set_prop("ro.board.platform", "gs201")
     with _transport(adb_device) as t:
         report = edgekit.deploy(digits.pt2, target="pixel-arm64", eval_data=digits.eval, calib_data=digits.calib,
-                                out=tmp_path / "out", transport=t, runs=20, min_seconds=0.1, warmup=2)
+                                out=tmp_path / "out", transport=t, runs=20, min_seconds=0.1, warmup=2,
+                                benchmark_binary=FAKE_BM)
         sent_first = t.bytes_sent
     names = [v.name for v in report.variants]
-    assert len(names) == 2
+    assert len(names) >= 2 and len(set(names)) == len(names)
     for v in report.variants:
         assert v.accuracy is not None and v.accuracy.n > 0 and v.accuracy.value > 80
         assert v.latency_ms.runs >= 20 and v.latency_ms.p50 > 0
         assert v.parity is not None
     assert report.target == "pixel-arm64"
+    # .tflite variants also carry benchmark_model's figures (here the fake's replayed real output);
+    # latency, accuracy and parity in the variant itself stay the Python agent's
+    tfl = [v for v in report.variants if v.format == "tflite"]
+    assert tfl, "pixel-arm64 prefers litert: deploy should have built TFLite variants"
+    for v in report.variants:
+        bm = getattr(v, "benchmark_model", None)
+        if v.format == "tflite":
+            assert bm["measured_by"] == "benchmark_model" and bm["load_ms"] == pytest.approx(5.579)
+        else:
+            assert bm is None
     dev = report.device
     assert dev["transport"] == "adb"
     assert dev["android"]["model"] == "Pixel 7" and dev["android"]["soc"] == "gs201"
