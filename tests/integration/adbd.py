@@ -32,7 +32,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -265,12 +264,16 @@ class AdbDaemon:
         self.props = {**DEFAULT_PROPS, **(props or {})}
         self.faults = faults or Faults()
         self.serial_name = serial_name
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self.port = self._sock.getsockname()[1]
-        if 5555 <= self.port <= 5585:
+        if 5555 <= port <= 5585:
             raise ValueError("ports 5555-5585 are the adb server's emulator range; pick another")
+        while True:
+            self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind(("127.0.0.1", port))
+            self.port = self._sock.getsockname()[1]
+            if port or not 5555 <= self.port <= 5585:
+                break
+            self._sock.close()  # a free port the client would take for an emulator: draw again
         self._bin = self.root / ".adbd-bin"
         self._write_tools()
         self._conns: list[_Connection] = []
