@@ -205,6 +205,9 @@ def deploy(
     # litert targets (rpi4, Android) get TFLite variants, Core ML targets Core ML ones, unless the recipe converts
     rec = variants_for_target(rec, spec, calib_data is not None)
     measure = resolve_measure(spec, rec, opts)
+    from .measure.request import check_measure_options
+
+    check_measure_options(opts)
     gate_cfg = resolve_gate(spec, rec, opts)
     out_dir = ensure_writable_dir(out)
     eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
