@@ -84,6 +84,7 @@ class _Stream:
     can_write: threading.Event = field(default_factory=threading.Event)
     closed: bool = False
     inbox: bytearray = field(default_factory=bytearray)
+    inpos: int = 0  # read offset into inbox (compacted in blocks: deleting from the front is O(n))
     cond: threading.Condition = field(default_factory=threading.Condition)
     proc: subprocess.Popen | None = None
 
@@ -118,12 +119,15 @@ class _Stream:
 
     def read_exact(self, n: int) -> bytes | None:
         with self.cond:
-            while len(self.inbox) < n:
+            while len(self.inbox) - self.inpos < n:
                 if self.closed or self.conn.dead:
                     return None
                 self.cond.wait(0.2)
-            out = bytes(self.inbox[:n])
-            del self.inbox[:n]
+            out = bytes(self.inbox[self.inpos:self.inpos + n])
+            self.inpos += n
+            if self.inpos > (1 << 20):
+                del self.inbox[:self.inpos]
+                self.inpos = 0
             return out
 
 
