@@ -7,7 +7,6 @@ import datetime as dt
 import json
 
 import numpy as np
-import pytest
 
 from edgekit.measure.cache import MeasureCache, device_identity, measurement_key
 from edgekit.report.model import Report
