@@ -16,6 +16,9 @@ from . import sim as _sim
 from . import targets as _targets
 from . import plan as _plan
 from . import train as _train
+from . import distill as _distill
+from . import prune as _prune
+from . import quantize as _quantize
 
 app = typer.Typer(
     name="edgekit",
@@ -45,6 +48,9 @@ app.command("convert", help=_convert.HELP, no_args_is_help=True)(_convert.conver
 app.add_typer(_targets.app, name="targets")
 app.command("train", help=_train.HELP, no_args_is_help=True)(_train.train_cmd)
 app.command("plan", help=_plan.HELP, no_args_is_help=True)(_plan.plan_cmd)
+app.command("quantize", help=_quantize.HELP, no_args_is_help=True)(_quantize.quantize_cmd)
+app.command("prune", help=_prune.HELP, no_args_is_help=True)(_prune.prune_cmd)
+app.command("distill", help=_distill.HELP, no_args_is_help=True)(_distill.distill_cmd)
 app.add_typer(_report.app, name="report")
 app.add_typer(_devices.app, name="devices")
 app.add_typer(_sim.app, name="sim")

@@ -1,0 +1,97 @@
+"""`edgekit quantize`: INT8 with onnxruntime (default) or Intel Neural Compressor; accuracy-aware
+whenever eval data is given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+HELP = """INT8-quantize a model to an ONNX file. With --eval-data the result is accuracy-aware: the
+most sensitive ops stay in float until the accuracy drop is within --max-accuracy-drop (points,
+1 = one percentage point), and the command fails (exit 2, nothing written) when no configuration
+meets it.
+
+Examples:
+
+  edgekit quantize examples/digits/artifacts/model.pt2 --calib-data examples/digits/artifacts/calib.npz \\
+      --out model-int8.onnx
+
+  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --max-accuracy-drop 0.5 --out model-int8.onnx
+
+  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --backend inc --out model-inc.onnx
+
+--backend inc takes PyTorch models only (INC's ONNX package needs numpy<2, which conflicts with edgekit's stack).
+"""
+
+
+def quantize_cmd(
+    model: Path = typer.Argument(..., help="A .pt2, .onnx, or .pt/.pth state dict with --arch."),
+    calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for calibration (static INT8)."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x and y: makes the result accuracy-aware."),
+    max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Allowed drop in accuracy points vs fp32 (0-100)."),
+    relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the fp32 accuracy."),
+    backend: str = typer.Option("ort", "--backend", help="ort (onnxruntime) or inc (Intel Neural Compressor, PyTorch models)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output .onnx file (written atomically)."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
+    per_channel: bool = typer.Option(True, "--per-channel/--per-tensor", help="Weight quantization granularity."),
+    fmt: str = typer.Option("qdq", "--format", help="qdq or qoperator (onnxruntime backend)."),
+    x_key: str = typer.Option("x", "--x-key"),
+    y_key: str = typer.Option("y", "--y-key"),
+    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+):
+    from ..errors import BadInputError, DataError
+    from ..formats import Format
+    from ..passes.base import PassContext
+    from . import _compress as C
+
+    C.check_range(max_accuracy_drop, 0, 100, "--max-accuracy-drop", "accuracy points, 1 = one percentage point")
+    if backend not in ("ort", "inc"):
+        raise BadInputError(f"--backend must be ort or inc, got {backend!r}")
+    if fmt not in ("qdq", "qoperator"):
+        raise BadInputError(f"--format must be qdq or qoperator, got {fmt!r}")
+    C.check_out(out, (".onnx",))
+    if backend == "inc" and model.suffix.lower() == ".onnx":
+        from ..passes.quantize_inc import ONNX_UNSUPPORTED
+
+        raise BadInputError(ONNX_UNSUPPORTED, hint="use --backend ort for ONNX models, or give the .pt2")
+    if backend == "inc" and (calib_data is None or eval_data is None):
+        raise DataError("--backend inc tunes against accuracy: it needs --calib-data and --eval-data (with labels)")
+    calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)
+    ev = C.load_data(eval_data, "eval", labels=True, x_key=x_key, y_key=y_key)
+    with C.Workdir() as wd:
+        source = C.load_model(model, arch, [calib, ev, None], wd)
+        ctx = PassContext(workdir=wd, calib=calib, eval=ev)
+        parity_xs = list((ev or calib).xs) if (ev or calib) else None
+        art = source.artifact
+        if backend == "inc":
+            if art.format != Format.TORCH:
+                raise BadInputError(f"--backend inc takes PyTorch models, got {art.format.value}")
+            cfg = {"max_accuracy_drop": max_accuracy_drop, "relative": relative}
+            art = C.run_one("quantize_inc", art, cfg, ctx, "quantized")
+        else:
+            if art.format == Format.TORCH:
+                from ..convert.torch_to_onnx import export_onnx
+
+                if parity_xs is None:
+                    raise DataError("exporting a PyTorch model needs example inputs",
+                                    hint="pass --calib-data or --eval-data")
+                art = export_onnx(source, wd / "fp32.onnx", parity_xs)
+            base = {"format": fmt, "per_channel": per_channel, "mode": "static" if calib is not None else "dynamic"}
+            if ev is not None:
+                art = C.run_one("quantize_accuracy_aware", art,
+                                {**base, "max_accuracy_drop": max_accuracy_drop, "relative": relative}, ctx, "quantized")
+            else:
+                art = C.run_one("quantize", art, base, ctx, "quantized")
+        art = C.write_out(art, out, parity_xs)
+        m = art.lineage[-1].metrics
+        lines = []
+        if "fp32_accuracy" in m:
+            lines.append(f"accuracy {m['accuracy']:.2f}% vs fp32 {m['fp32_accuracy']:.2f}% (drop {m['accuracy_drop']:.2f} "
+                         f"points, tolerance {m['tolerance_points']:.2f})")
+        if m.get("full_int8"):
+            lines.append(f"full INT8 would drop {m['full_int8']['drop']:.2f} points")
+        for d in m.get("kept_in_float") or []:
+            lines.append(f"kept in float: {d['node']} ({d['op_type']}): {d['reason']}")
+        C.report(art, out, as_json, lines)
