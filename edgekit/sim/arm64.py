@@ -51,11 +51,17 @@ STAMP = ".edgekit-rootfs.json"
 TWIN_USER = "root"
 TWIN_PYTHON = "/usr/bin/python3"
 TWIN_WORKDIR = ".edgekit"  # under /root in the twin
+# The CPU qemu emulates, per target. The Pi 4's Cortex-A72 (ARMv8.0-A) makes the runtimes pick the
+# kernels a Pi 4 runs; qemu's default `max` CPU advertises SVE2/I8MM/dot-product, and with it (qemu
+# 7.2) LiteRT's XNNPACK int8 kernels returned wrong results (digits int8: 9.7% instead of 99.4%).
+QEMU_CPUS = {"rpi4": "cortex-a72"}
+DEFAULT_QEMU_CPU = "cortex-a72"
 
 # Runs inside `ip netns exec NS unshare --mount --propagation private`: every mount below lives in
 # that private mount namespace only. Paths arrive as positional arguments, never inside the string.
 _LAUNCH_SH = r"""set -eu
-root=$1; lower=$2; upper=$3; work=$4; cfg=$5
+root=$1; lower=$2; upper=$3; work=$4; cfg=$5; name=$6
+printf '%s\n' "$name" > /proc/sys/kernel/hostname
 mount -t overlay edgekit-twin -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
@@ -253,6 +259,7 @@ class Twin:
     sshd_config: str  # its path inside the twin (also the mark that identifies our sshd's PID)
     client_key: Path
     host_key: Path
+    qemu_cpu: str = DEFAULT_QEMU_CPU
     pid: int | None = None
 
     @property
@@ -274,7 +281,8 @@ class Twin:
         return path
 
 
-def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | None = None) -> Twin:
+def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | None = None,
+                 qemu_cpu: str = DEFAULT_QEMU_CPU) -> Twin:
     """The twin's own layer: host key, authorized client key, sshd_config, fake cpu topology,
     machine-id. Written into the (not yet mounted) overlay upper folder."""
     from .sshd import keygen
@@ -308,6 +316,7 @@ def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | Non
         "MaxStartups 50:30:100",
         "MaxSessions 50",
         "UseDNS no",
+        f"SetEnv QEMU_CPU={qemu_cpu}",  # every session's processes are emulated as the same CPU
     ]
     (etc / "sshd_config").write_text("\n".join(lines) + "\n", encoding="utf-8")
     # A small fake cpu topology instead of the host's /sys: onnxruntime's cpuinfo reads these, and
@@ -320,19 +329,22 @@ def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | Non
     (up / "etc" / "machine-id").write_text(os.urandom(16).hex() + "\n")
     (up / "etc" / "hostname").write_text(f"{name}\n")
     return Twin(dir=d, name=name, host=host, port=port, sshd_config=cfg, client_key=ck,
-                host_key=etc / "host_ed25519")
+                host_key=etc / "host_ed25519", qemu_cpu=qemu_cpu)
 
 
 def start_twin(twin: Twin, rootfs: Path, *, netns: str, preexec: Callable[[], None] | None = None,
                ready_timeout: float = READY_TIMEOUT_S) -> Twin:
     """Start the twin's sshd (detached: it outlives this process) and wait for its SSH banner."""
-    argv = ["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private", "--",
+    argv = ["ip", "netns", "exec", netns, "unshare", "--mount", "--uts", "--propagation", "private", "--",
             "/bin/sh", "-c", _LAUNCH_SH, "edgekit-twin",
-            str(twin.merged), str(rootfs), str(twin.upper), str(twin.work), twin.sshd_config]
+            str(twin.merged), str(rootfs), str(twin.upper), str(twin.work), twin.sshd_config, twin.name]
+    # a small environment: QEMU_CPU reaches sshd's qemu (sshd_config's SetEnv carries it to sessions)
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "QEMU_CPU": twin.qemu_cpu}
     log = open(twin.dir / "sshd.log", "ab")
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                preexec_fn=preexec, close_fds=True)
+                                preexec_fn=preexec, close_fds=True, env=env)
     finally:
         log.close()
     twin.pid = proc.pid
@@ -407,15 +419,16 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
         made_ns = _netns.create(f"edgekit-sim{index}", index)
         cgs = _cg.create(f"edgekit-sim-{name}", cpu_quota=cpu_quota, memory_bytes=mem_bytes) \
             if (cpu_quota is not None or mem_bytes is not None) else None
-        twin = prepare_twin(d, name, made_ns.dev_addr)
+        qemu_cpu = QEMU_CPUS.get(spec.name, DEFAULT_QEMU_CPU)
+        twin = prepare_twin(d, name, made_ns.dev_addr, qemu_cpu=qemu_cpu)
         start_twin(twin, rootfs.path, netns=made_ns.name, preexec=cgs.join if cgs and cgs.paths else None)
         emulator = host.get("emulator")
-        say(f"sshd (aarch64{', under ' + emulator if emulator else ''}) in network namespace {made_ns.name} "
+        say(f"sshd (aarch64{f', {emulator}, CPU {qemu_cpu}' if emulator else ''}) in network namespace {made_ns.name} "
             f"at {made_ns.dev_addr}:22" + (f", CPU quota {cpu_quota:g} core" if cpu_quota else "")
             + (f", memory limit {memory}" if memory else ""))
         kh = twin.write_known_hosts(d / "known_hosts")  # we made the key: trusted by construction
         notes = [f"arm64 twin: Debian {SUITE} {DEB_ARCH} rootfs {rootfs.path}"
-                 + (f", emulated by {emulator}" if emulator else ""),
+                 + (f", emulated by {emulator} as a {qemu_cpu}" if emulator else ""),
                  "latency and memory figures under emulation are not representative of real hardware"]
         state = SimState(name=name, mode="netns", target=spec.name, host=twin.host, port=twin.port,
                          pid=twin.pid or 0, sshd_config=twin.sshd_config, index=index,
@@ -426,7 +439,7 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
                             python=TWIN_PYTHON, sim=True, emulated=emulator is not None,
                             connect_timeout=30.0,
                             notes=f"simulated {spec.name}: arm64 twin"
-                                  + (" under qemu user emulation" if emulator else ""))
+                                  + (f" under qemu user emulation ({qemu_cpu})" if emulator else ""))
         add_device(entry)
         atomic_write_text(_state_file(name), state.model_dump_json(indent=2))
         timings = TwinTimings(rootfs_seconds=round(rootfs.seconds, 1), rootfs_built=rootfs.built,

@@ -37,6 +37,8 @@ def test_prepare_twin_writes_its_own_layer_with_in_twin_paths(tmp_path):
     # paths in the config are the twin's, never this host's folder
     assert "HostKey /etc/edgekit-sim/pi-arm/host_ed25519" in cfg and str(tmp_path) not in cfg
     assert "ListenAddress 10.213.7.2" in cfg and "PasswordAuthentication no" in cfg
+    # sessions are emulated as the Pi 4's core, not qemu's `max` CPU (see arm64.QEMU_CPUS)
+    assert "SetEnv QEMU_CPU=cortex-a72" in cfg and twin.qemu_cpu == "cortex-a72"
     assert (up / "etc/edgekit-sim/pi-arm/authorized_keys").read_text() == \
         (tmp_path / "pi-arm/client_ed25519.pub").read_text()
     assert not (up / "etc/edgekit-sim/pi-arm/client_ed25519").exists()  # the private client key stays out
