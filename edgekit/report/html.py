@@ -37,7 +37,7 @@ th{background:#f5f5f5}td.n{text-align:right;font-variant-numeric:tabular-nums}
 tr.fail td{background:#fff4f4}.bad{color:#a50e0e;font-weight:600}.good{color:#137333}
 .muted{color:#777}figure{margin:16px 0;border:1px solid #eee;padding:8px}figcaption{color:#555;font-size:.9em}
 figure svg{max-width:100%;height:auto}code{background:#f5f5f5;padding:1px 4px;border-radius:3px}
-details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}.scroll{overflow-x:auto}
 """
 
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -113,12 +113,15 @@ def plot_latency_distribution(r: Report) -> str | None:
 
 
 def _nice_log_ticks(lo: float, hi: float) -> list[float]:
-    out = []
-    for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
-        for m in (1, 2, 5):
-            t = m * 10 ** e
-            if lo <= t <= hi:
-                out.append(t)
+    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):  # finer when the range is narrow
+        out = []
+        for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+            for m in mantissas:
+                t = float(f"{m * 10 ** e:.6g}")
+                if lo <= t <= hi:
+                    out.append(t)
+        if len(out) >= 3:
+            return out
     return out or [lo, hi]
 
 
@@ -149,7 +152,8 @@ def plot_pareto(r: Report) -> str | None:
             ax.scatter([lat], [acc], s=260, marker="*", color="gold", edgecolors="black", zorder=4)
         label = f"{v.name}\n{size / 1024:.0f} KB" + (" (baseline)" if v.name == r.baseline else "") + \
                 (" SELECTED" if v.selected else "")
-        ax.annotate(label, (lat, acc), textcoords="offset points", xytext=(10, 6), fontsize=8)
+        # alternate above/below so close variants (e.g. fp32 and int8 at equal accuracy) stay readable
+        ax.annotate(label, (lat, acc), textcoords="offset points", xytext=(10, 6 if i % 2 == 0 else -24), fontsize=8)
     fr = sorted((pts[i][0], pts[i][1]) for i in front)
     if len(fr) > 1:
         ax.step([p[0] for p in fr], [p[1] for p in fr], where="post", color="black", ls="--", lw=1, zorder=2,
@@ -160,7 +164,10 @@ def plot_pareto(r: Report) -> str | None:
     ax.set_title("Accuracy vs latency; marker area = model size; black ring = on the Pareto front"
                  + ("; star = selected" if any(v.selected for v in vs) else ""), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.margins(x=0.25, y=0.25)
+    ax.margins(x=0.25)
+    accs = [p[1] for p in pts]
+    pad = max(1.0, 0.3 * (max(accs) - min(accs)))
+    ax.set_ylim(min(accs) - pad, min(max(accs) + pad, 100.5))
     return _svg(fig, "pareto")
 
 
@@ -285,9 +292,10 @@ def plot_comparison(r: Report) -> str | None:
     thr = comp.get("min_effect")
     if thr:
         ax.axvline(1 + thr, color="#a50e0e", lw=1, ls="--", label=f"regression threshold +{thr:.0%}")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r_[0] for r_ in reversed(rows)])
+    ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("p50 latency ratio, this report / baseline report (bar: 95% bootstrap CI)")
     ax.set_title("Latency vs the baseline report", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
@@ -352,8 +360,8 @@ def _variants_table(r: Report) -> str:
                  _f(par and par.top1_agreement, "{:.1%}")]
         rows.append("<tr>" + "".join(f"<td{' class=n' if i > 3 else ''}>{c}</td>"
                                      for i, c in enumerate(cells)) + "</tr>")
-    return ("<table id=variants><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+    return ("<div class=scroll><table id=variants><thead><tr>" + "".join(f"<th>{h}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
 def _checks_table(r: Report) -> str:
