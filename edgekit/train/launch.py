@@ -168,6 +168,15 @@ def _raise_failure(cfg: TrainConfig, rc: int, tail: str, log: Path) -> None:
     raise TrainFailedError(f"torchrun exited with code {rc}:\n{last}", hint=f"full log: {log}")
 
 
+def _die_with_parent() -> None:
+    # torchrun dies with this process (a killed `edgekit train` leaves no torchrun behind; its workers
+    # in turn die with torchrun, see worker._die_with_agent)
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check: bool = True,
         force: bool = False) -> TrainResult:
     """Validate, then train with torchrun; returns where the teacher and its metrics were written."""
@@ -202,10 +211,14 @@ def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check
         raise OutputError(f"cannot create {cfg.run_dir} ({exc.strerror or exc})",
                           hint="choose another --out or --checkpoint-dir") from exc
     ck = cfg.run_dir / checkpoint.CHECKPOINT
-    if ck.is_file() and not cfg.resume and not checkpoint.load(cfg.run_dir).get("complete"):
-        raise BadInputError(f"an unfinished run's checkpoint is in {ck}",
-                            hint="pass --resume to continue it, or delete it (or pick another --checkpoint-dir) "
-                                 "to start over")
+    if ck.is_file() and not cfg.resume:
+        if not checkpoint.load(cfg.run_dir).get("complete"):
+            raise BadInputError(f"an unfinished run's checkpoint is in {ck}",
+                                hint="pass --resume to continue it, or delete it (or pick another --checkpoint-dir) "
+                                     "to start over")
+        # a finished run's checkpoint: this run starts over, and a torchrun restart (--max-restarts)
+        # must not mistake it for this run's
+        ck.unlink()
     if cfg.resume and not ck.is_file():
         checkpoint.load(cfg.run_dir)  # raises the clear "no checkpoint" error
     shutil.rmtree(cfg.run_dir / "errors", ignore_errors=True)
@@ -227,7 +240,7 @@ def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check
     with open(log, "w", encoding="utf-8") as logf:
         logf.write("$ " + " ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                errors="replace")
+                                errors="replace", preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         try:
             for line in proc.stdout or ():
                 logf.write(line)

@@ -62,6 +62,20 @@ def _write_error(cfg: TrainConfig, rank: int, exc: EdgekitError) -> None:
         {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
 
 
+def _attempt_store(rank: int, world: int, timeout):
+    """The store torchrun's env:// rendezvous would give, under a prefix per restart attempt.
+
+    With --standalone, torchrun keeps one store across --max-restarts; a restarted group would read
+    the dead attempt's keys (the gloo addresses of processes that no longer exist) and fail to
+    connect, or hang. The prefix gives every attempt its own keys."""
+    from torch.distributed import PrefixStore, TCPStore
+
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    base = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size=world,
+                    is_master=not agent_store and rank == 0, timeout=timeout, multi_tenant=not agent_store)
+    return PrefixStore(f"edgekit/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+
+
 def train_worker(cfg: TrainConfig) -> None:
     import torch
     import torch.distributed as dist
@@ -79,7 +93,9 @@ def train_worker(cfg: TrainConfig) -> None:
     backend = "nccl" if use_cuda else "gloo"
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.collective_timeout))
+    timeout = timedelta(seconds=cfg.collective_timeout)
+    dist.init_process_group(backend, store=_attempt_store(rank, world, timeout), rank=rank, world_size=world,
+                            timeout=timeout)
     try:
         _train(cfg, rank, world, device, backend, torch, dist, DDP, DistributedSampler)
     finally:
@@ -113,8 +129,14 @@ def _train(cfg, rank, world, device, backend, torch, dist, DDP, DistributedSampl
                           hint=f"pass --batch-size {max(world, data.n // world * world)} or less")
     fp = checkpoint.fingerprint(cfg, data.n)
     epoch, step_in_epoch, global_step, history, resumed_from = 0, 0, 0, [], None
+    state = None
     if cfg.resume:
         state = checkpoint.load(cfg.run_dir)
+    elif int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and (cfg.run_dir / checkpoint.CHECKPOINT).is_file():
+        # torchrun restarted the group after a failure (--max-restarts): continue from this run's last
+        # checkpoint (the launcher removed any earlier run's before starting)
+        state = checkpoint.load(cfg.run_dir)
+    if state is not None:
         checkpoint.check_compatible(state["fingerprint"], fp, cfg.run_dir / checkpoint.CHECKPOINT)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])

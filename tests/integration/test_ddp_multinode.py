@@ -71,6 +71,18 @@ def test_a_rank_that_dies_stops_the_others_with_a_clear_error(env):
     assert not out.exists()
 
 
+def test_max_restarts_restarts_the_group_from_the_last_checkpoint(env):
+    d, train, _, fac = env
+    out = d / "restart" / "teacher.pt2"
+    p = run("train", f"{fac}:dies_once_on_rank1", "--data", train, "--epochs", 1, "--out", out, "--threads", 1,
+            "--nproc-per-node", 2, "--checkpoint-every", 2, "--max-restarts", 1, "--force", "--json", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (d / "died-once.marker").exists(), "rank 1 did not die: the test tested nothing"
+    m = json.loads(p.stdout)["metrics"]
+    assert m["resumed_from"] is not None and m["resumed_from"]["global_step"] >= 2
+    assert m["global_steps"] == 1437 // 64 and out.exists()
+
+
 def test_a_node_whose_peers_never_come_times_out_naming_the_endpoint(env):
     d, train, _, fac = env
     ep = f"127.0.0.1:{free_port()}"
