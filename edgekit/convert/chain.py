@@ -4,9 +4,11 @@ route passes, fail with every route's error: a model that no route converts fait
 
 TFLite routes, in order:
 1. onnx2tf from the ONNX model, with the requested options;
-2. onnx2tf with ``keep_input_layout`` (NCHW inputs kept, transposes inside the graph), the option
+2. onnx2tf with ``pseudo_ops`` when the model has ops (Erf from exact GELU, Asin...) whose TF lowering
+   is a Flex op: onnx2tf rebuilds them from builtin ops;
+3. onnx2tf with ``keep_input_layout`` (NCHW inputs kept, transposes inside the graph), the option
    that most often fixes a layout problem;
-3. litert-torch straight from the PyTorch program (fp32 only; when installed and the source is PyTorch).
+4. litert-torch straight from the PyTorch program (fp32 only; when installed and the source is PyTorch).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: 
                                         chain_reference=ref, chain_reference_name=ref_name)
 
     routes = [Route("onnx2tf", o2t(cfg))]
+    fixes = _pseudo_op_fixes(onnx_art)
+    if fixes and not cfg.pseudo_ops:
+        routes.append(Route(f"onnx2tf(pseudo_ops={','.join(fixes)})", o2t(cfg.model_copy(update={"pseudo_ops": fixes}))))
     if not cfg.keep_input_layout:
         routes.append(Route("onnx2tf(keep_input_layout)", o2t(cfg.model_copy(update={"keep_input_layout": True}))))
     if source is not None and source.program is not None and cfg.precision == "fp32":
@@ -58,6 +63,16 @@ def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: 
                                   hint="routes: onnx2tf, litert-torch (fp32, PyTorch source, pip install "
                                   "'edgekit[litert-torch]')")
     return routes
+
+
+def _pseudo_op_fixes(onnx_art: Artifact) -> list[str]:
+    import onnx
+
+    from .onnx_to_tflite import PSEUDO_OP_FIXES
+    from .opcheck import model_ops
+
+    ops = model_ops(onnx.load(str(onnx_art.path), load_external_data=False))
+    return [PSEUDO_OP_FIXES[o] for o in ops if o in PSEUDO_OP_FIXES]
 
 
 def first_passing(routes: list[Route], out_path: str | Path, hop: str = HOP) -> Artifact:

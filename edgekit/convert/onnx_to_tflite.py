@@ -62,6 +62,9 @@ class TfliteConfig(BaseModel):
     keep_input_layout: bool = Field(False, description="keep NCHW/NCW inputs as they are (onnx2tf inserts "
                                     "transposes inside the graph); a layout-fixing option")
     input_shapes: dict[str, list[int]] | None = Field(None, description="fixed sizes for dynamic inputs")
+    pseudo_ops: list[str] = Field(default_factory=list, description="ONNX ops onnx2tf rebuilds from builtin "
+                                  "ops (its replace_to_pseudo_operators), e.g. Erf (exact GELU) which would "
+                                  "otherwise need a TF Flex op; a fixing option the route fallback tries")
     parity_samples: int = Field(64, ge=1, description="eval samples the parity check runs")
 
     @model_validator(mode="after")
@@ -247,6 +250,31 @@ def find_layout(fp32_path: Path, onnx_io: IOSpec, onnx_ref: Callable, probe: lis
     return best[1]
 
 
+# ONNX ops whose usual TF lowering is a Flex op, and the onnx2tf pseudo-op replacement that avoids it
+PSEUDO_OP_FIXES = {"Erf": "Erf", "Gelu": "GeLU", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan"}
+
+
+def _require_builtin_only(path: Path, ops: dict[str, list[str]]) -> None:
+    """Fail, naming the TF op and the ONNX nodes behind it, when the graph needs TF Flex ops that a
+    device's plain LiteRT interpreter cannot run."""
+    import re
+
+    try:
+        _tflite_details(path)
+    except ConversionError as exc:
+        flex = sorted(set(re.findall(r"Flex(\w+)", exc.message)))
+        if not flex:
+            raise
+        nodes = {f: ops.get(f) or ops.get(f.capitalize()) or [] for f in flex}
+        named = "; ".join(f"{f}" + (f" (ONNX {f} at {', '.join(repr(n) for n in v[:5])})" if v else "")
+                          for f, v in nodes.items())
+        fix = [PSEUDO_OP_FIXES[o] for o in ops if o in PSEUDO_OP_FIXES]
+        raise ConversionError(
+            f"the converted graph needs TensorFlow Flex ops, which a device's LiteRT interpreter cannot run: {named}",
+            hop=HOP, hint=(f"pseudo_ops: {fix} rebuilds them from builtin ops (the route fallback tries it)" if fix
+                           else "replace that op in the PyTorch model, or keep the model on ONNX Runtime")) from exc
+
+
 def _signature_keys(saved_model: Path) -> list[str]:
     import tensorflow as tf
 
@@ -344,6 +372,8 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
             kwargs["overwrite_input_shape"] = [f"{k}:{','.join(map(str, v))}" for k, v in shapes.items()]
         elif any(s.shape and s.shape[0] is None for s in art.io.inputs):
             kwargs["batch_size"] = 1
+        if cfg.pseudo_ops:
+            kwargs["replace_to_pseudo_operators"] = [o.lower() for o in cfg.pseudo_ops]  # onnx2tf matches lower case
         if _RNN_OPS & set(ops):
             kwargs["enable_rnn_unroll"] = True  # a loop over time would need TF Flex ops on the device
         with _in_dir(work), quiet("onnx2tf", "tensorflow", "absl") as buf, _offline_onnx2tf(sample):
@@ -363,6 +393,7 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         if not fp32.is_file():
             raise ConversionError(f"onnx2tf wrote no .tflite ({_tail(buf.getvalue())})", hop=HOP)
         onnx_ref = ort_reference(Path(art.path))
+        _require_builtin_only(fp32, ops)
         io32 = find_layout(fp32, art.io, onnx_ref, [x[:4] for x in probe])
         precision = cfg.precision
         if cfg.precision == "fp32":

@@ -58,7 +58,7 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
             with quiet("litert_torch", "tensorflow", "absl", "jax"):
                 import litert_torch
 
-                edge = litert_torch.convert(source.program.module().eval(), example)
+                edge = litert_torch.convert(source.program.module(), example)
                 edge.export(str(work / "model.tflite"))
         except Exception as exc:  # the converter's errors come from torch, MLIR and TF layers
             first = str(exc).splitlines()[0][:300] if str(exc) else ""

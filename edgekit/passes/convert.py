@@ -23,7 +23,7 @@ from ..formats import Format
 from .base import Pass, PassContext, PassOutput
 
 _TFLITE_ONLY = ("quantization", "io", "calibration_samples", "allow_float_fallback", "keep_input_layout",
-                "input_shapes")
+                "input_shapes", "pseudo_ops")
 
 
 class ConvertConfig(BaseModel):
@@ -40,6 +40,7 @@ class ConvertConfig(BaseModel):
     allow_float_fallback: bool = False
     keep_input_layout: bool = False
     input_shapes: dict[str, list[int]] | None = None
+    pseudo_ops: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _fits_target(self):
