@@ -152,3 +152,13 @@ def test_less_accurate_model_fails_release_accuracy_drop(digits, release, tmp_pa
     r = cli("report", "diff", release / "report.json", tmp_path / "worse" / "report.json",
             "--max-latency-regression", THRESHOLD)
     assert r.exit_code == 1 and "release_accuracy_drop" in r.stdout and "worse" in r.stdout
+
+
+def test_missing_or_foreign_baseline_is_refused_before_any_work(cli, digits, tmp_path):
+    out = tmp_path / "out"
+    r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--out", out, "--baseline", tmp_path / "nope.json")
+    assert r.exit_code == 2 and "nope.json not found" in r.stderr
+    old = ROOT / "tests" / "unit" / "fixtures" / "reports" / "report-v0.9.json"
+    r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--out", out, "--baseline", old)
+    assert r.exit_code == 2 and "report schema 0.9" in r.stderr
+    assert not (out / "report.json").exists() and not (out / "artifacts").exists()
