@@ -142,7 +142,8 @@ class PassCache:
             meta = json.loads(meta_file.read_text())
             cached = entry / meta["file"]
             if sha256_file(cached) != meta["sha256"]:
-                return None  # a damaged entry is a miss, never trusted
+                shutil.rmtree(entry, ignore_errors=True)  # damaged: never trusted, rewritten by this run
+                return None
             step = LineageStep.model_validate(meta["step"])
             io = IOSpec.model_validate(meta["io"])
         except (OSError, ValueError, KeyError):

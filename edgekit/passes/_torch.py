@@ -66,6 +66,20 @@ def example_input(io: IOSpec, batch: int = 1) -> tuple[torch.Tensor, ...]:
     return tuple(out)
 
 
+def save_ep(ep, dest: Path) -> None:
+    """torch.export.save, atomically. The archive records its file name, so it is written under a
+    fixed name in a private folder first: the same program gives the same bytes (and cache key)."""
+    import shutil
+    import tempfile
+
+    tmpdir = Path(tempfile.mkdtemp(prefix=".edgekit-save-", dir=dest.parent))
+    try:
+        torch.export.save(ep, str(tmpdir / "model.pt2"))
+        (tmpdir / "model.pt2").replace(dest)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 def save_program(module: torch.nn.Module, io: IOSpec, dest: Path) -> IOSpec:
     """Export ``module`` with a dynamic batch axis (so later torch passes can train it in batches)
     and save it atomically; returns its IO spec."""
@@ -80,12 +94,7 @@ def save_program(module: torch.nn.Module, io: IOSpec, dest: Path) -> IOSpec:
         ep = torch.export.export(module, example, dynamic_shapes=dyn)
     except Exception:  # some models pin the batch (e.g. a reshape to 1): keep a static batch of 1
         ep = torch.export.export(module, example_input(io, 1))
-    tmp = dest.with_name(f".{dest.name}.partial")
-    try:
-        torch.export.save(ep, str(tmp))
-        tmp.replace(dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    save_ep(ep, dest)
     spec = _io_from_program(ep)
     # keep the user's input names (the agent and the eval data are keyed on them)
     return IOSpec(inputs=tuple(s.model_copy(update={"name": o.name, "shape": o.shape})

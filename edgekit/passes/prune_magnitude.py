@@ -76,12 +76,7 @@ class MagnitudePrune(Pass):
                 zeroed += int(mask.sum())
                 total += w.numel()
         out = ctx.workdir / f"{stem}.pt2"
-        tmp = out.with_name(f".{out.name}.partial")
-        try:
-            torch.export.save(ep, str(tmp))
-            tmp.replace(out)
-        finally:
-            tmp.unlink(missing_ok=True)
+        T.save_ep(ep, out)
         metrics = {
             "sparsity": round(zeroed / total, 4) if total else 0.0,
             "per_layer": per_layer,
