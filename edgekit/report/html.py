@@ -215,8 +215,18 @@ def plot_sustained(r: Report) -> str | None:
     if not series:
         return None
     fig, ax = _figure((8, 3.4))
+    tax = None
     for i, (v, (t, y)) in enumerate(series):
-        ax.plot(t, y, "-", color=_PALETTE[i % len(_PALETTE)], label=v.name, lw=1.4)
+        color = _PALETTE[i % len(_PALETTE)]
+        ax.plot(t, y, "-", color=color, label=v.name, lw=1.4)
+        # the device's temperature per bin, when it has a sensor: throttling shows as both lines rising
+        bins = (getattr(v, "sustained", None) or {}).get("bins") if isinstance(getattr(v, "sustained", None), dict) else None
+        temps = [(b.get("t_end_s"), b.get("temperature_c")) for b in bins or [] if isinstance(b, dict)]
+        temps = [(float(a), float(c)) for a, c in temps if a is not None and c is not None]
+        if temps:
+            tax = tax or ax.twinx()
+            tax.plot([a for a, _ in temps], [c for _, c in temps], ":", color=color, lw=1.2)
+            tax.set_ylabel("temperature, °C (dotted)")
     ax.set_xlabel("time since the start of the sustained run, s")
     ax.set_ylabel("latency, ms")
     ax.set_title("Latency over time (sustained mode): a rising line means thermal throttling", fontsize=10)

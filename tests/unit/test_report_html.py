@@ -59,6 +59,7 @@ def test_sustained_series_is_plotted_when_present():
     assert sustained_series(r.variants[0]) is None
     html = render_html(r)
     assert 'id="plot-sustained"' in html and html.count("<svg") == 4
+    assert "temperature, °C (dotted)" in html  # the bins carry temperatures: drawn beside latency
 
 
 def test_other_sustained_shapes_are_read():
