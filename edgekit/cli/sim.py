@@ -108,6 +108,6 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     t = Table("name", "mode", "target", "address", "cpu quota", "memory", "running", "pid")
     for d in docs:
         mem = f"{d['memory_bytes'] / 2**20:.0f} MB" if d["memory_bytes"] else "-"
-        t.add_row(d["name"], d["mode"], d["target"], f"{d['host']}:{d['port']}",
+        t.add_row(d["name"], d["mode"] + (" arm64 (emulated)" if d.get("arch") == "arm64" else ""), d["target"], f"{d['host']}:{d['port']}",
                   f"{d['cpu_quota']:g}" if d["cpu_quota"] else "-", mem, "yes" if d["running"] else "NO", str(d["pid"]))
     out_console.print(t)
