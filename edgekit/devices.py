@@ -296,6 +296,9 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
             # a simulated device runs this host's CPU and Python: those differences are expected
             notes = [p + " (expected: simulated device)" for p in problems if p.startswith(("arch is", "Python is"))]
             problems = [p for p in problems if not p.startswith(("arch is", "Python is"))]
+        else:
+            notes.append("emulated (qemu user mode): the CPU model and core count it reports are this host's, "
+                         "and its timings are not the board's")
         from .sim.device import find_state
 
         st = find_state(entry.name)
