@@ -363,7 +363,15 @@ class SSHTransport(Transport):
             try:
                 with open(local, "rb") as fh:
                     sftp.putfo(fh, tmp, file_size=size, confirm=True)
-                sftp.posix_rename(tmp, dest)
+                try:
+                    sftp.posix_rename(tmp, dest)
+                except OSError:
+                    # an SFTP server without the posix-rename extension: plain rename refuses to overwrite
+                    try:
+                        sftp.remove(dest)
+                    except FileNotFoundError:
+                        pass
+                    sftp.rename(tmp, dest)
             except BaseException:
                 try:
                     sftp.remove(tmp)

@@ -112,15 +112,11 @@ def test_sshd_killed_mid_measurement_exits_3_and_keeps_the_old_report(cli, digit
     def kill_when_measuring():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            for pid in descendants(device.pid):
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if any(c.endswith(b".json") for c in cmd) and any(b"edgekit_agent" in c for c in cmd):
-                    device.stop()  # sshd and every session it forked, by PID
-                    killed.append(pid)
-                    return
+            measuring = _measuring_agents(device.pid)
+            if measuring:
+                device.stop()  # sshd and every session it forked, by PID
+                killed.extend(measuring)
+                return
             time.sleep(0.05)
 
     th = threading.Thread(target=kill_when_measuring, daemon=True)
@@ -136,43 +132,63 @@ def test_sshd_killed_mid_measurement_exits_3_and_keeps_the_old_report(cli, digit
 
 @pytest.mark.slow
 def test_two_concurrent_deploys_are_serialized_by_the_lock(digits, device, tmp_path):
-    """A holds the device; B (--no-wait) fails fast with exit 3; C waits and runs after A."""
+    """The test holds the device; B (--no-wait) fails fast with exit 3 naming the holder; A and C both
+    reach the lock and wait; once released, one of them measures, and the other only after it exited."""
     import subprocess
 
     from edgekit.lock import DeviceLock
 
-    env = {"EDGEKIT_HOME": os.environ["EDGEKIT_HOME"]}
     exe = Path(sys.executable).with_name("edgekit")
-    lock = DeviceLock("board")
+    gate = DeviceLock("board").acquire(wait=False)  # "another deploy" holds the device
 
     def start(name, *extra):
         argv = [str(exe), *map(str, deploy_args(digits, tmp_path / name, *extra)), "--json"]
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, **env})
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.lines = []
+        threading.Thread(target=lambda: p.lines.extend(iter(p.stderr.readline, "")), daemon=True).start()
+        return p
 
-    a = start("a", "--min-seconds", "4")
-    holders = []
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and (not holders or holders[-1] != a.pid):
+    try:
+        b = run_edgekit_subprocess(*deploy_args(digits, tmp_path / "b", "--no-wait"), timeout=600)
+        assert b.exit_code == 3 and "busy" in b.stderr and f"PID {os.getpid()}" in b.stderr, b.stderr
+        assert not (tmp_path / "b" / "report.json").exists()
+        a, c = start("a", "--min-seconds", "2"), start("c", "--min-seconds", "2")
+        deadline = time.monotonic() + 1200
+        # "computing reference outputs" is the last step before the device (and its lock)
+        while time.monotonic() < deadline and not all(
+                any("reference outputs" in ln for ln in p.lines) for p in (a, c)):
+            assert a.poll() is None and c.poll() is None, (a.lines, c.lines)
+            time.sleep(0.1)
+        time.sleep(2.0)  # both are now polling the lock
+        assert not any("deploying the bundle" in ln for ln in a.lines + c.lines)
+    finally:
+        gate.release()
+    seen, agents, most = [], set(), 0  # lock holders in order; measuring agents on the device
+    lock = DeviceLock("board")
+    deadline = time.monotonic() + 1200
+    while (a.poll() is None or c.poll() is None) and time.monotonic() < deadline:
         h = lock.holder()
-        if h:
-            holders.append(h["pid"])
-        time.sleep(0.05)
-    assert holders and holders[-1] == a.pid, "deploy A never took the device lock"
-    b = run_edgekit_subprocess(*deploy_args(digits, tmp_path / "b", "--no-wait"), env=env, timeout=300)
-    assert b.exit_code == 3 and "busy" in b.stderr and f"PID {a.pid}" in b.stderr
-    c = start("c")
-    seen = []
-    while c.poll() is None and time.monotonic() < deadline + 300:
-        h = lock.holder()
-        if h and (not seen or seen[-1][0] != h["pid"]):
-            seen.append((h["pid"], a.poll()))
-        time.sleep(0.02)
-    a_out, a_err = a.communicate(timeout=300)
-    c_out, c_err = c.communicate(timeout=300)
-    assert a.returncode == 0, a_err
-    assert c.returncode == 0, c_err
-    # C held the device only once A had exited: never both at once
-    c_turns = [a_rc for pid, a_rc in seen if pid == c.pid]
-    assert c_turns and all(rc is not None for rc in c_turns), seen
-    assert not (tmp_path / "b" / "report.json").exists()
+        if h and (not seen or seen[-1] != h["pid"]):
+            seen.append(h["pid"])
+        measuring = _measuring_agents(device.pid)
+        agents |= measuring
+        most = max(most, len(measuring))
+        time.sleep(0.01)
+    a.wait(timeout=600)
+    c.wait(timeout=600)
+    assert a.returncode == 0 and c.returncode == 0, (a.lines[-5:], c.lines[-5:])
+    assert sorted(seen) == sorted([a.pid, c.pid]), seen  # each held the device once, one after the other
+    assert len(agents) >= 4 and most == 1, (agents, most)  # 2 variants x 2 deploys, never two at once
+
+
+def _measuring_agents(sshd_pid: int) -> set[int]:
+    """PIDs of agent processes measuring under this sshd (their argv ends in a request .json)."""
+    found = set()
+    for pid in descendants(sshd_pid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"edgekit_agent" in x for x in cmd) and any(x.endswith(b".json") for x in cmd):
+            found.add(pid)
+    return found
