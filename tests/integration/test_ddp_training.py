@@ -52,6 +52,12 @@ def test_one_process_writes_a_pt2_teacher_and_its_metrics_in_lineage(one_process
     from edgekit.fsutil import sha256_file
 
     assert doc["sha256"] == sha256_file(out)
+    # the teacher is what the rest of edgekit takes (e.g. `edgekit distill --teacher teacher.pt2`)
+    from edgekit.source import load_pt2
+
+    src = load_pt2(out)
+    assert src.artifact.io.inputs[0].shape == (1, 1, 8, 8)
+    assert src.reference([np.load(env[2])["x"][:3]]).shape == (3, 10)
 
 
 def test_two_processes_reach_the_same_weights_as_one(one_process, env):
