@@ -176,6 +176,10 @@ def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_AL
         d.warnings.append(f"devices differ ({baseline.device.get('name')} vs {current.device.get('name')}): "
                           "latency changes may come from the device, not the model")
     for name, v in new.items():
+        reused = (getattr(v, "measurement", None) or {}).get("reused")
+        if name in old and reused and v.latency_ms and old[name].latency_ms and v.latency_ms.raw == old[name].latency_ms.raw:
+            d.warnings.append(f"{name}: this run reused the baseline's own measurement from the measurement cache, so "
+                              "latency cannot have changed; pass --remeasure to measure again")
         if name in old and old[name].runtime.threads != v.runtime.threads:
             d.warnings.append(f"{name}: thread counts differ ({old[name].runtime.threads} vs {v.runtime.threads})")
     return d

@@ -135,3 +135,12 @@ def test_recipe_gate_section_carries_release_thresholds(tmp_path):
     p.write_text("gate:\n  significance_alpha: 2\n")
     with pytest.raises(ConfigError, match="significance_alpha"):
         load_recipe(p)
+
+
+def test_a_cached_measurement_compared_with_itself_is_called_out():
+    old, new = release_pair()
+    new.variants[1].latency_ms.raw = list(old.variants[1].latency_ms.raw)
+    new.variants[1].measurement = {"reused": True, "measured_at": old.created_at}
+    d = new.diff(old)
+    assert any("int8" in w and "--remeasure" in w for w in d.warnings)
+    assert d.variant("int8").get("latency_p50_ms").verdict == "no significant change"
