@@ -316,6 +316,8 @@ def deploy(
     for v in vresults:
         if v.accuracy and base.accuracy:
             v.accuracy_drop = round(base.accuracy.value - v.accuracy.value, 4)
+        if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
+            v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
     gate = evaluate_gate(vresults, rec.baseline, gate_cfg)
     first = results[rec.baseline].doc
     warnings = list(opts.extra_warnings)

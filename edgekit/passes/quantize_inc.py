@@ -117,6 +117,14 @@ class IncQuantize(Pass):
                 if best is not None else f"INC tried no configuration (fp32 {base_acc:.2f}%)",
                 hint="raise --max-accuracy-drop, or use --backend ort (keeps sensitive ops in float)")
         final = acc(q) * 100
+        if base_acc - final > tol:
+            # INC 3.10's autotune also returns a model when it stops at max_trials without meeting
+            # tolerable_loss: checked here, never shipped silently
+            raise PassError(
+                f"INC found no INT8 configuration within {tol:.2f} accuracy points of fp32 ({base_acc:.2f}%): "
+                f"the best of {len(tried)} tried ({max(tried + [final]):.2f}%) drops "
+                f"{base_acc - max(tried + [final]):.2f} points; no model was written",
+                hint="raise --max-accuracy-drop, or use --backend ort (keeps sensitive ops in float)")
         out = ctx.workdir / f"{stem}.onnx"
         # INC's result is a PT2E graph with quantize/dequantize ops: exported as an ONNX QDQ model
         static = torch.export.export(q, example)

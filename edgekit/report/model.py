@@ -87,6 +87,8 @@ class VariantResult(_Open):
     measurement: dict[str, Any] = Field(default_factory=dict)
     accuracy: Accuracy | None = None
     accuracy_drop: float | None = None
+    # baseline p50 / this variant's p50, both measured on the device (> 1 = faster); None when unmeasured
+    speedup_vs_baseline: float | None = None
     parity: Parity | None = None
     selected: bool = False
     device_state: dict[str, Any] = Field(default_factory=dict)

@@ -83,3 +83,16 @@ def test_help_has_examples(cli):
     for cmd in ("quantize", "prune", "distill"):
         r = cli(cmd, "--help")
         assert r.exit_code == 0 and "Examples:" in r.stdout
+
+
+@pytest.mark.slow
+def test_quantize_inc_backend_meets_the_tolerance(cli, digits, tmp_path):
+    """Real Intel Neural Compressor (PT2E) on digits meets 0.5 points and writes a QDQ ONNX model
+    (its refusal is tested with the outlier model in test_pass_quantize_accuracy_aware.py)."""
+    out = tmp_path / "inc.onnx"
+    r = cli("quantize", digits.pt2, "--backend", "inc", "--calib-data", digits.calib, "--eval-data", digits.eval,
+            "--max-accuracy-drop", "0.5", "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["pass"] == "quantize_inc" and doc["metrics"]["accuracy_drop"] <= 0.5 and out.is_file()
+    assert any(n.op_type == "QuantizeLinear" for n in __import__("onnx").load(str(out)).graph.node)

@@ -39,7 +39,12 @@ def data(digits):
 
 
 @pytest.fixture(scope="module")
-def outlier_onnx(digits, tmp_path_factory) -> Path:
+def outlier_onnx(outlier_module, tmp_path_factory) -> Path:
+    return _export(outlier_module, tmp_path_factory.mktemp("outlier") / "outlier.onnx")
+
+
+@pytest.fixture(scope="module")
+def outlier_module(digits):
     """The trained digits CNN with one hidden unit scaled by 1e4 and the next layer's weights by
     1e-4: the same function in float, but the per-tensor INT8 scale of that activation is set by
     the outlier and every other unit rounds to zero."""
@@ -64,7 +69,7 @@ def outlier_onnx(digits, tmp_path_factory) -> Path:
             h = self.m.head[2](self.m.head[1](self.m.head[0](self.m.features(x))))
             return self.m.head[3](h * self.s)
 
-    return _export(Outlier(model), tmp_path_factory.mktemp("outlier") / "outlier.onnx")
+    return Outlier(model).eval()
 
 
 def _ctx(tmp_path, data):
@@ -147,3 +152,18 @@ def test_eval_without_labels_is_a_data_error(outlier_onnx, data, digits, tmp_pat
     with pytest.raises(DataError, match="needs an eval set"):
         get_pass("quantize_accuracy_aware")(load_onnx(outlier_onnx).artifact, {},
                                             PassContext(workdir=tmp_path, calib=data[0]))
+
+
+@pytest.mark.slow
+def test_inc_backend_refuses_the_outlier_model_instead_of_returning_its_last_try(outlier_module, data, tmp_path):
+    """INC 3.10's autotune returns a model when it runs out of configs; edgekit must not pass it on."""
+    import torch
+
+    ep = torch.export.export(outlier_module, (torch.zeros(1, 1, 8, 8),))
+    torch.export.save(ep, str(tmp_path / "outlier.pt2"))
+    from edgekit.source import load_pt2
+
+    with pytest.raises(PassError, match="INC found no INT8 configuration within 0.50 accuracy points") as err:
+        get_pass("quantize_inc")(load_pt2(tmp_path / "outlier.pt2").artifact,
+                                 {"max_accuracy_drop": 0.5, "max_trials": 2}, _ctx(tmp_path, data), out_name="inc")
+    assert "no model was written" in str(err.value) and not (tmp_path / "inc.onnx").exists()
