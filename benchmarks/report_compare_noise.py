@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import edgekit
+    from edgekit.measure.compare import format_p
     from edgekit.report.model import Report
 
     reports = [Report.load(p) for p in args.reports or []]
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     for pair, v, rel, sig, verdict, p in rows:
         flagged = verdict in ("slower", "faster")
         print(f"{pair:6} {v:14} {rel:+8.2%} {'significant' if sig else 'no':>12} {'FLAG' if flagged else 'ok':>10}  "
-              f"{'n/a' if p is None else format(p, '.2g')}")
+              f"{format_p(p)}")
     sig = sum(1 for r in rows if r[3])
     flagged = sum(1 for r in rows if r[4] in ("slower", "faster"))
     print(f"\n{len(rows)} comparisons of an unchanged model: significant by the tests alone {sig}/{len(rows)} "
