@@ -31,7 +31,17 @@ def train(factory: str, data: str | Path, out: str | Path, *, epochs: int = 1, f
     from .config import TrainConfig
     from .launch import run
 
-    cfg = TrainConfig(factory=factory, data=Path(data), out=Path(out), epochs=epochs, **options)
+    from pydantic import ValidationError
+
+    from ..errors import ConfigError
+
+    try:
+        cfg = TrainConfig(factory=factory, data=Path(data), out=Path(out), epochs=epochs, **options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "options"
+        raise ConfigError(f"training option {where!r}: {first['msg']} (got {first.get('input')!r})",
+                          hint="see `edgekit train --help` for the allowed values") from exc
     return run(cfg, echo=progress, force=force)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import errors
-from ..errors import BadInputError, DeviceError, OutputError, TransportError
+from ..errors import BadInputError, ConfigError, DeviceError, OutputError, TransportError
 from ..fsutil import atomic_write_text
 from .config import TrainConfig
 
@@ -219,8 +219,15 @@ def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check
         # a finished run's checkpoint: this run starts over, and a torchrun restart (--max-restarts)
         # must not mistake it for this run's
         ck.unlink()
-    if cfg.resume and not ck.is_file():
-        checkpoint.load(cfg.run_dir)  # raises the clear "no checkpoint" error
+    if cfg.resume:  # fail here, not in N workers: no checkpoint, or one of another trajectory
+        saved = checkpoint.load(cfg.run_dir)
+        checkpoint.check_compatible(saved.get("fingerprint", {}), checkpoint.fingerprint(cfg, data.n), ck)
+    if cfg.precision == "fp16" and cfg.backend != "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--precision fp16 needs a CUDA GPU (CPU autocast supports bf16 only)",
+                              hint="use --precision bf16 or fp32 on CPU")
     shutil.rmtree(cfg.run_dir / "errors", ignore_errors=True)
     (cfg.run_dir / "result.json").unlink(missing_ok=True)
     config_path = cfg.run_dir / "config.json"

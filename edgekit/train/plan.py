@@ -265,6 +265,8 @@ def plan_for(model=None, data=None, *, rows: Optional[int] = None, sample_shape:
     """Build the inputs from what is given (a model and/or data) and what is measured here."""
     import numpy as np
 
+    if optimizer not in OPT_BYTES_PER_PARAM:
+        raise BadInputError(f"optimizer {optimizer!r} is not one of {sorted(OPT_BYTES_PER_PARAM)}")
     if data is not None:
         rows = rows or data.n
         sample_shape = sample_shape or data.sample_shape
@@ -296,7 +298,17 @@ def plan_for(model=None, data=None, *, rows: Optional[int] = None, sample_shape:
                   optimizer=optimizer, device=kind, device_memory_bytes=mem, devices_per_node=per_node,
                   threads=overrides.pop("threads", None) or (os.cpu_count() or 1))
     fields.update({k: v for k, v in overrides.items() if v is not None})
-    return advise(PlanInputs(**fields))
+    from pydantic import ValidationError
+
+    from ..errors import ConfigError
+
+    try:
+        inputs = PlanInputs(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"plan input {'.'.join(map(str, first['loc']))!r}: {first['msg']} (got {first.get('input')!r})",
+                          hint="see `edgekit plan --help`") from exc
+    return advise(inputs)
 
 
 def advise_for_run(model, data, cfg) -> Plan:

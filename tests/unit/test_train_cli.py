@@ -98,3 +98,38 @@ def test_torchrun_failure_summary_names_the_rank_that_died_not_the_survivor(tmp_
         _raise_failure(cfg, 1, tail, tmp_path / "log")
     assert "rank 1 (local rank 1) exited with code 13; rank(s) 0 stopped after it" in ei.value.message
     assert ei.value.exit_code == 3
+
+
+def test_fp16_on_cpu_is_refused_before_starting(cli, setup):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("fp16 is valid with a GPU")
+    tmp, data, fac = setup
+    r = cli("train", f"{fac}:small", "--data", data, "--out", tmp / "t.pt2", "--precision", "fp16")
+    assert r.exit_code == 2 and "fp16 needs a CUDA GPU" in r.stderr
+
+
+def test_help_does_not_import_torch():
+    import subprocess
+
+    code = ("import sys\nfrom edgekit.cli.main import main\n"
+            "for c in (['train', '--help'], ['plan', '--help']):\n"
+            "    try:\n        main(c)\n    except SystemExit:\n        pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "--nproc-per-node" in p.stdout and "--rdzv-endpoint" in p.stdout and "--target-epoch-minutes" in p.stdout
+
+
+def test_option_values_outside_their_choices_name_the_option(cli, setup):
+    tmp, data, fac = setup
+    r = cli("train", f"{fac}:small", "--data", data, "--out", tmp / "t.pt2", "--precision", "fp8")
+    assert r.exit_code == 2 and "'precision'" in r.stderr and "'fp8'" in r.stderr
+    r = cli("train", f"{fac}:small", "--data", data, "--out", tmp / "t.pt2", "--optimizer", "lion")
+    assert r.exit_code == 2 and "'optimizer'" in r.stderr
+    import edgekit
+
+    with pytest.raises(edgekit.EdgekitError, match="no_such_option"):
+        edgekit.train(f"{fac}:small", data, tmp / "t.pt2", no_such_option=1)

@@ -105,3 +105,14 @@ def test_cli_plan_described_set_and_bad_input(cli):
     assert r.exit_code == 2 and "needs the model" in r.stderr
     r = cli("plan", "--params", "1000", "--step-ms-per-sample", "1")
     assert r.exit_code == 2 and "data set's size" in r.stderr
+
+
+def test_cli_plan_bad_values_are_clear(cli):
+    r = cli("plan", "--rows", "1000", "--sample-shape", "1,8,8", "--params", "1000", "--step-ms-per-sample", "1",
+            "--optimizer", "lion")
+    assert r.exit_code == 2 and "'lion'" in r.stderr
+    r = cli("plan", "--rows", "1000", "--sample-shape", "1,8,8", "--params", "1000", "--step-ms-per-sample", "1",
+            "--device", "tpu")
+    assert r.exit_code == 2 and "'tpu'" in r.stderr
+    r = cli("plan", "--rows", "1000", "--sample-shape", "1,a,8", "--params", "1000", "--step-ms-per-sample", "1")
+    assert r.exit_code == 2
