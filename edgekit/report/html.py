@@ -419,6 +419,33 @@ def _comparison_section(r: Report) -> str:
     return "".join(parts)
 
 
+def _search_section(r: Report) -> str:
+    """The variant search (``deploy --search``): what was chosen, by which objective, and every candidate
+    with the stage and reason it was dropped at."""
+    search = (r.model_extra or {}).get("search")
+    if not isinstance(search, dict):
+        return ""
+    shipped = search.get("shipped") or {}
+    head = (f"<h2 id=search>Variant search</h2><p>objective <b>{_e(search.get('objective'))}</b> · selected "
+            f"<b>{_e(search.get('selected') or 'nothing')}</b>"
+            + (f" · shipping file <code>{_e(shipped.get('file'))}</code>" if shipped.get("file") else "")
+            + f" · {_f(search.get('seconds'), '{:.0f}')} s of a {_f(search.get('time_budget_s'), '{:.0f}')} s budget</p>")
+    rows = []
+    for c in search.get("candidates") or []:
+        if not isinstance(c, dict):
+            continue
+        screen = c.get("screening") or {}
+        dropped = c.get("status") == "dropped"
+        rows.append(f"<tr{' class=fail' if dropped else ''}><td>{_e(c.get('name'))}</td><td>{_e(c.get('status'))}</td>"
+                    f"<td>{_e(c.get('dropped_at'))}</td><td>{_e(c.get('format'))}</td><td>{_e(c.get('precision'))}</td>"
+                    f"<td class=n>{_f(c['size_bytes'] / 1024 if c.get('size_bytes') else None, '{:.1f}', '')}</td>"
+                    f"<td class=n>{_f(c.get('host_accuracy'), '{:.2f}', '')}</td>"
+                    f"<td class=n>{_f(screen.get('p50'), '{:.4f}', '')}</td><td>{_e(c.get('reason'))}</td></tr>")
+    return (head + "<div class=scroll><table id=search-candidates><thead><tr><th>candidate</th><th>status</th>"
+            "<th>dropped at</th><th>format</th><th>precision</th><th>size KB</th><th>host accuracy %</th>"
+            "<th>screening p50 ms</th><th>reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
 def _kv_table(d: dict, table_id: str) -> str:
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v if not isinstance(v, (dict, list)) else json.dumps(v))}</td></tr>"
                    for k, v in d.items())
@@ -470,6 +497,7 @@ def render_html(r: Report) -> str:
         "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note,
         "<h2 id=gate>Gate checks</h2>", _checks_table(r),
         _comparison_section(r),
+        _search_section(r),
         "<h2 id=plots>Plots</h2>", *_plots(r),
         "<h2 id=device>Device state</h2>", _kv_table(dev, "device-table"),
         "<h2 id=lineage>Lineage of each variant</h2>", _lineage(r),

@@ -143,3 +143,16 @@ def test_junit_passing_checks_and_empty_gate():
     new.gate.checks = []
     root = ET.fromstring(render_junit(new))
     assert [c.get("name") for c in root.iter("testcase")] == ["gate"]
+
+
+def test_search_candidates_are_listed_with_why_they_were_dropped():
+    r = report([variant("fp32"), variant("int8", median=0.5, precision="int8", selected=True, seed=2)])
+    r.search = {"objective": "p50", "selected": "int8", "shipped": {"file": "ship/int8.onnx"}, "seconds": 42.0,
+                "time_budget_s": 900.0,
+                "candidates": [{"name": "fp32", "status": "baseline", "screening": {"p50": 1.0}},
+                               {"name": "int8", "status": "selected", "format": "onnx", "size_bytes": 60_000},
+                               {"name": "tflite-int8", "status": "dropped", "dropped_at": "host_accuracy",
+                                "reason": "accuracy 91.2% is 7.8 pts below fp32 (tolerance 1)"}]}
+    html = render_html(r)
+    assert "<table id=search-candidates>" in html and "ship/int8.onnx" in html
+    assert "host_accuracy" in html and "7.8 pts below fp32" in html
