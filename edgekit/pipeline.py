@@ -127,6 +127,14 @@ def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: P
     and come first; the result is exported to ONNX (parity-checked, lineage kept) before the first
     ONNX-level pass or at the end. With ``cache`` (edgekit.cache.PassCache) unchanged steps are reused."""
     variants: dict[str, Artifact] = {recipe.baseline: fp32}
+    for spec in recipe.variants:  # check the order of every variant before any heavy work
+        onnx_seen = False
+        for step in spec.passes:
+            fmts = get_pass(step.name).input_formats
+            if fmts == (Format.TORCH,) and onnx_seen:
+                raise PassError(f"variant {spec.name}: pass '{step.name}' works on the PyTorch model and must come "
+                                "before the ONNX-level passes", hint="reorder the variant's passes")
+            onnx_seen = onnx_seen or Format.TORCH not in fmts
     for spec in recipe.variants:
         art = fp32
         passes = [get_pass(step.name) for step in spec.passes]

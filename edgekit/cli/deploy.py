@@ -38,6 +38,8 @@ def deploy_cmd(
     latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", help="p50 latency budget per shipped variant."),
     memory_budget_mb: Optional[float] = typer.Option(None, "--memory-budget-mb", help="Peak memory budget of the inference process."),
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
+    train_data: Optional[Path] = typer.Option(None, "--train-data", help=".npz with x and y for pruning fine-tunes and distillation (overrides the recipe's train_data)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Recompute every pass instead of reusing cached outputs."),
     x_key: str = typer.Option("x", "--x-key", help="Array name of the inputs in the .npz files."),
     y_key: str = typer.Option("y", "--y-key", help="Array name of the labels in the eval .npz."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Runtime threads (default: the target's)."),
@@ -69,6 +71,7 @@ def deploy_cmd(
                          runs=runs, min_seconds=min_seconds, threads=threads)
     opts.baseline_report = baseline
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
+    opts.train_data, opts.use_cache = train_data, not no_cache
     opts.energy_command = energy_command
     from ..agent.benchmark_model import validate_binary_option
 
