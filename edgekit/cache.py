@@ -1,8 +1,8 @@
 """Content-addressed cache of pass outputs: a recipe re-run with nothing changed recomputes nothing.
 
 The key is a SHA-256 over everything that decides a pass's output: the input artifact's sha256, the
-pass name and its validated config, the data sets the pass can read (by file hash), the pass's own
-source file, and the versions of the libraries passes use. Any change to one of them is a miss.
+pass name and its validated config, the data sets the pass can read (by file hash), the source
+files of the passes package, and the versions of the libraries passes use. Any change to one of them is a miss.
 
 Location: ``$EDGEKIT_HOME/cache/passes`` when EDGEKIT_HOME is set, else
 ``$XDG_CACHE_HOME/edgekit/passes`` (``~/.cache/edgekit/passes``). Set ``EDGEKIT_NO_CACHE=1`` to bypass.
@@ -87,8 +87,16 @@ def cache_key(p: Pass, artifact: Artifact, cfg: BaseModel, ctx: PassContext) -> 
         "config": cfg.model_dump(mode="json"),
         "data": data_fingerprint(ctx),
         "extras": _extras_fingerprint(ctx.extras),
-        "code": _hash_path(Path(inspect.getfile(type(p)))),
+        "code": code_fingerprint(Path(inspect.getfile(type(p)))),
     })
+
+
+def code_fingerprint(pass_file: Path) -> str:
+    """The pass's module and its sibling modules (shared helpers such as _torch.py, quantize_ort.py)."""
+    h = hashlib.sha256()
+    for f in sorted(pass_file.parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + _hash_path(f).encode())
+    return h.hexdigest()
 
 
 def data_fingerprint(ctx: PassContext) -> dict[str, str | None]:
