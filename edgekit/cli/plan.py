@@ -77,7 +77,8 @@ def plan_cmd(
     act = human_bytes(m.activations) if m.activations is not None else "not measured"
     out_console.print(
         f"data: {i.rows:,} rows of {i.sample_shape}; model: {i.params:,} parameters; "
-        f"step: {i.seconds_per_sample * 1e3:.4f} ms/sample ({src}, {i.device}, {i.threads} threads)\n"
+        f"step: {i.seconds_per_sample * 1e3:.4f} ms/sample ({src}, {i.device}"
+        + (f", {i.threads} threads" if i.device == "cpu" else "") + ")\n"
         f"one process: ~{human_s(plan.epoch_s_single)} per epoch, ~{human_bytes(plan.single.total)} "
         f"of {human_bytes(i.device_memory_bytes)}\n"
         f"recommend: {r.mode}"

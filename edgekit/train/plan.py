@@ -186,8 +186,11 @@ def advise(p: PlanInputs) -> Plan:
         why = (f"{' and '.join(reasons)}; DDP over {where} brings an epoch to ~{human_s(tk)} and "
                f"~{human_bytes(mem.total)} per device")
         if batch > p.batch_size:
-            why += (f"; raise the global batch from {p.batch_size} to {batch} ({batch // k} per device): at "
-                    f"{p.batch_size} each step would wait on the all-reduce of {human_bytes(4 * p.params)} of gradients")
+            comm_bound = math.ceil(_allreduce_s(p, k) * k / p.seconds_per_sample) > max(p.batch_size, k)
+            because = (f"at {p.batch_size} each step would wait on the all-reduce of {human_bytes(4 * p.params)} "
+                       "of gradients" if comm_bound else
+                       f"{p.batch_size} samples cannot feed {k} devices at one sample or more each")
+            why += f"; raise the global batch from {p.batch_size} to {batch} ({batch // k} per device): {because}"
         rec = Recommendation(mode="ddp", processes=k, nproc_per_node=nproc, nnodes=nnodes, global_batch=batch,
                              epoch_s=tk, memory_per_device=mem, why=why)
     if notes:
