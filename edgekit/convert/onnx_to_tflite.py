@@ -168,7 +168,14 @@ def run_tflite(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -
     res = []
     for i in range(len(xs[0])):
         feeds = [agent._prepare(np, x[i:i + 1], s) for x, s in zip(xs, ins)]
-        res.append(agent._restore_output(np, runner.run(feeds)[0], outs[0] if outs else None))
+        try:
+            out = runner.run(feeds)[0]
+        except Exception as exc:  # the interpreter raises RuntimeError naming the kernel and node
+            msg = str(exc).strip().replace("\n", " ")[:400]
+            raise ConversionError(f"the converted model fails on the LiteRT interpreter (sample {i}): {msg}",
+                                  hop=HOP, hint="a quantized kernel cannot handle this input range; try "
+                                  "precision: fp16 or quantization: dynamic for this model") from exc
+        res.append(agent._restore_output(np, out, outs[0] if outs else None))
     return np.concatenate(res, axis=0)
 
 

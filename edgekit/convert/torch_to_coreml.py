@@ -68,6 +68,22 @@ def validate_spec(path: Path, io_spec: IOSpec) -> dict:
             "operations": int(ops)}
 
 
+def _convert_program(ct, ep, inputs, cfg: CoremlConfig):
+    """Convert the ATen-level program; when coremltools lacks a lowering for a composite op
+    (e.g. aten.gru), convert again after PyTorch's core-ATen decompositions, which spell it out in
+    ops it has. Returns the model and which decomposition was used."""
+    kwargs = dict(inputs=inputs, convert_to="mlprogram",
+                  compute_precision=ct.precision.FLOAT32 if cfg.precision == "fp32" else ct.precision.FLOAT16,
+                  minimum_deployment_target=getattr(ct.target, cfg.minimum_deployment_target),
+                  skip_model_load=not can_predict())
+    try:
+        return ct.convert(ep.run_decompositions({}), **kwargs), "aten"
+    except NotImplementedError as exc:
+        if "Unsupported fx node" not in str(exc):
+            raise
+        return ct.convert(ep.run_decompositions(), **kwargs), "core-aten"
+
+
 def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = None, *,
                     parity_inputs: list[np.ndarray] | None = None) -> Artifact:
     cfg = cfg or CoremlConfig()
@@ -82,10 +98,6 @@ def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = Non
                               hint="use --out model.mlpackage")
     start = time.perf_counter()
     ep = source.program
-    try:
-        ep = ep.run_decompositions({})  # coremltools takes the ATen-level program
-    except Exception:  # already decomposed, or nothing to decompose: convert as is
-        pass
     inputs = [ct.TensorType(name=s.name, shape=tuple(d if d is not None else 1 for d in s.shape),
                             dtype=np.dtype(s.dtype).type) for s in source.artifact.io.inputs]
     work = Path(tempfile.mkdtemp(prefix=".edgekit-coreml-", dir=out_path.parent if out_path.parent.exists() else None))
@@ -93,11 +105,7 @@ def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = Non
         try:
             # coremltools draws tqdm progress bars on stderr: keep the CLI's output readable
             with quiet("coremltools"), contextlib.redirect_stderr(io.StringIO()):
-                mlmodel = ct.convert(
-                    ep, inputs=inputs, convert_to="mlprogram",
-                    compute_precision=ct.precision.FLOAT32 if cfg.precision == "fp32" else ct.precision.FLOAT16,
-                    minimum_deployment_target=getattr(ct.target, cfg.minimum_deployment_target),
-                    skip_model_load=not can_predict())
+                mlmodel, decomposition = _convert_program(ct, ep, inputs, cfg)
                 if cfg.precision == "int8":
                     from coremltools.optimize.coreml import (OpLinearQuantizerConfig, OptimizationConfig,
                                                              linear_quantize_weights)
@@ -114,7 +122,8 @@ def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = Non
         staged = work / out_path.name
         mlmodel.save(str(staged))
         spec_info = validate_spec(staged, source.artifact.io)
-        metrics: dict = {"spec": spec_info, "precision": cfg.precision, "convert_seconds": round(seconds, 3)}
+        metrics: dict = {"spec": spec_info, "precision": cfg.precision, "convert_seconds": round(seconds, 3),
+                         "decomposition": decomposition}
         if can_predict() and parity_inputs is not None:
             probe = [np.asarray(x[: cfg.parity_samples]) for x in parity_inputs]
             outs = []
