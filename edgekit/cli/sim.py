@@ -19,7 +19,8 @@ app = typer.Typer(help="Simulated devices: a real sshd in its own network namesp
 
 @app.command("up", help="Start a simulated device and register it. Needs root for its own address and CPU/memory "
              "limits; without root it falls back to an sshd on a loopback port and says so.\n\n"
-             "Example: edgekit sim up pi --cpu-quota 0.25 --memory 1G")
+             "Example: edgekit sim up pi --cpu-quota 0.25 --memory 1G\n\n"
+             "Example (a Debian arm64 twin under qemu): edgekit sim up pi-arm --arch arm64")
 def up_cmd(
     name: str = typer.Argument(..., help="Device name."),
     target: str = typer.Option("rpi4", "--target", "-t", help="Target class it registers as."),
