@@ -80,3 +80,19 @@ def test_convert_step_config_errors_name_the_key():
         ConvertConfig(to="onnx", precision="int8")
     with pytest.raises(ValidationError):
         ConvertConfig(to="tflite", precison="int8")  # typo: extra keys are refused
+
+
+@pytest.mark.slow
+def test_iphone_target_converts_validates_and_says_macos(cli, digits, tmp_path):
+    pytest.importorskip("coremltools")
+    import platform
+
+    if platform.system() == "Darwin":
+        pytest.skip("on macOS Core ML can run; this checks the Linux behaviour")
+    out = tmp_path / "out"
+    r = cli("deploy", digits.pt2, "--target", "iphone-coreml", "--eval-data", digits.eval, "--out", out)
+    assert r.exit_code == 3 and "needs a macOS host" in r.stderr
+    assert "coreml-fp16" in r.stderr and "spec validated" in r.stderr
+    assert sorted(p.name for p in (out / "artifacts").glob("*.mlpackage")) == [
+        "coreml-fp16-0-convert.mlpackage", "coreml-fp32-0-convert.mlpackage", "coreml-int8-0-convert.mlpackage"]
+    assert not (out / "report.json").exists()  # nothing measured, so no report claims anything
