@@ -115,7 +115,14 @@ def _remove(p: Path) -> None:
 def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *, source=None,
                       calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
                       route: str = "auto") -> Artifact:
+    import onnx
+
+    from .opcheck import require_static_shapes
+
     cfg = cfg or TfliteConfig()
+    # no route can guess sizes the user did not give: say so once, before trying any
+    require_static_shapes(onnx.load(str(onnx_art.path), load_external_data=False), "onnx->tflite",
+                          {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()})
     routes = tflite_routes(onnx_art, cfg, source=source, calib=calib, parity_inputs=parity_inputs, route=route)
     return first_passing(routes, out_path)
 

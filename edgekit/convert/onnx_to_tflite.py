@@ -324,6 +324,38 @@ def _quantize(saved_model: Path, cfg: TfliteConfig, io: IOSpec, onnx_names: list
     return conv.convert()
 
 
+def _fixed_shapes(model, shapes: dict[str, tuple[int, ...]]):
+    """A copy of ``model`` whose inputs have the given sizes (a dynamic batch axis becomes 1), with
+    shapes re-inferred: TFLite graphs are static, and a dynamic axis left to the converter comes
+    out as size 1."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    init = {i.name for i in m.graph.initializer}
+    for v in m.graph.input:
+        if v.name in init:
+            continue
+        dims = v.type.tensor_type.shape.dim
+        want = shapes.get(v.name)
+        if want is not None and len(want) != len(dims):
+            raise ConversionError(f"--input-shape {v.name}: {len(want)} sizes for a rank-{len(dims)} input", hop=HOP)
+        for ax, d in enumerate(dims):
+            size = want[ax] if want is not None else (1 if ax == 0 and not d.HasField("dim_value") else None)
+            if size is not None:
+                d.ClearField("dim_param")
+                d.dim_value = int(size)
+    del m.graph.value_info[:]
+    for o in m.graph.output:  # let inference recompute them from the fixed inputs
+        for d in o.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                d.Clear()
+    try:
+        return onnx.shape_inference.infer_shapes(m, strict_mode=False)
+    except Exception:  # inference is an aid for onnx2tf, not a requirement
+        return m
+
+
 # --------------------------------------------------------------------------- the hop
 def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *,
                    calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
@@ -370,15 +402,14 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         sample = work / SAMPLE_FILE
         np.save(sample, _sample_images(list(calib.xs) if calib is not None else probe))
         src = work / "model.onnx"
-        shutil.copyfile(art.path, src)
+        if shapes or any(s.shape and s.shape[0] is None for s in art.io.inputs):
+            onnx.save(_fixed_shapes(model, shapes), str(src))
+        else:
+            shutil.copyfile(art.path, src)
         kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True,
                       copy_onnx_input_output_names_to_tflite=True, output_signaturedefs=True)
         if cfg.keep_input_layout:
             kwargs["keep_ncw_or_nchw_or_ncdhw_input_names"] = [s.name for s in art.io.inputs]
-        if shapes:
-            kwargs["overwrite_input_shape"] = [f"{k}:{','.join(map(str, v))}" for k, v in shapes.items()]
-        elif any(s.shape and s.shape[0] is None for s in art.io.inputs):
-            kwargs["batch_size"] = 1
         if cfg.pseudo_ops:
             kwargs["replace_to_pseudo_operators"] = [o.lower() for o in cfg.pseudo_ops]  # onnx2tf matches lower case
         if _RNN_OPS & set(ops):

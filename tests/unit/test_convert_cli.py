@@ -57,3 +57,25 @@ def test_unconvertible_onnx_fails_naming_op_and_node(cli, tmp_path):
     r = cli("convert", m, "--to", "tflite", "--calib-data", data, "--out", out)
     assert r.exit_code == 2 and "LpPool at 'pool.lp'" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz", "m.onnx"]
+
+
+def test_dynamic_onnx_needs_input_shape_then_converts(cli, tmp_path):
+    pytest.importorskip("onnx2tf")
+    import torch
+    from torch import nn
+
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(4, 5)).eval()
+    onnx_path = tmp_path / "dyn.onnx"
+    torch.onnx.export(m, (torch.randn(1, 3, 16, 16),), str(onnx_path), dynamo=False, input_names=["input"],
+                      output_names=["y"], dynamic_axes={"input": {0: "N", 2: "H", 3: "W"}}, opset_version=17)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32))
+    out = tmp_path / "dyn.tflite"
+    r = cli("convert", onnx_path, "--to", "tflite", "--calib-data", calib, "--out", out)
+    assert r.exit_code == 2 and "input (axes [2, 3])" in r.stderr and "--input-shape" in r.stderr
+    assert not out.exists()
+    r = cli("convert", onnx_path, "--to", "tflite", "--calib-data", calib, "--out", out,
+            "--input-shape", "input:1,3,16,16")
+    assert r.exit_code == 0, r.stderr
+    assert out.is_file() and "onnx->tflite" in r.stdout and "OK" in r.stdout
