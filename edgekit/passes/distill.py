@@ -1,7 +1,7 @@
 """Knowledge distillation: train a student on the teacher's softened outputs (Hinton et al.):
 
     loss = alpha * T^2 * KL(softmax(s/T) || softmax(t/T)) + (1 - alpha) * CE(s, y)
-           [+ feature_weight * MSE(proj(student_feature), teacher_feature) per matched pair]
+           [+ feature_weight * MSE(proj(student_feature), teacher_feature) / mean(teacher_feature^2) per pair]
 
 The student is the pass's input model (e.g. a pruned model, which recovers accuracy this way) or
 a user architecture ``student: module:factory``; the teacher is ``teacher: model.pt2`` or the
@@ -119,7 +119,10 @@ class Distill(Pass):
                     with torch.no_grad():
                         teacher(*xs)
                     for (s_feat, t_feat), proj in zip(pairs, projs):
-                        loss = loss + config.feature_weight * F.mse_loss(proj(s_feat.value), t_feat.value)
+                        t_val = t_feat.value.detach()
+                        # relative to the teacher feature's energy, so feature_weight does not depend on its scale
+                        fm = F.mse_loss(proj(s_feat.value), t_val) / (t_val.pow(2).mean() + 1e-8)
+                        loss = loss + config.feature_weight * fm
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(idx)

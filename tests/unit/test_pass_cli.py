@@ -13,6 +13,7 @@ ARCH = f"{ROOT / 'examples' / 'digits' / 'model.py'}:DigitsCNN"
 MODELS = Path(__file__).resolve().parent / "_compress_models.py"
 
 
+@pytest.mark.slow  # the dynamo export plus the search: ~10-30 s here
 def test_quantize_accuracy_aware_writes_onnx_and_reports(cli, digits, tmp_path):
     out = tmp_path / "q.onnx"
     r = cli("quantize", digits.pt2, "--calib-data", digits.calib, "--eval-data", digits.eval,

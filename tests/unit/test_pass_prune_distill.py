@@ -69,6 +69,20 @@ def test_distill_a_fresh_student_architecture(digits, ctx_factory, tmp_path):
     assert m["student_accuracy"]["after"] > m["student_accuracy"]["before"] + 20
 
 
+def test_feature_matching_trains_a_projection_between_named_layers(digits, ctx_factory, tmp_path):
+    teacher = load_pt2(digits.pt2).artifact
+    cfg = {"student": f"{MODELS}:small_student", "teacher_arch": ARCH, "feature_pairs": [["1", "head.1"]],
+           "epochs": 4}
+    out = get_pass("distill")(teacher, cfg, ctx_factory(tmp_path))
+    m = out.lineage[-1].metrics
+    assert m["feature_pairs"] == [["1", "head.1"]] and m["loss"][-1] < m["loss"][0]
+    assert m["student_accuracy"]["after"] > m["student_accuracy"]["before"] + 20
+    with pytest.raises(BadInputError, match="the teacher has no module 'nope'"):
+        get_pass("distill")(teacher, {**cfg, "feature_pairs": [["1", "nope"]]}, ctx_factory(tmp_path))
+    with pytest.raises(BadInputError, match="needs student: module:factory and teacher_arch"):
+        get_pass("distill")(teacher, {**cfg, "teacher_arch": None}, ctx_factory(tmp_path))
+
+
 def test_student_with_another_output_shape_is_refused(digits, ctx_factory, tmp_path):
     teacher = load_pt2(digits.pt2).artifact
     with pytest.raises(BadInputError, match=r"output shape \(1, 5\) does not match the teacher's \(1, 10\)") as err:
