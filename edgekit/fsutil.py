@@ -52,6 +52,10 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     os.close(fd)
     tmp_path = Path(tmp)
+    # mkstemp makes the file 0600; a report or model must get the permissions a normal open() gives
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)
     try:
         yield tmp_path
         os.replace(tmp_path, dest)

@@ -116,7 +116,8 @@ def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, 
     with progress_display(not as_json) as progress:
         report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
                             max_accuracy_drop=opts.max_accuracy_drop if opts.max_accuracy_drop is not None else 1.0,
-                            options=sopts, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
+                            options=sopts, arch=arch, x_key=x_key, y_key=y_key, progress=progress,
+                            baseline_report=opts.baseline_report)
     if not as_json:
         sel = report.search.get("selected")
         out_console.print(f"search: selected {sel or 'nothing'} by {objective} in {report.search['seconds']:.0f} s"

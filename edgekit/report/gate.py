@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 
 def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
-                  diff: "ReportDiff | None" = None) -> Gate:
+                  diff: "ReportDiff | None" = None, *, latency_representative: bool = True) -> Gate:
+    """``latency_representative=False`` (an emulated device): latency budgets are not applicable and
+    say so, instead of failing a release on emulation speed."""
     checks: list[Check] = []
     base = next((v for v in variants if v.name == baseline), None)
     judged = [v for v in variants if v.name != baseline] or ([base] if base else [])
@@ -53,8 +55,14 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
                     name="accuracy_drop", variant=v.name, value=round(drop, 4), limit=round(limit, 4), passed=ok,
                     message=(f"{v.accuracy.value:.2f}% vs baseline {base.accuracy.value:.2f}%: drop {drop:+.2f} pts "
                              f"{'<=' if ok else '>'} {limit:.2f}" + (" (relative)" if cfg.relative_accuracy_drop else ""))))
-        _budget(checks, v, "latency_p50_budget", v.latency_ms.p50 if v.latency_ms else None, cfg.latency_ms_p50, "ms")
-        _budget(checks, v, "latency_p90_budget", v.latency_ms.p90 if v.latency_ms else None, cfg.latency_ms_p90, "ms")
+        for name, q, lim in (("latency_p50_budget", "p50", cfg.latency_ms_p50),
+                             ("latency_p90_budget", "p90", cfg.latency_ms_p90)):
+            if lim is not None and not latency_representative:
+                checks.append(Check(name=name, variant=v.name, limit=lim, passed=True, skipped=True,
+                                    message="not applicable: the device is emulated, its latency is not "
+                                            "representative of real hardware (run on the real board to check it)"))
+                continue
+            _budget(checks, v, name, getattr(v.latency_ms, q) if v.latency_ms else None, lim, "ms")
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
     if diff is not None:
@@ -137,5 +145,6 @@ def compare_with_baseline(report, baseline_report, baseline_path, cfg: GateConfi
     report.compared_with = {"path": str(baseline_path), "sha256": sha256_file(baseline_path) if baseline_path else None,
                             **d.baseline}
     report.comparison = d.model_dump(mode="json")
-    report.gate = evaluate_gate(report.variants, report.baseline, cfg, d)
+    report.gate = evaluate_gate(report.variants, report.baseline, cfg, d,
+                                latency_representative=report.device.get("latency_representative") is not False)
     report.warnings.extend(f"baseline comparison: {w}" for w in d.warnings)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import BadInputError
 from ..fsutil import atomic_write_text
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: energy/sustained/measurement/search/comparison fields (all optional)
 
 
 class _Open(BaseModel):
@@ -104,6 +104,7 @@ class Check(_Open):
     # Set on checks against a baseline report (latency regression): the test's p-value and verdict.
     p_value: float | None = None
     significant: bool | None = None
+    skipped: bool = False  # not applicable here (e.g. a latency budget on an emulated device); says why
 
 
 class Gate(_Open):

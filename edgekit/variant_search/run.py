@@ -119,8 +119,9 @@ def _host_accuracy(agent, art: Artifact, source_io, eval_ds) -> float | None:
 def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
            device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float = 1.0,
            options: SearchOptions | None = None, example_inputs: tuple | None = None, arch: str | None = None,
-           x_key: str = "x", y_key: str = "y", transport=None, progress=None) -> Report:
-    from ..pipeline import DeployOptions, _device_info, _variant_result, open_transport, resolve_gate
+           x_key: str = "x", y_key: str = "y", transport=None, progress=None,
+           baseline_report: str | Path | None = None) -> Report:
+    from ..pipeline import DeployOptions, _device_info, _emulation, _variant_result, open_transport, resolve_gate
 
     opts = options or SearchOptions()
     progress = progress or (lambda _m: None)
@@ -131,6 +132,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
 
     spec = load_target(target)
     out_dir = ensure_writable_dir(out)
+    previous = Report.load(baseline_report) if baseline_report is not None else None
     eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     art_dir = out_dir / "artifacts"
@@ -274,7 +276,8 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
             if c.spec.name == chosen.name:
                 c.status, chosen_art = "selected", c.artifact
         ship = _write_ship(out_dir, chosen, chosen_art)
-        gate = evaluate_gate([base, chosen] if chosen is not base else [base], "fp32", gate_cfg)
+        gate = evaluate_gate([base, chosen] if chosen is not base else [base], "fp32", gate_cfg,
+                             latency_representative=_emulation(device) is None)
     else:
         best = max((v for n, v in final.items() if n != "fp32"), key=lambda v: -(v.accuracy_drop or 1e9), default=None)
         msg = "no candidate stays inside the accuracy tolerance and the budgets"
@@ -287,7 +290,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         edgekit_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         target=spec.name,
-        device=_device_info(docs["fp32"], t, device, spec, variants),
+        device=_device_info(docs["fp32"], t, device, spec, variants, _emulation(device)),
         model={"source": str(model), "sha256": source.artifact.sha256, "format": source.artifact.format.value},
         settings={"measure": measure.model_dump(), "screening": screen.model_dump(), "gate": gate_cfg.model_dump(),
                   "eval_data": str(eval_ds.path), "calib_data": str(calib_ds.path) if calib_ds else None},
@@ -304,6 +307,10 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                         "screening": {"p50": base_screen.latency_ms.p50, "ci95": base_screen.latency_ms.ci95}}]
                       + [c.summary() for c in cands] + skipped_summ,
     }
+    if previous is not None and chosen is not None:
+        from ..report.gate import compare_with_baseline
+
+        compare_with_baseline(report, previous, baseline_report, gate_cfg)
     report.write(out_dir)
     return report
 

@@ -17,4 +17,4 @@ def test_deploy_digits_local_passes(cli, digits, tmp_path):
     assert int8.latency_ms.runs >= 20 and int8.latency_ms.p50 > 0
     assert fp32.parity.top1_agreement == 1.0 and fp32.parity.max_abs_err < 1e-3
     assert rep.gate.passed and (out / "report.md").read_text().startswith("# edgekit report")
-    assert json.loads((out / "report.json").read_text())["schema_version"] == "1.0"
+    assert json.loads((out / "report.json").read_text())["schema_version"].startswith("1.")
