@@ -71,6 +71,10 @@ def write_out(art, out: Path, parity_xs) -> Any:
     if out.suffix.lower() == ".onnx" and art.format == Format.TORCH:
         from ..passes._torch import export_torch_artifact
 
+        if parity_xs is None:
+            raise BadInputError("writing .onnx exports the model and checks parity on real inputs, but no data "
+                                "was given", hint="pass --eval-data (or --train-data), or write a .pt2")
+
         art = export_torch_artifact(art, Path(tempfile.mkdtemp(prefix="edgekit-export-")) / "model.onnx", parity_xs)
     elif out.suffix.lower() == ".pt2" and art.format != Format.TORCH:
         raise OutputError(f"the result is an {art.format.value} model; --out must end in .onnx")

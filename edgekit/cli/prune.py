@@ -48,6 +48,9 @@ def prune_cmd(
     C.check_out(out, (".pt2", ".onnx"))
     train = C.load_data(train_data, "train", labels=True, x_key=x_key, y_key=y_key)
     ev = C.load_data(eval_data, "eval", labels=True, x_key=x_key, y_key=y_key)
+    if out.suffix.lower() == ".onnx" and ev is None and train is None:
+        raise BadInputError("writing .onnx exports the model and checks parity on real inputs, but no data was given",
+                            hint="pass --eval-data (or --train-data), or write a .pt2")
     with C.Workdir() as wd:
         source = C.load_model(model, arch, [None, ev, train], wd)
         if source.artifact.format != Format.TORCH:

@@ -97,3 +97,8 @@ def test_quantize_inc_backend_meets_the_tolerance(cli, digits, tmp_path):
     doc = json.loads(r.stdout)
     assert doc["pass"] == "quantize_inc" and doc["metrics"]["accuracy_drop"] <= 0.5 and out.is_file()
     assert any(n.op_type == "QuantizeLinear" for n in __import__("onnx").load(str(out)).graph.node)
+
+
+def test_prune_to_onnx_without_any_data_is_refused_before_work(cli, digits, tmp_path):
+    r = cli("prune", digits.pt2, "--unstructured", "--sparsity", "0.5", "--out", tmp_path / "p.onnx")
+    assert r.exit_code == 2 and "no data was given" in r.stderr and not (tmp_path / "p.onnx").exists()
