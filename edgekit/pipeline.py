@@ -326,7 +326,7 @@ def deploy(
             v.accuracy_drop = round(base.accuracy.value - v.accuracy.value, 4)
         if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
             v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
-    gate = evaluate_gate(vresults, rec.baseline, gate_cfg)
+    gate = evaluate_gate(vresults, rec.baseline, gate_cfg, latency_representative=_emulation(device) is None)
     first = results[rec.baseline].doc
     warnings = list(opts.extra_warnings)
     for v in vresults:
