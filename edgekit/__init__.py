@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "deploy": "edgekit.pipeline:deploy",
+    "profile": "edgekit.pipeline:profile",
     "DeployOptions": "edgekit.pipeline:DeployOptions",
     "search": "edgekit.variant_search.run:search",
     "SearchOptions": "edgekit.variant_search.run:SearchOptions",
@@ -35,7 +36,7 @@ __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .artifact import Artifact  # noqa: F401
-    from .pipeline import DeployOptions, deploy  # noqa: F401
+    from .pipeline import DeployOptions, deploy, profile  # noqa: F401
     from .errors import EdgekitError  # noqa: F401
     from .train import train  # noqa: F401
     from .recipe import Recipe, load_recipe  # noqa: F401

@@ -173,6 +173,14 @@ def _export_variant(art: Artifact, ctx: PassContext, stem: str, cache: Any) -> A
     return cache.cached(key, art, ctx.workdir, stem, lambda: export_torch_artifact(art, dest, xs))
 
 
+def profile(model: Any, *, eval_data: str | Path, target: str | TargetSpec = "local", device: str | None = None,
+            out: str | Path = "edgekit-out", **kwargs: Any) -> Report:
+    """Measure a model as it is (.pt2/.onnx/.tflite or an nn.Module), no compression: one variant,
+    the same agent, report and gate (budgets) as :func:`deploy`."""
+    return deploy(model, eval_data=eval_data, target=target, device=device, out=out,
+                  recipe=Recipe(baseline="model", variants=[]), **kwargs)
+
+
 def deploy(
     model: Any,
     *,

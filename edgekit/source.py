@@ -160,6 +160,52 @@ def load_onnx(path: Path) -> Source:
     return Source(artifact=art, reference=ref, reference_name="onnx (source)")
 
 
+def load_tflite(path: Path) -> Source:
+    """A .tflite to profile as it is: its own I/O is the user's data layout, its host run the reference."""
+    from .errors import require
+
+    interp_mod = require("ai_edge_litert.interpreter", "tflite", "loading a .tflite model")
+    try:
+        interp = interp_mod.Interpreter(model_path=str(path))
+        interp.allocate_tensors()
+    except Exception as exc:  # LiteRT raises ValueError/RuntimeError for a bad flatbuffer
+        raise ModelLoadError(f"{path} is not a loadable TFLite model: {str(exc).splitlines()[0][:200]}",
+                             hint="check the file was copied completely, or re-convert it") from exc
+
+    def spec(d) -> TensorSpec:
+        scale, zp = (d.get("quantization") or (0.0, 0))[:2]
+        return TensorSpec(name=d["name"], shape=tuple(int(x) for x in d["shape"]), dtype=str(np.dtype(d["dtype"])),
+                          scale=float(scale) if scale else None, zero_point=int(zp) if scale else None)
+
+    io = IOSpec(inputs=tuple(spec(d) for d in interp.get_input_details()),
+                outputs=tuple(spec(d) for d in interp.get_output_details()))
+    ins, outs = interp.get_input_details(), interp.get_output_details()
+
+    def run(xs: list[np.ndarray]) -> np.ndarray:
+        res = []
+        for k in range(len(xs[0])):
+            for d, x in zip(ins, xs):
+                v = x[k:k + 1]
+                if d["quantization"][0]:
+                    sc, z = d["quantization"][:2]
+                    info = np.iinfo(d["dtype"])
+                    v = np.clip(np.round(v / sc + z), info.min, info.max)
+                interp.set_tensor(d["index"], np.ascontiguousarray(v.astype(d["dtype"])))
+            interp.invoke()
+            y = interp.get_tensor(outs[0]["index"])
+            if outs[0]["quantization"][0]:
+                sc, z = outs[0]["quantization"][:2]
+                y = (y.astype(np.float32) - z) * sc
+            res.append(y.astype(np.float32))
+        return np.concatenate(res, axis=0)
+
+    kinds = {str(np.dtype(t["dtype"])) for t in interp.get_tensor_details()}
+    precision = "int8" if kinds & {"int8", "uint8"} else ("fp16" if "float16" in kinds else "fp32")
+    art = Artifact.from_file(path, Format.TFLITE, io, precision=precision,
+                             lineage=[LineageStep(kind="source", name="tflite", config={"path": str(path)})])
+    return Source(artifact=art, reference=run, reference_name="tflite (source, host LiteRT)")
+
+
 def import_object(spec: str) -> Any:
     """Import ``module:attr`` (the module may be a dotted path or a .py file path)."""
     if ":" not in spec:
@@ -262,5 +308,7 @@ def load_source(model: Any, *, example_inputs: tuple | None = None, arch: str | 
         return load_pt2(path)
     if fmt == Format.ONNX:
         return load_onnx(path)
-    raise ModelLoadError(f"{path.name}: edgekit starts from PyTorch or ONNX, not {fmt.value}",
+    if fmt == Format.TFLITE:
+        return load_tflite(path)
+    raise ModelLoadError(f"{path.name}: edgekit starts from PyTorch, ONNX or (to profile as is) TFLite, not {fmt.value}",
                          hint="give the .pt2 or .onnx the model was converted from")

@@ -19,6 +19,8 @@ from . import train as _train
 from . import distill as _distill
 from . import prune as _prune
 from . import quantize as _quantize
+from . import profile as _profile
+from . import doctor as _doctor
 
 app = typer.Typer(
     name="edgekit",
@@ -54,6 +56,8 @@ app.command("distill", help=_distill.HELP, no_args_is_help=True)(_distill.distil
 app.add_typer(_report.app, name="report")
 app.add_typer(_devices.app, name="devices")
 app.add_typer(_sim.app, name="sim")
+app.command("profile", help=_profile.HELP, no_args_is_help=True)(_profile.profile_cmd)
+app.command("doctor", help=_doctor.HELP)(_doctor.doctor_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,94 @@
+"""`edgekit doctor`: what this host can do, and what is missing (with the install command)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from importlib import metadata
+
+import typer
+
+from .common import EXIT_BAD_INPUT, out_console
+
+HELP = """Check this host: Python packages per extra, system tools, the local agent, target files.
+
+Example: edgekit doctor --json
+
+Exit codes: 0 the core works, 2 a core dependency is missing or the local agent does not run.
+"""
+
+# (distribution, extra or "core", what it is for)
+PACKAGES = [
+    ("torch", "core", "PyTorch models, export"), ("onnx", "core", "ONNX models"),
+    ("onnxruntime", "core", "ONNX Runtime (host and local agent)"), ("onnxscript", "core", "torch -> ONNX exporter"),
+    ("tensorflow", "tflite", "onnx2tf conversion"), ("onnx2tf", "tflite", "ONNX -> TFLite"),
+    ("ai-edge-litert", "tflite", "LiteRT interpreter"), ("coremltools", "coreml", "Core ML conversion"),
+    ("neural-compressor", "inc", "INC quantization"), ("paramiko", "ssh", "SSH devices"),
+    ("torch-pruning", "prune", "structured pruning"), ("polars", "train", "Parquet training data"),
+    ("matplotlib", "report", "plots in report.html"),
+]
+TOOLS = [("adb", "Android devices (apt install adb)"), ("sshd", "edgekit sim (apt install openssh-server)"),
+         ("ip", "edgekit sim network namespaces (apt install iproute2)"),
+         ("qemu-aarch64-static", "arm64 twin (apt install qemu-user-static)"),
+         ("debootstrap", "arm64 twin rootfs (apt install debootstrap)"),
+         ("chromium", "HTML report check in the tests (apt install chromium)")]
+
+
+def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    from ..targets import list_targets, load_target
+
+    pkgs = []
+    for dist, extra, what in PACKAGES:
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            version = None
+        pkgs.append({"package": dist, "extra": extra, "for": what, "version": version,
+                     "install": None if version else ("pip install 'edgekit'" if extra == "core"
+                                                      else f"pip install 'edgekit[{extra}]'")})
+    tools = []
+    for name, what in TOOLS:
+        path = shutil.which(name) or (shutil.which(name, path="/usr/sbin:/sbin") if name in ("sshd", "ip") else None)
+        tools.append({"tool": name, "for": what, "path": path})
+    targets, target_errors = [], []
+    for t in list_targets():
+        try:
+            load_target(t)
+            targets.append(t)
+        except Exception as exc:  # a broken target file is reported, the rest still checked
+            target_errors.append(f"{t}: {exc}")
+    agent = _probe_local_agent()
+    core_ok = all(p["version"] for p in pkgs if p["extra"] == "core") and agent.get("ok")
+    doc = {"python": sys.version.split()[0], "packages": pkgs, "tools": tools, "targets": targets,
+           "target_errors": target_errors, "local_agent": agent, "ok": bool(core_ok)}
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        out_console.print(f"python {doc['python']}")
+        for p in pkgs:
+            mark = "[green]ok[/]" if p["version"] else ("[red]missing[/]" if p["extra"] == "core" else "[yellow]missing[/]")
+            out_console.print(f"  {mark} {p['package']} {p['version'] or ''} ({p['for']})"
+                              + (f"  -> {p['install']}" if p["install"] else ""), highlight=False)
+        for t in tools:
+            mark = "[green]ok[/]" if t["path"] else "[yellow]missing[/]"
+            out_console.print(f"  {mark} {t['tool']} {t['path'] or ''} ({t['for']})", highlight=False)
+        out_console.print(f"  targets: {', '.join(targets)}" + (f"; broken: {target_errors}" if target_errors else ""))
+        a = agent
+        out_console.print(f"  local agent: {'ok' if a.get('ok') else 'FAILED'} "
+                          f"{a.get('runtimes') or a.get('error') or ''}", highlight=False)
+    if not core_ok:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _probe_local_agent() -> dict:
+    from ..agent.bundle import agent_source
+    from ..transport.local import LocalTransport
+
+    try:
+        t = LocalTransport()
+        res = t.run([t.python, str(agent_source()), "--probe"], timeout=120)
+        doc = json.loads(res.stdout)
+        return {"ok": bool(doc.get("ok")), "runtimes": doc.get("runtimes"), "arch": doc.get("device", {}).get("arch")}
+    except Exception as exc:  # doctor reports every failure instead of stopping at the first
+        return {"ok": False, "error": str(exc)[:300]}
