@@ -142,7 +142,8 @@ def test_two_concurrent_deploys_are_serialized_by_the_lock(digits, device, tmp_p
     gate = DeviceLock("board").acquire(wait=False)  # "another deploy" holds the device
 
     def start(name, *extra):
-        argv = [str(exe), *map(str, deploy_args(digits, tmp_path / name, *extra)), "--json"]
+        # no --json: the progress lines on stderr say when a deploy reaches the device
+        argv = [str(exe), *map(str, deploy_args(digits, tmp_path / name, *extra))]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         p.lines = []
         threading.Thread(target=lambda: p.lines.extend(iter(p.stderr.readline, "")), daemon=True).start()
@@ -182,13 +183,25 @@ def test_two_concurrent_deploys_are_serialized_by_the_lock(digits, device, tmp_p
 
 
 def _measuring_agents(sshd_pid: int) -> set[int]:
-    """PIDs of agent processes measuring under this sshd (their argv ends in a request .json)."""
+    """PIDs of agent runs measuring under this sshd (argv ends in a request .json); an agent's own
+    worker subprocess (a fresh process per variant) counts with its parent, as one run."""
+    def argv(pid):
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return []
+
+    def is_agent(cmd):
+        return any(b"edgekit_agent" in x for x in cmd) and any(x.endswith(b".json") for x in cmd)
+
     found = set()
     for pid in descendants(sshd_pid):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+        if not is_agent(argv(pid)):
             continue
-        if any(b"edgekit_agent" in x for x in cmd) and any(x.endswith(b".json") for x in cmd):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if not is_agent(argv(ppid)):
             found.add(pid)
     return found
