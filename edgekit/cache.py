@@ -92,10 +92,19 @@ def cache_key(p: Pass, artifact: Artifact, cfg: BaseModel, ctx: PassContext) -> 
 
 
 def code_fingerprint(pass_file: Path) -> str:
-    """The pass's module and its sibling modules (shared helpers such as _torch.py, quantize_ort.py)."""
+    """The pass's module and its sibling modules (shared helpers such as _torch.py, quantize_ort.py),
+    plus the converter modules and the agent that passes call into (convert/, device_agents/), so a
+    change in the converter itself is never answered from a stale cache entry."""
     h = hashlib.sha256()
-    for f in sorted(pass_file.parent.glob("*.py")):
-        h.update(f.name.encode() + b"\0" + _hash_path(f).encode())
+    pkg = pass_file.parent.parent
+    files = [*sorted(pass_file.parent.glob("*.py")), *sorted((pkg / "convert").glob("*.py")),
+             *sorted((pkg / "source.py", pkg / "artifact.py"))]
+    from .agent.bundle import agent_source
+
+    files.append(agent_source())
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + _hash_path(f).encode())
     return h.hexdigest()
 
 
