@@ -339,7 +339,8 @@ def deploy(
     warnings = list(opts.extra_warnings)
     for v in vresults:
         if v.latency_ms and not v.latency_ms.stable:
-            warnings.append(f"{v.name}: latency is unstable (CoV {v.latency_ms.cov:.1%}); the device may be busy")
+            warnings.append(f"{v.name}: latency is unstable (robust CoV {v.latency_ms.robust_cov or 0:.1%}, "
+                            f"CoV {v.latency_ms.cov:.1%}); the device may be busy")
         warnings += [f"{v.name}: {w}" for w in results[v.name].doc.get("warnings") or []]
         warnings += [f"{v.name}: {w}" for w in (v.sustained or {}).get("warnings", [])]
     if measurements.warning():

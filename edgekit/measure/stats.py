@@ -29,7 +29,11 @@ class LatencyStats:
     ci95: tuple[float, float]  # of the median
     cov: float
     outliers: int  # beyond 1.5 IQR above Q3 or below Q1
-    stable: bool
+    stable: bool  # robust_cov <= STABLE_COV
+    # 1.4826 * MAD / median: the CoV a normal distribution with this spread would have. Unlike the
+    # plain CoV it is not blown up by a handful of scheduler stalls (counted in `outliers` instead),
+    # which on a microsecond-scale model would otherwise flag every run as unstable.
+    robust_cov: float = 0.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -83,6 +87,8 @@ def latency_stats(raw_ms: list[float] | np.ndarray) -> LatencyStats:
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if x.size > 1 else 0.0
     cov = std / mean if mean > 0 else 0.0
+    med = float(np.median(x))
+    robust_cov = float(1.4826 * np.median(np.abs(x - med)) / med) if med > 0 else 0.0
     return LatencyStats(
         runs=int(x.size),
         mean=mean,
@@ -95,5 +101,6 @@ def latency_stats(raw_ms: list[float] | np.ndarray) -> LatencyStats:
         ci95=bootstrap_median_ci(x),
         cov=cov,
         outliers=outliers,
-        stable=cov <= STABLE_COV,
+        stable=robust_cov <= STABLE_COV,
+        robust_cov=robust_cov,
     )

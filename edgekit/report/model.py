@@ -46,6 +46,7 @@ class LatencyMs(_Open):
     cov: float
     outliers: int
     stable: bool
+    robust_cov: float | None = None  # 1.4826*MAD/median; what `stable` is judged on (absent in 1.0 reports)
 
 
 class Accuracy(_Open):
