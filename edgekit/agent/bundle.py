@@ -54,23 +54,35 @@ class BundleDeployer:
         return self._agent_remote
 
     def _install_agent(self) -> str:
+        """The agent lands by content like every other file, and is hashed on the device by itself
+        (``--sha256`` of its own path) before use: a copy that still parses but was altered is
+        replaced, never run."""
         src = agent_source()
         digest = sha256_file(src)
-        remote = f"agent/edgekit_agent-{digest[:16]}.py"
-        probe = self.t.run([self.t.python, self.t.remote_path(remote), "--version"], timeout=self.timeout)
-        if probe.ok and _json_ok(probe.stdout):
+        remote = self.t.remote_path(f"agent/edgekit_agent-{digest[:16]}.py")
+        if self._self_hash(remote) == digest:
             self.stats.files_reused += 1
-            return self.t.remote_path(remote)
+            return remote
         self.t.push(src, remote)
         self.stats.files_sent += 1
         self.stats.bytes_sent += src.stat().st_size
-        check = self.t.run([self.t.python, self.t.remote_path(remote), "--version"], timeout=self.timeout)
-        if not check.ok or not _json_ok(check.stdout):
-            raise AgentError(
-                f"the agent does not start on the device with '{self.t.python}' (exit {check.returncode}): "
-                f"{(check.stderr or check.stdout).strip()[-400:]}",
-                hint="the device needs Python 3.8+; set the device's python command in the inventory")
-        return self.t.remote_path(remote)
+        got = self._self_hash(remote, strict=True)
+        if got != digest:
+            raise TransportError(f"the agent arrived corrupted on the device (sha256 {str(got)[:12]}... != "
+                                 f"{digest[:12]}...)", hint="the link or the device's storage corrupts data; retry")
+        return remote
+
+    def _self_hash(self, remote: str, strict: bool = False) -> str | None:
+        res = self.t.run([self.t.python, remote, "--sha256", remote], timeout=self.timeout)
+        try:
+            return json.loads(res.stdout)["sha256"][remote]
+        except (ValueError, KeyError, TypeError):
+            if not strict:
+                return None  # missing or broken: (re)send it
+        raise AgentError(
+            f"the agent does not start on the device with '{self.t.python}' (exit {res.returncode}): "
+            f"{(res.stderr or res.stdout).strip()[-400:]}",
+            hint="the device needs Python 3.8+; set the device's python command in the inventory")
 
     def remote_hashes(self, remotes: list[str]) -> dict[str, str | None]:
         res = self.t.run([self.t.python, self.agent, "--sha256", *remotes], timeout=self.timeout)
@@ -107,10 +119,3 @@ class BundleDeployer:
                         f"!= {digest[:12]}...)", hint="the link or the device's storage corrupts data; retry, "
                         "and check the device's disk")
         return {local: remote for local, (_, remote) in want.items()}
-
-
-def _json_ok(text: str) -> bool:
-    try:
-        return bool(json.loads(text).get("ok"))
-    except (ValueError, AttributeError):
-        return False
