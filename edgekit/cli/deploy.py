@@ -112,7 +112,8 @@ def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, 
     spec = load_target(target)
     m = spec.measure.model_dump()
     m.update({k: getattr(opts, k) for k in ("warmup", "runs", "min_seconds", "threads") if getattr(opts, k) is not None})
-    sopts = SearchOptions(objective=objective, time_budget_s=time_budget, measure=MeasureDefaults(**m))
+    sopts = SearchOptions(objective=objective, time_budget_s=time_budget, measure=MeasureDefaults(**m),
+                          remeasure=bool(getattr(opts, "remeasure", False)))
     with progress_display(not as_json) as progress:
         report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
                             max_accuracy_drop=opts.max_accuracy_drop if opts.max_accuracy_drop is not None else 1.0,

@@ -56,6 +56,7 @@ class SearchOptions:
     host_filter: bool = True
     host_slack: float = 0.5  # accuracy points of leeway for host-vs-device differences
     candidates: list[VariantSpec] | None = None  # None = every candidate the target can run
+    remeasure: bool = False  # False: reuse measurements from the cache (same model, settings, device, agent)
     measure: MeasureDefaults | None = None  # final measurement settings (None = the target's)
 
 
@@ -197,6 +198,9 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     docs: dict[str, dict] = {}
     try:
         deployer = BundleDeployer(t)
+        from ..measure.cache import open_device_measurements
+
+        measurements = open_device_measurements(deployer, device_name=device, remeasure=opts.remeasure)
         eval_file = eval_ds.path
         alive = [c for c in cands if c.status == "built"]
         remotes = deployer.deliver([eval_file, fp32.path, *{c.artifact.path for c in alive}])
@@ -207,7 +211,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                                 x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
                                 outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npy"),
                                 energy_sources=spec.energy_sources)
-            res = run_request(deployer, req)
+            res = measurements.measure(req, lambda: run_request(deployer, req))
             docs[name] = res.doc
             return _variant_result(name, art, res, reference, source)
 
@@ -268,7 +272,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({finalists[0].energy_reason})", hint="use --objective p50, or add an energy source")
     chosen = _choose(finalists, opts.objective)
-    warnings: list[str] = []
+    warnings: list[str] = [measurements.warning()] if measurements.warning() else []
     if chosen is not None:
         chosen.selected = True
         chosen_art = fp32
