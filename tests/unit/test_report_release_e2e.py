@@ -147,7 +147,9 @@ def test_less_accurate_model_fails_release_accuracy_drop(digits, release, tmp_pa
                          calib_data=digits.calib, out=tmp_path / "worse", runs=50, min_seconds=0.1, warmup=2,
                          baseline_report=release / "report.json", max_latency_regression=float(THRESHOLD))
     failed = {c.name for c in rep.gate.failed_checks}
-    assert "release_accuracy_drop" in failed and "latency_regression" not in failed
+    # (latency is not asserted here: this model is as fast as the release, but two runs minutes apart on a
+    # shared machine can differ by more than any threshold; the latency tests use a model 14x slower)
+    assert "release_accuracy_drop" in failed
     c = next(c for c in rep.gate.failed_checks if c.name == "release_accuracy_drop")
     assert c.value > 5 and c.p_value is not None and c.p_value < 0.05
     # the same verdict from the CLI diff of the two reports
