@@ -47,9 +47,47 @@ def render_markdown(r: Report) -> str:
         lines += ["", "## Compared with the baseline report", "",
                   f"Baseline: `{(r.compared_with or {}).get('path')}`.",
                   render_diff_markdown(ReportDiff.model_validate(r.comparison)).rstrip("\n")]
+    lines += _search_section(r) + _parity_section(r)
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
         lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
     return "\n".join(lines) + "\n"
+
+
+def _search_section(r: Report) -> list[str]:
+    """The variant search (deploy --search): what was chosen, and every candidate with why it was dropped."""
+    srch = getattr(r, "search", None) or (r.model_extra or {}).get("search")
+    if not srch:
+        return []
+    shipped = (srch.get("shipped") or {}).get("file")
+    out = ["", "## Variant search", "",
+           f"Selected **{srch.get('selected') or 'nothing'}** by {srch.get('objective')} in {srch.get('seconds')} s"
+           + (f"; shipping file `{shipped}`." if shipped else "."), "",
+           "| candidate | status | dropped at | screening p50 ms | reason |", "|---|---|---|---:|---|"]
+    for c in srch.get("candidates", []):
+        p50 = (c.get("screening") or {}).get("p50")
+        out.append(f"| {c['name']} | {c['status']} | {c.get('dropped_at') or ''} | {_f(p50, '{:.4f}')} | "
+                   f"{(c.get('reason') or '').replace('|', '/')} |")
+    return out
+
+
+def _parity_section(r: Report) -> list[str]:
+    """Whole-chain parity: every conversion hop of every variant, from the lineage, then on the device."""
+    rows = []
+    for v in r.variants:
+        for step in v.lineage:
+            par = (step.get("metrics") or {}).get("parity")
+            if step.get("kind") == "convert" and par:
+                bad = (step.get("metrics") or {}).get("parity_violations") or []
+                rows.append(f"| {v.name} | {step['name']} (host) | {_f(par.get('max_abs_err'), '{:.2e}')} | "
+                            f"{_f(par.get('cosine'), '{:.6f}')} | {_f(par.get('top1_agreement'), '{:.1%}')} | "
+                            f"{'; '.join(bad) or 'ok'} |")
+        if v.parity:
+            rows.append(f"| {v.name} | on the device vs {v.parity.reference} | {v.parity.max_abs_err:.2e} | "
+                        f"{v.parity.cosine:.6f} | {_f(v.parity.top1_agreement, '{:.1%}')} | |")
+    if not rows:
+        return []
+    return ["", "## Parity per hop", "", "| variant | hop | max abs err | cosine | top-1 agree | tolerance |",
+            "|---|---|---:|---:|---:|---|", *rows]
