@@ -143,8 +143,24 @@ class Distill(Pass):
                        "teacher": sum(p.numel() for p in teacher.parameters())},
             "train_data": str(train.path),
             "feature_pairs": [list(p) for p in config.feature_pairs],
+            # how the teacher was made, when `edgekit train` left its lineage beside it
+            "teacher_lineage": _teacher_training_lineage(Path(teacher_art.path)),
         }
         return PassOutput(path=out_path, precision="fp32", metrics=metrics, fmt=Format.TORCH, io=io)
+
+
+def _teacher_training_lineage(teacher_path: Path) -> list | None:
+    """The `teacher.pt2.lineage.json` sidecar written by `edgekit train` (None when absent or unreadable)."""
+    import json
+
+    from ..train.config import lineage_path
+
+    side = lineage_path(teacher_path)
+    try:
+        doc = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, list) else [doc]
 
 
 def _teacher_artifact(config: DistillConfig, ctx: PassContext, artifact: Artifact) -> Artifact:
