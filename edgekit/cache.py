@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from .artifact import Artifact, IOSpec, LineageStep
 from .config import validate
 from .formats import Format
-from .fsutil import sha256_file
+from .fsutil import cache_dir, sha256_file
 from .passes.base import Pass, PassContext
 
 # Libraries whose version can change a pass's output (looked up without importing them).
@@ -36,11 +36,7 @@ LIBRARIES = ("edgekit", "numpy", "onnx", "onnxruntime", "torch", "torch-pruning"
 
 
 def cache_root() -> Path:
-    home = os.environ.get("EDGEKIT_HOME")
-    if home:
-        return Path(home) / "cache" / "passes"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit" / "passes"
+    return cache_dir("passes")
 
 
 @lru_cache(maxsize=1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Optional

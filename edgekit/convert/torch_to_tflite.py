@@ -13,7 +13,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

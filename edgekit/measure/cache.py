@@ -31,11 +31,9 @@ FORMAT = 1
 
 
 def measure_cache_root() -> Path:
-    home = os.environ.get("EDGEKIT_HOME")
-    if home:
-        return Path(home) / "cache" / "measurements"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit" / "measurements"
+    from ..fsutil import cache_dir
+
+    return cache_dir("measurements")
 
 
 def measure_cache_disabled() -> bool:

@@ -80,11 +80,9 @@ def rootfs_cache_root() -> Path:
     env = os.environ.get("EDGEKIT_ROOTFS_CACHE")
     if env:
         return Path(env)
-    home = os.environ.get("EDGEKIT_HOME")
-    if home:
-        return Path(home) / "cache" / "rootfs"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit" / "rootfs"
+    from ..fsutil import cache_dir
+
+    return cache_dir("rootfs")
 
 
 def rootfs_dir() -> Path:
@@ -295,7 +293,7 @@ def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | Non
     etc = up / etc_rel
     etc.mkdir(parents=True, exist_ok=True)
     os.chmod(etc, 0o700)
-    hk = keygen(etc / "host_ed25519")
+    keygen(etc / "host_ed25519")  # the twin's host key, read by its sshd
     ck = keygen(d / "client_ed25519")  # the client key stays on the host
     shutil.copyfile(f"{ck}.pub", etc / "authorized_keys")
     cfg = f"/{etc_rel}/sshd_config"
@@ -382,27 +380,16 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
        provision: bool = True, wheelhouse: Path | None = None, say: Say = _quiet):
     """Build (once) and start an arm64 twin, register it as a ``target`` device (emulated), and
     install the target's runtimes on it from a host-side wheelhouse. Returns (state, entry, timings)."""
-    from ..devices import NAME_RE, DeviceEntry, add_device, load_inventory
+    from ..devices import DeviceEntry, add_device
     from ..fsutil import atomic_write_text
-    from ..targets import load_target
     from . import cgroup as _cg
     from . import netns as _netns
-    from .device import SimState, _free_index, _state_file, sim_root
+    from .device import SimState, _free_index, _state_file, check_new_sim, sim_root
 
-    if not NAME_RE.match(name):
-        raise BadInputError(f"device name {name!r} must be letters, digits, '.', '_' or '-' (max 63)")
-    if cpu_quota is not None and not (0.01 <= cpu_quota <= 64):
-        raise BadInputError(f"--cpu-quota {cpu_quota} is out of range", hint="cores, e.g. 0.25 for a quarter core")
-    spec = load_target(target)
+    spec, mem_bytes = check_new_sim(name, target, cpu_quota, memory)
     if spec.arch not in ("aarch64", "arm64"):
         raise BadInputError(f"target '{spec.name}' is {spec.arch}; an arm64 twin stands in for an aarch64 target",
                             hint="e.g. --target rpi4")
-    mem_bytes = _cg.parse_size(memory) if memory else None
-    if _state_file(name).is_file():
-        raise BadInputError(f"simulated device '{name}' is already up", hint=f"`edgekit sim down {name}` first")
-    if any(d.name == name for d in load_inventory().devices):
-        raise BadInputError(f"device '{name}' is already in the inventory (not a simulated one)",
-                            hint="pick another name, or `edgekit devices remove` it")
     host = ensure_host()
     rootfs = ensure_rootfs(say)
     say(f"arm64 rootfs: {'built' if rootfs.built else 'cached'} in {rootfs.seconds:.1f} s ({rootfs.path})")

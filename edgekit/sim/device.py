@@ -81,8 +81,9 @@ def _is_our_sshd(pid: int, config: str) -> bool:
         return False
 
 
-def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memory: str | None = None,
-       say: Callable[[str], None] = lambda m: None) -> tuple[SimState, DeviceEntry]:
+def check_new_sim(name: str, target: str, cpu_quota: float | None, memory: str | None):
+    """The input checks every `sim up` (plain or arm64) makes before touching anything:
+    returns (target spec, memory limit in bytes or None)."""
     from ..devices import NAME_RE
     from ..targets import load_target
 
@@ -97,6 +98,12 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     if any(d.name == name for d in load_inventory().devices):
         raise BadInputError(f"device '{name}' is already in the inventory (not a simulated one)",
                             hint="pick another name, or `edgekit devices remove` it")
+    return spec, mem_bytes
+
+
+def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memory: str | None = None,
+       say: Callable[[str], None] = lambda m: None) -> tuple[SimState, DeviceEntry]:
+    spec, mem_bytes = check_new_sim(name, target, cpu_quota, memory)
     rooted = _netns.available() and _cg.available()
     d = sim_root() / name
     if d.exists():

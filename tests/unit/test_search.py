@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -81,7 +82,8 @@ def test_search_never_chooses_a_candidate_outside_tolerance(digits, tmp_path):
     chosen = [v for v in rep.variants if v.selected]
     assert len(chosen) == 1 and chosen[0].accuracy_drop <= 1.0
     ship = json.loads((tmp_path / "ship" / "ship.json").read_text())
-    assert ship["variant"] == rep.search["selected"] and (tmp_path / "ship").glob("*.onnx")
+    shipped = list((tmp_path / "ship").glob("*.onnx")) + list((tmp_path / "ship").glob("*.tflite"))
+    assert ship["variant"] == rep.search["selected"] and [p.name for p in shipped] == [Path(ship["file"]).name]
     # the chosen one is within 10% of the fastest finalist that meets the tolerance
     ok = [v for v in rep.variants if v.accuracy_drop is not None and v.accuracy_drop <= 1.0]
     fastest = min(v.latency_ms.p50 for v in ok)
