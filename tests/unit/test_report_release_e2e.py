@@ -15,10 +15,11 @@ from edgekit.report.model import Report
 ROOT = Path(__file__).resolve().parents[2]
 # Enough timed runs for the significance tests; short enough for the default test run.
 MEASURE = ("--runs", "100", "--min-seconds", "0.2", "--warmup", "5")
-# The unchanged run must not be flagged on this shared, noisy machine: the e2e test uses a 50% threshold
-# (the slow model below is many times slower); the 10% default is exercised on synthetic timings in
-# test_report_compare.py.
-THRESHOLD = "0.5"
+# The unchanged run must not be flagged on this shared, noisy machine. The digits model runs in ~18 us, and
+# two processes a few seconds apart were seen at 18 us and 28 us (+55%: the whole process, both variants,
+# i.e. machine state, not the model), so the e2e test uses a 100% threshold; the slow model below is ~14x
+# slower, so it still fails. The 10% default is exercised on synthetic timings in test_report_compare.py.
+THRESHOLD = "1.0"
 
 
 def _digits_cnn():
