@@ -28,6 +28,59 @@ class Source:
     reference: Callable[[list[np.ndarray]], np.ndarray]  # first output, float32, batch in = batch out
     reference_name: str  # "pytorch" or "onnx (source)"
     program: Any = None  # torch.export.ExportedProgram when the source is PyTorch
+    # every output, in the model's order: float outputs as float32, integer/bool outputs keep their dtype
+    reference_all: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+
+    def __post_init__(self):
+        if self.reference_all is None:  # a Source built by hand with only the first output
+            first = self.reference
+            self.reference_all = lambda xs: [first(xs)]
+
+
+DEFAULT_CHUNK = 64  # samples per run when the model's batch axis is dynamic
+
+
+def _as_output(y) -> np.ndarray:
+    y = np.asarray(y)
+    return y.astype(np.float32, copy=False) if y.dtype.kind == "f" else y
+
+
+def model_batch(shapes) -> int | None:
+    """The static batch size the model takes (first axis of its inputs), None when it is dynamic.
+    ``shapes`` are the inputs' shapes, None for a dynamic axis."""
+    firsts = {s[0] for s in shapes if s}
+    firsts.discard(None)
+    return int(min(firsts)) if firsts else None
+
+
+def run_batched(fn: Callable[[list[np.ndarray]], list[np.ndarray]], xs: list[np.ndarray], batch: int | None,
+                chunk: int = DEFAULT_CHUNK) -> list[np.ndarray]:
+    """Run ``fn`` over ``xs`` (samples on the first axis) in chunks of exactly ``batch`` samples when
+    the model's batch is static (the last chunk padded by repeating its samples, the padding trimmed
+    from the outputs), or in chunks of ``chunk`` when it is dynamic. Returns every output, the chunks
+    joined on the first axis (an output whose first axis is not the batch is stacked per chunk)."""
+    n = len(xs[0]) if xs else 0
+    if n == 0:
+        return [np.asarray(y) for y in fn(list(xs))]
+    size = batch or chunk
+    parts: list[list[np.ndarray]] = []
+    for k in range(0, n, size):
+        m = min(size, n - k)
+        if batch and m < batch:
+            idx = k + (np.arange(batch) % m)  # pad with this chunk's own samples
+            feed = [np.ascontiguousarray(x[idx]) for x in xs]
+        else:
+            feed = [np.ascontiguousarray(x[k:k + m]) for x in xs]
+        outs = [np.asarray(y) for y in fn(feed)]
+        parts.append([y[:m] if (batch and y.ndim and y.shape[0] == batch) else y for y in outs])
+    if len(parts) == 1:
+        return parts[0]
+    joined = []
+    for j in range(len(parts[0])):
+        ys = [p[j] for p in parts]
+        per_sample = all(y.ndim and y.shape[0] == (min(size, n - i * size)) for i, y in enumerate(ys))
+        joined.append(np.concatenate(ys, axis=0) if per_sample else np.stack(ys))
+    return joined
 
 
 def _torch_dtype_name(dt) -> str:
@@ -58,31 +111,31 @@ def _io_from_program(ep) -> IOSpec:
     return IOSpec(inputs=tuple(inputs), outputs=tuple(outputs))
 
 
-def _program_reference(ep) -> Callable[[list[np.ndarray]], np.ndarray]:
+def _program_reference_all(ep, io: IOSpec) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     import torch
 
     module = ep.module()
+    batch = model_batch([s.shape for s in io.inputs])
 
-    def run(xs: list[np.ndarray]) -> np.ndarray:
-        outs = []
-        n = len(xs[0])
+    def once(feed: list[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
-            for i in range(n):  # the exported program has a static batch of 1
-                args = [torch.from_numpy(np.ascontiguousarray(x[i:i + 1])) for x in xs]
-                out = module(*args)
-                if isinstance(out, (tuple, list)):
-                    out = out[0]
-                outs.append(out.detach().float().numpy())
-        return np.concatenate(outs, axis=0)
+            out = module(*[torch.from_numpy(np.ascontiguousarray(x)) for x in feed])
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        return [_as_output(o.detach().numpy()) for o in outs if isinstance(o, torch.Tensor)]
 
-    return run
+    return lambda xs: run_batched(once, list(xs), batch)
+
+
+def _first(run_all: Callable[[list[np.ndarray]], list[np.ndarray]]) -> Callable[[list[np.ndarray]], np.ndarray]:
+    return lambda xs: np.asarray(run_all(xs)[0]).astype(np.float32)
 
 
 def from_program(ep, path: Path, lineage_name: str = "torch.export") -> Source:
     io = _io_from_program(ep)
     art = Artifact.from_file(path, Format.TORCH, io, lineage=[LineageStep(kind="source", name=lineage_name,
                                                                           config={"path": str(path)})])
-    return Source(artifact=art, reference=_program_reference(ep), reference_name="pytorch", program=ep)
+    ref_all = _program_reference_all(ep, io)
+    return Source(artifact=art, reference=_first(ref_all), reference_name="pytorch", program=ep, reference_all=ref_all)
 
 
 def load_pt2(path: Path) -> Source:
@@ -113,24 +166,27 @@ def onnx_io(model) -> IOSpec:
                   outputs=tuple(spec(v) for v in model.graph.output))
 
 
-def ort_reference(path: Path, threads: int = 1) -> Callable[[list[np.ndarray]], np.ndarray]:
+def ort_reference_all(path: Path, threads: int = 1) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """Every output of an ONNX model on onnxruntime, fed in chunks of its static batch size."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(Path(path).resolve()), sess_options=so, providers=["CPUExecutionProvider"])
     ins = sess.get_inputs()
-    static_batch = any(isinstance(i.shape[0], int) for i in ins if i.shape)
+    batch = model_batch([tuple(d if isinstance(d, int) else None for d in i.shape) for i in ins])
 
-    def run(xs: list[np.ndarray]) -> np.ndarray:
-        feeds = [np.ascontiguousarray(x.astype(np.dtype(_ort_np(i.type)), copy=False)) for x, i in zip(xs, ins)]
-        if not static_batch:
-            return sess.run(None, {i.name: f for i, f in zip(ins, feeds)})[0].astype(np.float32)
-        outs = [sess.run(None, {i.name: f[k:k + 1] for i, f in zip(ins, feeds)})[0] for k in range(len(feeds[0]))]
-        return np.concatenate(outs, axis=0).astype(np.float32)
+    def once(feed: list[np.ndarray]) -> list[np.ndarray]:
+        feeds = {i.name: np.ascontiguousarray(x.astype(np.dtype(_ort_np(i.type)), copy=False)) for x, i in zip(feed, ins)}
+        return [_as_output(y) for y in sess.run(None, feeds)]
 
-    return run
+    return lambda xs: run_batched(once, list(xs), batch)
+
+
+def ort_reference(path: Path, threads: int = 1) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """The first output of an ONNX model on onnxruntime, as float32."""
+    return _first(ort_reference_all(path, threads))
 
 
 def _ort_np(ort_type: str) -> str:
@@ -151,13 +207,13 @@ def load_onnx(path: Path) -> Source:
             hint="re-export it (torch.onnx.export) or check the file was copied completely",
         ) from exc
     try:
-        ref = ort_reference(path)
+        ref_all = ort_reference_all(path)
     except Exception as exc:
         raise ModelLoadError(f"onnxruntime cannot load {path}: {str(exc).splitlines()[0][:300]}",
                              hint="check the opset and ops are supported by onnxruntime") from exc
     art = Artifact.from_file(path, Format.ONNX, onnx_io(model),
                              lineage=[LineageStep(kind="source", name="onnx", config={"path": str(path)})])
-    return Source(artifact=art, reference=ref, reference_name="onnx (source)")
+    return Source(artifact=art, reference=_first(ref_all), reference_name="onnx (source)", reference_all=ref_all)
 
 
 def load_tflite(path: Path) -> Source:
@@ -181,29 +237,34 @@ def load_tflite(path: Path) -> Source:
                 outputs=tuple(spec(d) for d in interp.get_output_details()))
     ins, outs = interp.get_input_details(), interp.get_output_details()
 
-    def run(xs: list[np.ndarray]) -> np.ndarray:
+    def once(feed: list[np.ndarray]) -> list[np.ndarray]:
+        for d, v in zip(ins, feed):
+            if d["quantization"][0]:
+                sc, z = d["quantization"][:2]
+                info = np.iinfo(d["dtype"])
+                v = np.clip(np.round(v / sc + z), info.min, info.max)
+            interp.set_tensor(d["index"], np.ascontiguousarray(v.astype(d["dtype"])))
+        interp.invoke()
         res = []
-        for k in range(len(xs[0])):
-            for d, x in zip(ins, xs):
-                v = x[k:k + 1]
-                if d["quantization"][0]:
-                    sc, z = d["quantization"][:2]
-                    info = np.iinfo(d["dtype"])
-                    v = np.clip(np.round(v / sc + z), info.min, info.max)
-                interp.set_tensor(d["index"], np.ascontiguousarray(v.astype(d["dtype"])))
-            interp.invoke()
-            y = interp.get_tensor(outs[0]["index"])
-            if outs[0]["quantization"][0]:
-                sc, z = outs[0]["quantization"][:2]
+        for o in outs:
+            y = interp.get_tensor(o["index"])
+            if o["quantization"][0]:
+                sc, z = o["quantization"][:2]
                 y = (y.astype(np.float32) - z) * sc
-            res.append(y.astype(np.float32))
-        return np.concatenate(res, axis=0)
+            res.append(_as_output(y))
+        return res
+
+    batch = model_batch([tuple(int(x) for x in d["shape"]) for d in ins]) or 1
+
+    def run_all(xs: list[np.ndarray]) -> list[np.ndarray]:
+        return run_batched(once, list(xs), batch)
 
     kinds = {str(np.dtype(t["dtype"])) for t in interp.get_tensor_details()}
     precision = "int8" if kinds & {"int8", "uint8"} else ("fp16" if "float16" in kinds else "fp32")
     art = Artifact.from_file(path, Format.TFLITE, io, precision=precision,
                              lineage=[LineageStep(kind="source", name="tflite", config={"path": str(path)})])
-    return Source(artifact=art, reference=run, reference_name="tflite (source, host LiteRT)")
+    return Source(artifact=art, reference=_first(run_all), reference_name="tflite (source, host LiteRT)",
+                  reference_all=run_all)
 
 
 def import_object(spec: str) -> Any:
@@ -312,3 +373,43 @@ def load_source(model: Any, *, example_inputs: tuple | None = None, arch: str | 
         return load_tflite(path)
     raise ModelLoadError(f"{path.name}: edgekit starts from PyTorch, ONNX or (to profile as is) TFLite, not {fmt.value}",
                          hint="give the .pt2 or .onnx the model was converted from")
+
+
+SYNTHETIC_SAMPLES = 8  # at least this many synthetic samples (a whole number of the model's static batches)
+
+
+def synthetic_inputs(io: IOSpec, *, input_shapes: dict[str, tuple[int, ...] | list[int]] | None = None,
+                     samples: int = SYNTHETIC_SAMPLES, seed: int = 0) -> list[np.ndarray]:
+    """Seeded stand-in inputs for a model whose input sizes are all known (from the model, or from
+    ``input_shapes``): float inputs standard normal, integer inputs 0 or 1, bool inputs False/True.
+    They prove the conversion reproduces the model's arithmetic; they say nothing about accuracy."""
+    from .errors import DataError
+
+    shapes = []
+    for spec in io.inputs:
+        shape = tuple(input_shapes[spec.name]) if input_shapes and spec.name in input_shapes else tuple(spec.shape)
+        if not shape:
+            raise DataError(f"model input {spec.name!r} is a scalar (rank 0); edgekit feeds inputs with a batch axis",
+                            hint="export the model with a batch axis on every input")
+        if any(d is None for d in shape[1:]):
+            raise DataError(f"model input {spec.name!r} has dynamic sizes {tuple('?' if d is None else d for d in shape)}; "
+                            "sample inputs cannot be made up for it",
+                            hint=f"fix the sizes with --input-shape {spec.name}:1,... or pass --eval-data EVAL.npz")
+        shapes.append(shape)
+    batch = model_batch(shapes) or 1
+    n = batch * int(np.ceil(samples / batch))
+    rng = np.random.default_rng(seed)
+    xs = []
+    for spec, shape in zip(io.inputs, shapes):
+        dt = np.dtype(spec.dtype)
+        size = (n, *shape[1:])
+        if dt.kind == "f":
+            xs.append(rng.standard_normal(size).astype(dt))
+        elif dt.kind == "b":
+            xs.append(rng.integers(0, 2, size).astype(bool))
+        elif dt.kind in "iu":
+            xs.append(rng.integers(0, 2, size).astype(dt))
+        else:
+            raise DataError(f"model input {spec.name!r} has dtype {dt}; edgekit cannot make sample inputs for it",
+                            hint="pass --eval-data EVAL.npz with real inputs")
+    return xs

@@ -21,8 +21,12 @@ Examples:
 
   edgekit convert model.onnx --to tflite --input-shape input:1,3,224,224 --calib-data calib.npz
 
-Parity inputs are --eval-data when given, else --calib-data. Exit codes: 0 converted within tolerance,
-2 bad input or no converter route within tolerance (nothing is written at --out).
+  edgekit convert model.pt2 --to tflite --out model.tflite   (no data: synthetic parity inputs)
+
+Parity inputs are --eval-data when given, else --calib-data, else (when every input size is known)
+seeded synthetic inputs, with a warning: real data is a stronger check. Every output is compared.
+Exit codes: 0 converted within tolerance, 2 bad input or no converter route within tolerance
+(nothing is written at --out).
 """
 
 _SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "coreml": ".mlpackage"}
@@ -81,6 +85,10 @@ def convert_cmd(
         art = convert(model, to=to.value, precision=precision.value, out=target, calib_data=calib_data,
                       eval_data=eval_data, io=io, quantization=quantization, route=route, input_shapes=shapes or None,
                       arch=arch, x_key=x_key, progress=progress)
+    warnings = list(dict.fromkeys(w for st in art.lineage if st.kind == "convert"
+                                  for w in [st.metrics.get("parity_warning")] if w))
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
     if as_json:
         print(json.dumps(art.model_dump(mode="json")))
         return
@@ -100,5 +108,11 @@ def convert_cmd(
         else:
             line = f"  {step.name:<14} {route_:<28} {step.seconds or 0:6.2f} s  parity: {m.get('parity_reason', 'n/a')}"
         out_console.print(line, highlight=False, soft_wrap=True)
+        outs = m.get("parity_outputs") or {}
+        if len(outs) > 1:
+            for name, p in outs.items():
+                agree = (f"exact {p['exact_agreement']:.1%}" if p.get("exact_agreement") is not None
+                         else f"max|err| {p['max_abs_err']:.3g}  cosine {p['cosine']:.6f}")
+                out_console.print(f"    output {name}: {agree}", highlight=False, soft_wrap=True)
         for t in m.get("routes_tried") or []:
             out_console.print(f"    (route {t['route']} not kept: {t['error']})", highlight=False, soft_wrap=True)

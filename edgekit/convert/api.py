@@ -1,6 +1,11 @@
 """``edgekit.convert.api.convert``: what `edgekit convert` runs. One model -> ONNX, TFLite or Core
 ML, through the chain of hops, each checked for parity; the result lands atomically at ``out``.
-Every input is validated before any converter runs."""
+Every input is validated before any converter runs.
+
+Without --eval-data/--calib-data, a model whose input sizes are all known (a .pt2 always; an ONNX
+file with static shapes, or with --input-shape) is checked on seeded synthetic inputs (float:
+standard normal; integer/bool: 0 or 1), recorded as ``parity_inputs: "synthetic"`` in every hop's
+lineage metrics (``"data"`` otherwise) with a ``parity_warning`` that real data is a stronger check."""
 
 from __future__ import annotations
 
@@ -15,6 +20,22 @@ from ..errors import BadInputError, ConversionError, DataError, OutputError
 from ..formats import Format
 
 _SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "coreml": ".mlpackage"}
+SYNTHETIC_WARNING = ("parity was checked on synthetic inputs (seeded: float standard normal, integer 0/1): it shows "
+                     "the converted model computes what the source computes on such inputs, not on yours; "
+                     "pass --eval-data EVAL.npz (real inputs) for a stronger check")
+
+
+def _mark_parity_inputs(art: Artifact, since: int, kind: str) -> Artifact:
+    """Record on every convert step after the first ``since`` lineage steps which inputs checked it."""
+    steps = []
+    for i, step in enumerate(art.lineage):
+        if i >= since and step.kind == "convert":
+            metrics = {**step.metrics, "parity_inputs": kind}
+            if kind == "synthetic":
+                metrics["parity_warning"] = SYNTHETIC_WARNING
+            step = step.model_copy(update={"metrics": metrics})
+        steps.append(step)
+    return art.model_copy(update={"lineage": tuple(steps)})
 
 
 def _check_out(out: Path, to: str) -> Path:
@@ -34,7 +55,7 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
     from ..config import validate
 
     progress = progress or (lambda _m: None)
-    out = _check_out(Path(out), to)
+    out = _check_out(Path(out).absolute(), to)  # converters change the working directory: no relative path
     # --- validate the cheap things first ------------------------------------------------------
     if to == "coreml" and (io != "float" or quantization != "full"):
         raise BadInputError("--io and --quantization are TFLite options; Core ML int8 is 8-bit weight compression",
@@ -67,14 +88,21 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
             if ds is not None:
                 check_fits(ds, source.artifact.io, role)
         if data is None:
-            raise DataError("converting needs sample inputs to check parity (and find the TFLite layout)",
-                            hint="pass --eval-data EVAL.npz or --calib-data CALIB.npz (x as the model takes it)")
-        xs = list(data.xs)
+            from ..source import synthetic_inputs
+
+            xs = synthetic_inputs(source.artifact.io, input_shapes=input_shapes)  # DataError naming --input-shape
+            kind = "synthetic"
+            progress("no sample data given: checking parity on synthetic inputs (--eval-data is a stronger check)")
+        else:
+            xs = list(data.xs)
+            kind = "data"
+        since = len(source.artifact.lineage)
         if to == "coreml":
             from .torch_to_coreml import CoremlConfig, torch_to_coreml
 
             progress("converting PyTorch -> Core ML")
-            return torch_to_coreml(source, out, CoremlConfig(precision=precision), parity_inputs=xs)
+            return _mark_parity_inputs(torch_to_coreml(source, out, CoremlConfig(precision=precision),
+                                                       parity_inputs=xs), since, kind)
         if source.artifact.format == Format.TORCH:
             from .torch_to_onnx import export_onnx
 
@@ -92,11 +120,12 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
             if to == "onnx":
                 raise BadInputError(f"{model} is already ONNX", hint="use --to tflite or --to coreml")
         if to == "onnx":
-            return onnx_art
+            return _mark_parity_inputs(onnx_art, since, kind)
         from .chain import convert_to_tflite
 
         progress(f"converting ONNX -> TFLite ({tcfg.label})")
-        return convert_to_tflite(onnx_art, out, tcfg, source=source, calib=calib, parity_inputs=xs, route=route)
+        art = convert_to_tflite(onnx_art, out, tcfg, source=source, calib=calib, parity_inputs=xs, route=route)
+        return _mark_parity_inputs(art, since, kind)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -8,7 +8,13 @@ TFLite routes, in order:
    is a Flex op: onnx2tf rebuilds them from builtin ops;
 3. onnx2tf with ``keep_input_layout`` (NCHW inputs kept, transposes inside the graph), the option
    that most often fixes a layout problem;
-4. litert-torch straight from the PyTorch program (fp32 only; when installed and the source is PyTorch).
+4. onnx2tf with its own defaults (``onnx2tf.convert(input_onnx_file_path=..., output_folder_path=...)``
+   on the ONNX file as given, no edgekit options): whatever onnx2tf converts by itself, edgekit
+   converts too (it still finds the layout and checks parity on every output);
+5. litert-torch straight from the PyTorch program (fp32 only; when installed and the source is PyTorch).
+
+A route that fails in an unexpected way (a converter's internal error) is recorded with its error
+and the next route is tried; only bad input and a missing package stop the chain.
 """
 
 from __future__ import annotations
@@ -36,12 +42,12 @@ class Route:
 
 def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: Dataset | None,
                   parity_inputs: list[np.ndarray] | None, route: str = "auto") -> list[Route]:
-    ref = source.reference if source is not None else None
+    ref_all = source.reference_all if source is not None else None
     ref_name = source.reference_name if source is not None else None
 
     def o2t(c: TfliteConfig) -> Callable[[Path], Artifact]:
         return lambda p: onnx_to_tflite(onnx_art, p, c, calib=calib, parity_inputs=parity_inputs,
-                                        chain_reference=ref, chain_reference_name=ref_name)
+                                        chain_reference_all=ref_all, chain_reference_name=ref_name)
 
     routes = [Route("onnx2tf", o2t(cfg))]
     fixes = _pseudo_op_fixes(onnx_art)
@@ -49,6 +55,9 @@ def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: 
         routes.append(Route(f"onnx2tf(pseudo_ops={','.join(fixes)})", o2t(cfg.model_copy(update={"pseudo_ops": fixes}))))
     if not cfg.keep_input_layout:
         routes.append(Route("onnx2tf(keep_input_layout)", o2t(cfg.model_copy(update={"keep_input_layout": True}))))
+    if not cfg.plain_defaults:
+        routes.append(Route("onnx2tf(defaults)", o2t(cfg.model_copy(update={
+            "plain_defaults": True, "keep_input_layout": False, "pseudo_ops": []}))))
     if source is not None and source.program is not None and cfg.precision == "fp32":
         from .torch_to_tflite import available, torch_to_tflite
 
@@ -87,6 +96,12 @@ def first_passing(routes: list[Route], out_path: str | Path, hop: str = HOP) -> 
             raise  # the user's input is wrong, or a package is missing: no other route fixes that
         except BadInputError as exc:
             tried.append({"route": r.name, "error": str(exc).splitlines()[0]})
+            _remove(staged)
+            continue
+        except Exception as exc:  # a converter's internal error: this route's result, the next one may work
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            tried.append({"route": r.name, "error": f"{type(exc).__name__}: {first}"})
+            _remove(staged)
             continue
         step = art.lineage[-1]
         violations = step.metrics.get("parity_violations") or []
@@ -121,7 +136,12 @@ def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfi
 
     cfg = cfg or TfliteConfig()
     # no route can guess sizes the user did not give: say so once, before trying any
-    require_static_shapes(onnx.load(str(onnx_art.path), load_external_data=False), "onnx->tflite",
+    try:
+        model = onnx.load(str(onnx_art.path), load_external_data=False)
+    except Exception as exc:  # DecodeError, OSError: not an ONNX file
+        raise ConversionError(f"{onnx_art.path} is not a readable ONNX model: {type(exc).__name__}", hop=HOP,
+                              hint="re-export the model, or check the file was copied completely") from exc
+    require_static_shapes(model, "onnx->tflite",
                           {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()})
     routes = tflite_routes(onnx_art, cfg, source=source, calib=calib, parity_inputs=parity_inputs, route=route)
     return first_passing(routes, out_path)

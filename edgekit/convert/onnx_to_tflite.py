@@ -39,7 +39,7 @@ from ..formats import Format
 from ..fsutil import atomic_path
 from ..logs import quiet
 from .opcheck import model_ops, require_ops, require_static_shapes
-from .parity import compare
+from .parity import compare, compare_outputs, parity_metrics
 
 HOP = "onnx->tflite"
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf looks for in the cwd
@@ -66,6 +66,9 @@ class TfliteConfig(BaseModel):
                                   "ops (its replace_to_pseudo_operators), e.g. Erf (exact GELU) which would "
                                   "otherwise need a TF Flex op; a fixing option the route fallback tries")
     parity_samples: int = Field(64, ge=1, description="eval samples the parity check runs")
+    plain_defaults: bool = Field(False, description="call onnx2tf with nothing but its input and output paths "
+                                 "(its own defaults, the ONNX file as given): the route that makes edgekit never "
+                                 "cover less than onnx2tf itself; edgekit still finds the layout and checks parity")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -153,30 +156,51 @@ def _agent():
     return mod
 
 
-def run_tflite(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -> np.ndarray:
-    """First output of a .tflite model on ``xs`` (user layout and dtype), one sample at a time,
-    exactly as the agent feeds it."""
+def _litert_runner(path: Path, threads: int = 1, input_specs=None):
     agent = _agent()
-    ins = [s.model_dump(mode="json") for s in io.inputs]
-    outs = [s.model_dump(mode="json") for s in io.outputs]
     try:
-        runner = agent.LiteRTRunner(str(path), threads, input_specs=ins)
+        return agent.LiteRTRunner(str(path), threads, input_specs=input_specs)
     except agent.AgentFailure as exc:
         raise ConversionError(exc.message, hop=HOP,
                               hint="a model that needs TensorFlow Flex ops cannot run on a device's LiteRT "
                               "interpreter; see the ops named above") from exc
-    res = []
-    for i in range(len(xs[0])):
-        feeds = [agent._prepare(np, x[i:i + 1], s) for x, s in zip(xs, ins)]
+
+
+def run_tflite_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+    """Every output of a .tflite model on ``xs`` (user layout and dtype), in ``io.outputs`` order
+    (matched to the interpreter's outputs by tensor name), fed with the agent's own code in chunks of
+    the graph's static batch size (usually 1)."""
+    from ..source import model_batch, run_batched
+
+    agent = _agent()
+    ins = [s.model_dump(mode="json") for s in io.inputs]
+    outs = [s.model_dump(mode="json") for s in io.outputs]
+    runner = _litert_runner(path, threads, ins)
+    names = [d["name"] for d in runner.outputs]
+    order = [names.index(s["name"]) if s["name"] in names else k for k, s in enumerate(outs)]
+    batch = model_batch([tuple(int(v) for v in d["shape"]) for d in runner.inputs]) or 1
+
+    def once(feed: list[np.ndarray]) -> list[np.ndarray]:
+        prepared = [agent._prepare(np, x, s) for x, s in zip(feed, ins)]
         try:
-            out = runner.run(feeds)[0]
-        except Exception as exc:  # the interpreter raises RuntimeError naming the kernel and node
+            got = runner.run(prepared)
+        except Exception as exc:  # the interpreter raises RuntimeError/ValueError naming the kernel and node
             msg = str(exc).strip().replace("\n", " ")[:400]
-            raise ConversionError(f"the converted model fails on the LiteRT interpreter (sample {i}): {msg}",
+            raise ConversionError(f"the converted model fails on the LiteRT interpreter: {msg}",
                                   hop=HOP, hint="a quantized kernel cannot handle this input range; try "
                                   "precision: fp16 or quantization: dynamic for this model") from exc
-        res.append(agent._restore_output(np, out, outs[0] if outs else None))
-    return np.concatenate(res, axis=0)
+        res = []
+        for spec, j in zip(outs, order):
+            y = got[j] if j < len(got) else got[-1]
+            res.append(agent._restore_output(np, y, spec))
+        return res
+
+    return run_batched(once, list(xs), batch)
+
+
+def run_tflite(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -> np.ndarray:
+    """First output of a .tflite model on ``xs`` (user layout and dtype), exactly as the agent feeds it."""
+    return run_tflite_all(path, io, xs, threads)[0]
 
 
 def _perm_candidates(user: tuple, runtime: tuple) -> list[tuple[int, ...] | None]:
@@ -206,55 +230,127 @@ def _details_specs(details, onnx_specs, perms) -> tuple[TensorSpec, ...]:
 
 
 def _tflite_details(path: Path):
-    agent = _agent()
-    try:
-        r = agent.LiteRTRunner(str(path), 1)
-    except agent.AgentFailure as exc:
-        raise ConversionError(exc.message, hop=HOP) from exc
+    r = _litert_runner(path, 1)
     return r.inputs, r.outputs
+
+
+def _norm_name(name: str) -> str:
+    """A tensor name as onnx2tf may have rewritten it: without the signature prefix, the ':0' suffix
+    and with ':' and '/' made '_'."""
+    import re
+
+    n = re.sub(r":\d+$", "", name)
+    n = n.removeprefix("serving_default_")
+    return n.replace(":", "_").replace("/", "_").replace(".", "_")
+
+
+def _by_name(details, onnx_specs):
+    """Interpreter tensors in the ONNX model's order when every name can be matched, else None."""
+    by_name = {d["name"]: d for d in details}
+    if all(s.name in by_name for s in onnx_specs):
+        return [by_name[s.name] for s in onnx_specs]
+    norm = {_norm_name(d["name"]): d for d in details}
+    if len(norm) == len(details) and all(_norm_name(s.name) in norm for s in onnx_specs):
+        return [norm[_norm_name(s.name)] for s in onnx_specs]
+    return None
 
 
 def _match(details, onnx_specs, kind: str):
     """Interpreter tensors in the ONNX model's order (by name when onnx2tf kept the names)."""
     if len(details) != len(onnx_specs):
         raise ConversionError(f"the TFLite model has {len(details)} {kind}s, the ONNX model {len(onnx_specs)}", hop=HOP)
-    by_name = {d["name"]: d for d in details}
-    if all(s.name in by_name for s in onnx_specs):
-        return [by_name[s.name] for s in onnx_specs]
-    return list(details)
+    return _by_name(details, onnx_specs) or list(details)
+
+
+def _restored(y: np.ndarray, perm) -> np.ndarray:
+    if perm is None:
+        return y
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return np.transpose(y, inv)
+
+
+def _err(ref: np.ndarray, got: np.ndarray) -> float:
+    if ref.shape != got.shape:
+        return float("inf")
+    return compare(ref, got, "probe").max_abs_err
 
 
 def find_layout(fp32_path: Path, onnx_io: IOSpec, onnx_ref: Callable, probe: list[np.ndarray]) -> IOSpec:
-    """The io spec of the fp32 .tflite with the permutations that make it agree with ONNX on ``probe``."""
+    """The io spec of the fp32 .tflite with the permutations that make it agree with ONNX on
+    ``probe``, every output in the ONNX model's order. ``onnx_ref`` returns every ONNX output (a
+    list) or, from older callers, only the first. When onnx2tf did not keep the output names, each
+    ONNX output is matched to the TFLite output (and permutation) that reproduces it."""
     din, dout = _tflite_details(fp32_path)
-    din, dout = _match(din, onnx_io.inputs, "input"), _match(dout, onnx_io.outputs, "output")
+    din = _match(din, onnx_io.inputs, "input")
+    if len(dout) != len(onnx_io.outputs):
+        raise ConversionError(f"the TFLite model has {len(dout)} outputs, the ONNX model {len(onnx_io.outputs)}",
+                              hop=HOP)
+    named = _by_name(dout, onnx_io.outputs)
     in_c = [_perm_candidates(s.shape, tuple(d["shape"])) for s, d in zip(onnx_io.inputs, din)]
-    out_c = [_perm_candidates(s.shape, tuple(d["shape"])) for s, d in zip(onnx_io.outputs, dout)]
-    for s, d, c in [*zip(onnx_io.inputs, din, in_c), *zip(onnx_io.outputs, dout, out_c)]:
+    for s, d, c in zip(onnx_io.inputs, din, in_c):
         if not c:
-            raise ConversionError(f"TFLite tensor {d['name']} has shape {tuple(d['shape'])}, which no layout "
-                                  f"permutation maps to the ONNX tensor {s.name} {s.shape}", hop=HOP,
+            raise ConversionError(f"TFLite input {d['name']} has shape {tuple(d['shape'])}, which no layout "
+                                  f"permutation maps to the ONNX input {s.name} {s.shape}", hop=HOP,
                                   hint="try keep_input_layout: true, or fix the input sizes with --input-shape")
-    ref = onnx_ref(probe)
+    refs = onnx_ref(probe)
+    refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
+    raw_specs = tuple(TensorSpec(name=d["name"], shape=tuple(int(v) for v in d["shape"]),
+                                 dtype=np.dtype(d["dtype"]).name) for d in dout)
     best = None
     for in_p in itertools.product(*in_c):
-        for out0 in out_c[0]:
-            perms_out = [out0, *[c[0] for c in out_c[1:]]]
-            io = IOSpec(inputs=_details_specs(din, onnx_io.inputs, in_p),
-                        outputs=_details_specs(dout, onnx_io.outputs, perms_out))
-            try:
-                got = run_tflite(fp32_path, io, probe)
-            except Exception:  # a wrong permutation can make shapes not fit: just not this candidate
-                continue
-            if got.shape != ref.shape:
-                continue
-            err = float(np.max(np.abs(got - ref)))
-            if best is None or err < best[0]:
-                best = (err, io)
-    if best is None:
+        io_in = _details_specs(din, onnx_io.inputs, in_p)
+        try:
+            raw = run_tflite_all(fp32_path, IOSpec(inputs=io_in, outputs=raw_specs), probe)
+        except ConversionError:  # a wrong permutation can make shapes not fit: just not this candidate
+            continue
+        chosen, errs, used = [], [], set()
+        for k, (spec, ref) in enumerate(zip(onnx_io.outputs, refs if len(refs) == len(onnx_io.outputs) else
+                                             [*refs, *[None] * (len(onnx_io.outputs) - len(refs))])):
+            cands = [dout.index(named[k])] if named else [j for j in range(len(dout)) if j not in used]
+            pick = None
+            for j in cands:
+                for perm in _perm_candidates(spec.shape, tuple(dout[j]["shape"])) or [None]:
+                    e = 0.0 if ref is None else _err(np.asarray(ref), _restored(raw[j], perm))
+                    if pick is None or e < pick[0]:
+                        pick = (e, j, perm)
+            if pick is None:
+                break
+            used.add(pick[1])
+            chosen.append(pick)
+            errs.append(pick[0])
+        if len(chosen) != len(onnx_io.outputs):
+            continue
+        total = max(errs) if errs else 0.0
+        if best is None or total < best[0]:
+            outs = _details_specs([dout[j] for _, j, _ in chosen], onnx_io.outputs, [p for _, _, p in chosen])
+            best = (total, IOSpec(inputs=io_in, outputs=outs))
+    if best is None or not np.isfinite(best[0]):
         raise ConversionError("no input/output layout of the TFLite model reproduces the ONNX outputs' shapes",
                               hop=HOP, hint="try keep_input_layout: true")
     return best[1]
+
+
+def _final_io(final: Path, fp32: Path, io32: IOSpec, onnx_io: IOSpec) -> IOSpec:
+    """The io spec of the fp16/int8 file made from the same graph as the fp32 one: its tensors by
+    name, else by the fp32 file's interpreter positions; the fp32 file's permutations."""
+    din, dout = _tflite_details(final)
+    fin, fout = _tflite_details(fp32)
+    if len(din) != len(fin) or len(dout) != len(fout):
+        raise ConversionError(f"the {final.name} graph has other inputs/outputs than the fp32 graph", hop=HOP)
+
+    def align(dets, f32, specs):
+        by = {d["name"]: d for d in dets}
+        if all(s.name in by for s in specs):
+            return [by[s.name] for s in specs]
+        pos = [next(i for i, d in enumerate(f32) if d["name"] == s.name) for s in specs]
+        return [dets[i] for i in pos]
+
+    ins = align(din, fin, io32.inputs)
+    outs = align(dout, fout, io32.outputs)
+    return IOSpec(inputs=_details_specs(ins, onnx_io.inputs, [s.transpose for s in io32.inputs]),
+                  outputs=_details_specs(outs, onnx_io.outputs, [s.transpose for s in io32.outputs]))
 
 
 # ONNX ops whose usual TF lowering is a Flex op, and the onnx2tf pseudo-op replacement that avoids it
@@ -359,23 +455,29 @@ def _fixed_shapes(model, shapes: dict[str, tuple[int, ...]]):
 # --------------------------------------------------------------------------- the hop
 def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *,
                    calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
-                   chain_reference: Callable | None = None, chain_reference_name: str | None = None) -> Artifact:
+                   chain_reference: Callable | None = None, chain_reference_name: str | None = None,
+                   chain_reference_all: Callable | None = None) -> Artifact:
     """Convert an ONNX artifact to ``out_path`` (.tflite). ``parity_inputs`` (user layout, batch
-    first) drive the layout search and the parity check against ONNX Runtime; ``chain_reference``
-    (e.g. the PyTorch model) adds whole-chain parity to the lineage."""
+    first) drive the layout search and the parity check against ONNX Runtime, on every output;
+    ``chain_reference_all`` (every output of e.g. the PyTorch model; ``chain_reference``: its first
+    output only) adds whole-chain parity to the lineage."""
     import importlib.util
 
     import onnx
 
-    from ..source import ort_reference
+    from ..source import ort_reference_all
 
     cfg = cfg or TfliteConfig()
-    out_path = Path(out_path)
+    out_path = Path(out_path).resolve()  # onnx2tf runs in another working directory: no relative path survives
     if importlib.util.find_spec("onnx2tf") is None or importlib.util.find_spec("tensorflow") is None:
         raise MissingExtraError("onnx2tf", "tflite", "ONNX -> TFLite conversion")
     if art.format != Format.ONNX:
         raise ConversionError(f"takes an ONNX model, got {art.format.value}", hop=HOP)
-    model = onnx.load(str(art.path), load_external_data=False)
+    try:
+        model = onnx.load(str(art.path), load_external_data=False)
+    except Exception as exc:  # DecodeError, OSError: the file is not an ONNX model
+        raise ConversionError(f"{art.path} is not a readable ONNX model: {type(exc).__name__}: {str(exc)[:200]}",
+                              hop=HOP, hint="re-export the model, or check the file was copied completely") from exc
     require_ops(model, HOP)
     shapes = {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()}
     require_static_shapes(model, HOP, shapes)
@@ -397,22 +499,23 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".edgekit-tflite-", dir=out_path.parent))
+    work = Path(tempfile.mkdtemp(prefix=".edgekit-tflite-", dir=out_path.parent)).resolve()
     try:
         sample = work / SAMPLE_FILE
         np.save(sample, _sample_images(list(calib.xs) if calib is not None else probe))
         src = work / "model.onnx"
-        if shapes or any(s.shape and s.shape[0] is None for s in art.io.inputs):
+        if shapes or (not cfg.plain_defaults and any(s.shape and s.shape[0] is None for s in art.io.inputs)):
             onnx.save(_fixed_shapes(model, shapes), str(src))
         else:
             shutil.copyfile(art.path, src)
-        kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True,
-                      copy_onnx_input_output_names_to_tflite=True, output_signaturedefs=True)
+        kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True)
+        if not cfg.plain_defaults:
+            kwargs.update(copy_onnx_input_output_names_to_tflite=True, output_signaturedefs=True)
         if cfg.keep_input_layout:
             kwargs["keep_ncw_or_nchw_or_ncdhw_input_names"] = [s.name for s in art.io.inputs]
         if cfg.pseudo_ops:
             kwargs["replace_to_pseudo_operators"] = [o.lower() for o in cfg.pseudo_ops]  # onnx2tf matches lower case
-        if _RNN_OPS & set(ops):
+        if _RNN_OPS & set(ops) and not cfg.plain_defaults:
             kwargs["enable_rnn_unroll"] = True  # a loop over time would need TF Flex ops on the device
         with _in_dir(work), quiet("onnx2tf", "tensorflow", "absl") as buf, _offline_onnx2tf(sample):
             try:
@@ -430,7 +533,12 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         fp32 = work / "tf" / "model_float32.tflite"
         if not fp32.is_file():
             raise ConversionError(f"onnx2tf wrote no .tflite ({_tail(buf.getvalue())})", hop=HOP)
-        onnx_ref = ort_reference(Path(art.path))
+        try:
+            onnx_ref = ort_reference_all(Path(art.path))
+        except Exception as exc:  # onnxruntime's own errors (InvalidGraph, Fail...)
+            raise ConversionError(f"onnxruntime cannot run {Path(art.path).name}, the parity reference: "
+                                  f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", hop=HOP,
+                                  hint="check the model's opset and ops are supported by onnxruntime") from exc
         _require_builtin_only(fp32, ops)
         io32 = find_layout(fp32, art.io, onnx_ref, [x[:4] for x in probe])
         precision = cfg.precision
@@ -452,18 +560,18 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
                     "quantization: dynamic, or precision: fp16") from exc
             if cfg.quantization == "full" and cfg.allow_float_fallback:
                 precision = "mixed"
-        din, dout = _tflite_details(final)
-        din, dout = _match(din, art.io.inputs, "input"), _match(dout, art.io.outputs, "output")
-        io = IOSpec(inputs=_details_specs(din, art.io.inputs, [s.transpose for s in io32.inputs]),
-                    outputs=_details_specs(dout, art.io.outputs, [s.transpose for s in io32.outputs]))
+        io = io32 if final == fp32 else _final_io(final, fp32, io32, art.io)
         seconds = time.perf_counter() - start
-        got = run_tflite(final, io, probe)
-        parity = compare(onnx_ref(probe), got, "onnx")
-        metrics: dict = {"parity": parity.to_dict(), "parity_violations": parity.violations(precision),
+        gots = run_tflite_all(final, io, probe)
+        names = [s.name for s in art.io.outputs]
+        metrics: dict = {**parity_metrics(compare_outputs(onnx_ref(probe), gots, "onnx", names), precision),
                          "route": "onnx2tf", "precision": cfg.label, "convert_seconds": round(seconds, 3)}
-        if chain_reference is not None:
-            chain = compare(chain_reference(probe), got, chain_reference_name or "reference")
-            metrics["chain_parity"] = chain.to_dict()
+        if chain_reference_all is not None or chain_reference is not None:
+            refs = chain_reference_all(probe) if chain_reference_all is not None else [chain_reference(probe)]
+            chain = compare_outputs(list(refs), gots[:len(refs)], chain_reference_name or "reference", names[:len(refs)])
+            metrics["chain_parity"] = next(iter(chain.values())).to_dict()
+            if len(chain) > 1:
+                metrics["chain_parity_outputs"] = {k: v.to_dict() for k, v in chain.items()}
         if needs_calib:
             metrics["calibration_samples"] = int(min(cfg.calibration_samples, calib.n))  # type: ignore[union-attr]
             metrics["calibration_data"] = str(calib.path)  # type: ignore[union-attr]
@@ -479,4 +587,4 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
     return art.derive(out_path, fmt=Format.TFLITE, io=io, step=step, precision=precision)
 
 
-__all__ = ["TfliteConfig", "onnx_to_tflite", "run_tflite", "find_layout", "HOP"]
+__all__ = ["TfliteConfig", "onnx_to_tflite", "run_tflite", "run_tflite_all", "find_layout", "HOP"]

@@ -1,9 +1,13 @@
 """Output parity between a converted model and its reference, on the eval inputs.
 
-Default tolerances per precision (absolute on the first output, e.g. logits). They are
+Default tolerances per precision (absolute, per output: every output of the model counts). They are
 deliberately loose enough for honest float reordering and tight enough to catch a wrong layout
 or a broken op. INT8 is judged by accuracy drop in the gate, not by these numbers; its parity is
 reported for information and checked only for gross breakage.
+
+Integer and bool outputs (argmax indices, masks) are compared as exact agreement: the fraction of
+elements that are equal, held to the precision's top-1 agreement. NaN where the reference has NaN
+counts as equal; NaN or inf anywhere else is an infinite error.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class ParityResult:
     cosine: float
     top1_agreement: float | None
     n: int
+    exact_agreement: float | None = None  # integer/bool outputs: fraction of elements equal
+
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -45,6 +51,11 @@ class ParityResult:
     def violations(self, precision: str) -> list[str]:
         tol = TOLERANCES.get(precision, TOLERANCES["fp32"])
         out = []
+        if self.exact_agreement is not None:
+            need = tol.min_top1_agreement if tol.min_top1_agreement is not None else 0.99
+            if self.exact_agreement < need:
+                out.append(f"exact agreement {self.exact_agreement:.3f} < {need} (integer output)")
+            return out
         if tol.max_abs_err is not None and self.max_abs_err > tol.max_abs_err:
             out.append(f"max abs error {self.max_abs_err:.3g} > {tol.max_abs_err:g}")
         if self.cosine < tol.min_cosine:
@@ -55,7 +66,12 @@ class ParityResult:
         return out
 
 
+def _discrete(a: np.ndarray) -> bool:
+    return np.asarray(a).dtype.kind in "biu"
+
+
 def compare(ref: np.ndarray, got: np.ndarray, reference: str) -> ParityResult:
+    exact = _discrete(ref)
     ref = np.asarray(ref, dtype=np.float64)
     got = np.asarray(got, dtype=np.float64)
     if ref.shape != got.shape:
@@ -63,12 +79,46 @@ def compare(ref: np.ndarray, got: np.ndarray, reference: str) -> ParityResult:
             got = got.reshape(ref.shape)
         else:
             raise ConversionError(f"output shape {got.shape} differs from the reference {ref.shape}", hop="parity")
-    diff = np.abs(ref - got)
-    a, b = ref.reshape(-1), got.reshape(-1)
+    n = int(len(ref)) if ref.ndim else 1
+    if ref.size == 0:
+        return ParityResult(reference=reference, max_abs_err=0.0, mean_abs_err=0.0, cosine=1.0, top1_agreement=None,
+                            n=n, exact_agreement=1.0 if exact else None)
+    same = (ref == got) | (np.isnan(ref) & np.isnan(got))  # inf == inf and NaN where the reference has NaN
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(ref - got))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    finite = np.isfinite(ref) & np.isfinite(got)
+    a, b = np.where(finite, ref, 0.0).reshape(-1), np.where(finite, got, 0.0).reshape(-1)
     denom = np.linalg.norm(a) * np.linalg.norm(b)
     cosine = float(a @ b / denom) if denom > 0 else float(np.array_equal(a, b))
+    if np.any(~same & ~finite):  # NaN/inf where the reference has none: no agreement claimed
+        cosine = 0.0
     top1 = None
-    if ref.ndim >= 2 and ref.reshape(len(ref), -1).shape[1] > 1:
+    if not exact and ref.ndim >= 2 and ref.reshape(len(ref), -1).shape[1] > 1 and finite.all():
         top1 = float(np.mean(ref.reshape(len(ref), -1).argmax(1) == got.reshape(len(got), -1).argmax(1)))
     return ParityResult(reference=reference, max_abs_err=float(diff.max()), mean_abs_err=float(diff.mean()),
-                        cosine=cosine, top1_agreement=top1, n=int(len(ref)))
+                        cosine=cosine, top1_agreement=top1, n=n,
+                        exact_agreement=float(np.mean(same)) if exact else None)
+
+
+def compare_outputs(refs: list[np.ndarray], gots: list[np.ndarray], reference: str,
+                    names: list[str]) -> dict[str, ParityResult]:
+    """Parity of every output, keyed by output name in the model's order. An integer/bool reference
+    output is compared as exact agreement."""
+    if not (len(refs) == len(gots) == len(names)):
+        raise ConversionError(f"{len(gots)} outputs to compare with {len(refs)} reference outputs "
+                              f"({len(names)} names)", hop="parity")
+    names = [n if n not in names[:i] else f"{n}#{i}" for i, n in enumerate(names)]
+    return {name: compare(r, g, reference) for name, r, g in zip(names, refs, gots)}
+
+
+def parity_metrics(results: dict[str, ParityResult], precision: str) -> dict:
+    """Lineage metrics of a hop: ``parity`` (the first output, as before), ``parity_outputs``
+    {name: dict} and ``parity_violations`` over all outputs (prefixed with the output name when
+    there are several)."""
+    items = list(results.items())
+    several = len(items) > 1
+    violations = [f"{name}: {v}" if several else v for name, r in items for v in r.violations(precision)]
+    return {"parity": items[0][1].to_dict() if items else None,
+            "parity_outputs": {name: r.to_dict() for name, r in items},
+            "parity_violations": violations}

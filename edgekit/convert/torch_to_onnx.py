@@ -11,8 +11,8 @@ from ..artifact import Artifact, LineageStep
 from ..errors import ConversionError
 from ..formats import Format
 from ..logs import quiet
-from ..source import Source, load_onnx, onnx_io, ort_reference
-from .parity import compare
+from ..source import Source, load_onnx, model_batch, onnx_io, ort_reference_all
+from .parity import compare_outputs, parity_metrics
 
 HOP = "torch->onnx"
 DEFAULT_OPSET = 18
@@ -26,7 +26,7 @@ def export_onnx(source: Source, out_path: Path, parity_inputs: list[np.ndarray],
     if source.program is None:
         raise ConversionError("the source is not a PyTorch program", hop=HOP)
     ep = source.program
-    example = tuple(torch.from_numpy(np.ascontiguousarray(x[0:1])) for x in parity_inputs)
+    example = tuple(torch.from_numpy(example_batch(x, source)) for x in parity_inputs)
     start = time.perf_counter()
     tmp = out_path.with_name(f".{out_path.name}.partial")
     try:
@@ -46,12 +46,13 @@ def export_onnx(source: Source, out_path: Path, parity_inputs: list[np.ndarray],
     # keep the user-facing input names/layout of the source program
     metrics: dict = {}
     if check:
-        got = ort_reference(out_path)(parity_inputs)
-        ref = source.reference(parity_inputs)
-        parity = compare(ref, got, source.reference_name)
-        metrics["parity"] = parity.to_dict()
+        gots = ort_reference_all(out_path)(parity_inputs)
+        refs = source.reference_all(parity_inputs)
+        names = [s.name for s in io_spec.outputs]
+        if len(refs) != len(gots) or len(names) != len(gots):
+            raise ConversionError(f"the ONNX model has {len(gots)} outputs, the PyTorch program {len(refs)}", hop=HOP)
         # Recorded, not raised: the gate fails on it with the hop named, and the report shows why.
-        metrics["parity_violations"] = parity.violations("fp32")
+        metrics.update(parity_metrics(compare_outputs(refs, gots, source.reference_name, names), "fp32"))
     step = LineageStep(kind="convert", name=HOP, config={"opset": opset, "exporter": "torch.onnx dynamo",
                                                          "torch": torch.__version__}, metrics=metrics,
                        seconds=round(seconds, 3))
@@ -59,4 +60,12 @@ def export_onnx(source: Source, out_path: Path, parity_inputs: list[np.ndarray],
 
 
 
-__all__ = ["export_onnx", "load_onnx"]
+def example_batch(x: np.ndarray, source: Source) -> np.ndarray:
+    """One batch of ``x`` as the program takes it: its static batch size (samples repeated when
+    there are fewer), else one sample."""
+    n = model_batch([s.shape for s in source.artifact.io.inputs]) or 1
+    idx = np.arange(n) % len(x)
+    return np.ascontiguousarray(x[idx])
+
+
+__all__ = ["export_onnx", "load_onnx", "example_batch"]

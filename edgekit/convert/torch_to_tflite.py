@@ -21,7 +21,7 @@ from ..errors import ConversionError, MissingExtraError
 from ..formats import Format
 from ..fsutil import atomic_path
 from ..logs import quiet
-from .parity import compare
+from .parity import compare_outputs, parity_metrics
 
 HOP = "torch->tflite"
 
@@ -34,7 +34,8 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
                     onnx_art: Artifact | None = None, parity_samples: int = 64) -> Artifact:
     """Convert ``source.program`` (a torch.export program) to ``out_path`` and check parity
     against the PyTorch reference on ``parity_inputs``."""
-    from .onnx_to_tflite import _match, _tflite_details, run_tflite
+    from .onnx_to_tflite import _match, _tflite_details, run_tflite_all
+    from .torch_to_onnx import example_batch
 
     if not available():
         raise MissingExtraError("litert-torch", "litert-torch", "the direct PyTorch -> TFLite route")
@@ -47,7 +48,7 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     probe = [np.asarray(x[:parity_samples]) for x in parity_inputs]
-    example = tuple(torch.from_numpy(np.ascontiguousarray(x[0:1])) for x in probe)
+    example = tuple(torch.from_numpy(example_batch(x, source)) for x in probe)
     start = time.perf_counter()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,14 +75,16 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
         specs_out = tuple(TensorSpec(name=d["name"], shape=s.shape, dtype=np.dtype(d["dtype"]).name)
                           for d, s in zip(dout, outs))
         io = IOSpec(inputs=specs_in, outputs=specs_out)
-        got = run_tflite(work / "model.tflite", io, probe)
-        parity = compare(source.reference(probe), got, source.reference_name)
+        gots = run_tflite_all(work / "model.tflite", io, probe)
+        names = [s.name for s in outs]
+        results = compare_outputs(source.reference_all(probe), gots, source.reference_name, names)
         with atomic_path(out_path) as tmp:
             shutil.copyfile(work / "model.tflite", tmp)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    metrics = {"parity": parity.to_dict(), "parity_violations": parity.violations(precision), "route": "litert-torch",
-               "precision": precision, "convert_seconds": round(seconds, 3), "chain_parity": parity.to_dict()}
+    pm = parity_metrics(results, precision)
+    metrics = {**pm, "route": "litert-torch", "precision": precision, "convert_seconds": round(seconds, 3),
+               "chain_parity": pm["parity"]}
     from importlib.metadata import version
 
     step = LineageStep(kind="convert", name=HOP, config={"precision": precision, "converter": "litert-torch",
