@@ -29,6 +29,8 @@ def test_mlprogram_converts_and_validates(source, digits, tmp_path, precision):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.mlpackage"]  # no temp folder left behind
     m = art.lineage[-1].metrics
     assert art.lineage[-1].name == "torch->coreml" and m["spec"]["operations"] > 5 and m["spec"]["inputs"] == ["x"]
+    assert m["reexport"] is None and m["input_casts"] == {}  # a contiguous float program goes in as it is
+    assert m["spec"]["input_dtypes"] == ["float32"] and [s.dtype for s in art.io.inputs] == ["float32"]
     if platform.system() != "Darwin":
         assert m["parity"] is None and "needs macOS" in m["parity_reason"]
         assert "parity_violations" not in m  # nothing measured, nothing claimed
