@@ -8,8 +8,9 @@ LiteRT interpreter; both bring numpy). It never imports edgekit.
     python3 edgekit_agent.py --probe               # what this device is and can run
     python3 edgekit_agent.py --sha256 FILE...      # hashes of files (content-addressed delivery)
 
-It prints exactly one JSON document on stdout; logs go to stderr. Raw per-run timings are
-returned; the host computes the statistics. Exit codes: 0 ok, 2 bad request or data,
+It prints exactly one JSON document on stdout; logs go to stderr. Raw per-run timings and every
+output of the eval pass (an .npz, ``output_0``...) are returned; the host computes the statistics
+and scores the task metric (the device needs nothing but Python and the runtime). Exit codes: 0 ok, 2 bad request or data,
 4 runtime missing or model failed to load/run.
 """
 
@@ -23,7 +24,7 @@ import sys
 import time
 
 AGENT_VERSION = "0.1.0"
-PROTOCOL = 1
+PROTOCOL = 2  # 2: every output comes back (an .npz); the host scores them
 
 EXIT_BAD_REQUEST = 2
 EXIT_RUNTIME = 4
@@ -787,6 +788,13 @@ class OnnxRunner:
     def batch_dynamic(self):
         return all(not isinstance(s[0], int) for s in self.input_shapes if s)
 
+    def static_batch(self):
+        """The model's fixed batch size (None when the batch axis is dynamic)."""
+        for s in self.input_shapes:
+            if s and isinstance(s[0], int) and s[0] > 0:
+                return s[0]
+        return None
+
     def run(self, feeds):
         return self.session.run(None, dict(zip(self.input_names, feeds)))
 
@@ -836,7 +844,11 @@ class LiteRTRunner:
         return list(details)
 
     def batch_dynamic(self):
-        return False  # TFLite graphs are fed one sample at a time (fixed batch 1 is the norm)
+        return False  # TFLite graphs have a fixed batch (1 is the norm)
+
+    def static_batch(self):
+        shape = list(self.inputs[0]["shape"]) if self.inputs else []
+        return int(shape[0]) if shape and int(shape[0]) > 0 else 1
 
     @staticmethod
     def _quant(det):
@@ -898,22 +910,22 @@ def _restore_output(np, y, spec):
 
 
 def load_eval(np, ev, input_specs):
+    """The eval inputs (labels stay on the host, which scores the outputs)."""
     path = ev["path"]
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as exc:
         raise AgentFailure("bad_data", f"cannot read eval data {path}: {exc}", EXIT_BAD_REQUEST) from exc
     x_keys = ev.get("x_keys") or ["x"]
-    missing = [k for k in x_keys + ([ev["y_key"]] if ev.get("y_key") else []) if k not in data.files]
+    missing = [k for k in x_keys if k not in data.files]
     if missing:
         raise AgentFailure("bad_data", f"eval data {path} has no key(s) {missing}; it has {data.files}",
                            EXIT_BAD_REQUEST)
     xs = [np.asarray(data[k]) for k in x_keys]
-    y = np.asarray(data[ev["y_key"]]) if ev.get("y_key") else None
     if len(xs) != len(input_specs):
         raise AgentFailure("bad_data", f"model takes {len(input_specs)} inputs, eval data gives {len(xs)}",
                            EXIT_BAD_REQUEST)
-    return xs, y
+    return xs
 
 
 def synthetic_inputs(np, input_specs):
@@ -1111,6 +1123,46 @@ def measure_with_energy(run_once, req, root="/"):
     return raw, sus, out
 
 
+# --------------------------------------------------------------------------- eval pass
+def _batch_size(runner, ev):
+    """How samples are fed: a model with a fixed batch N gets chunks of exactly N (the last one
+    padded, the padding's outputs dropped); a dynamic batch gets chunks of ``batch_size``."""
+    static = runner.static_batch() if hasattr(runner, "static_batch") else (None if runner.batch_dynamic() else 1)
+    if static:
+        return {"static": static, "eval": static, "timed": static}
+    return {"static": None, "eval": int((ev or {}).get("batch_size", 64)), "timed": 1}
+
+
+def _pad(np, x, size):
+    """``x`` grown to ``size`` samples by repeating its last sample (for a fixed-batch model)."""
+    if len(x) >= size:
+        return x[:size]
+    return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)], axis=0)
+
+
+def eval_outputs(np, runner, xs, in_specs, out_specs, bs, static):
+    """Every output of the model on the whole eval set, in the user's layout, batch axis first."""
+    n = len(xs[0])
+    per_output = None
+    try:
+        for i in range(0, n, bs):
+            chunk = [x[i:i + bs] for x in xs]
+            got = len(chunk[0])
+            if static:
+                chunk = [_pad(np, c, static) for c in chunk]
+            res = runner.run([_prepare(np, c, s) for c, s in zip(chunk, in_specs)])
+            res = [_restore_output(np, o, out_specs[k] if k < len(out_specs) else None) for k, o in enumerate(res)]
+            if per_output is None:
+                per_output = [[] for _ in res]
+            for k, o in enumerate(res):
+                per_output[k].append(o[:got] if static and o.ndim and len(o) == static else o)
+    except AgentFailure:
+        raise
+    except Exception as exc:
+        raise AgentFailure("inference_failed", f"{runner.name} failed on the eval set: {exc}", EXIT_RUNTIME) from exc
+    return [np.concatenate(parts, axis=0) for parts in per_output or []]
+
+
 # --------------------------------------------------------------------------- measurement
 def measure(req):
     import numpy as np
@@ -1135,14 +1187,15 @@ def measure(req):
     rss1, _, _ = memory_mb()
 
     ev = req.get("eval")
+    batch = _batch_size(runner, ev)
     if ev:
-        xs, y = load_eval(np, ev, in_specs)
+        xs = load_eval(np, ev, in_specs)
         n = len(xs[0])
         if any(len(x) != n for x in xs):
             raise AgentFailure("bad_data", "eval inputs have different sample counts", EXIT_BAD_REQUEST)
-        sample = [x[0:1] for x in xs]
+        sample = [_pad(np, x[0:batch["timed"]], batch["timed"]) for x in xs]
     else:
-        xs, y, n = None, None, 0
+        xs, n = None, 0
         sample = synthetic_inputs(np, in_specs)
     feeds = [_prepare(np, x, s) for x, s in zip(sample, in_specs)]
 
@@ -1170,29 +1223,13 @@ def measure(req):
     if warm.get("warmup_stable") is False:
         warnings.append(f"latency did not stabilize during {warm['warmup']} warmup runs")
 
-    accuracy = None
     outputs_path = req.get("outputs_path")
     if xs is not None:
-        bs = int(ev.get("batch_size", 64)) if runner.batch_dynamic() else 1
-        outs = []
-        try:
-            for i in range(0, n, bs):
-                batch = [_prepare(np, x[i:i + bs], s) for x, s in zip(xs, in_specs)]
-                o = runner.run(batch)[0]
-                outs.append(_restore_output(np, o, out_specs[0] if out_specs else None))
-        except Exception as exc:
-            raise AgentFailure("inference_failed", f"{runtime} failed on the eval set: {exc}", EXIT_RUNTIME) from exc
-        logits = np.concatenate(outs, axis=0)
-        if y is not None:
-            pred = logits.reshape(len(logits), -1).argmax(axis=1)
-            yy = y.reshape(-1).astype(np.int64)
-            if len(yy) != len(pred):
-                raise AgentFailure("bad_data", f"eval labels: {len(yy)} for {len(pred)} samples", EXIT_BAD_REQUEST)
-            accuracy = {"metric": "top1", "value": float((pred == yy).mean() * 100.0), "n": int(len(yy))}
+        outs = eval_outputs(np, runner, xs, in_specs, out_specs, batch["eval"], batch["static"])
         if outputs_path:
             os.makedirs(os.path.dirname(outputs_path) or ".", exist_ok=True)
-            tmp = outputs_path + ".partial.npy"
-            np.save(tmp, logits)
+            tmp = outputs_path + ".partial.npz"
+            np.savez(tmp, **{f"output_{i}": o for i, o in enumerate(outs)})
             os.replace(tmp, outputs_path)
 
     return {
@@ -1218,7 +1255,7 @@ def measure(req):
         },
         "energy": energy,
         "warnings": warnings,
-        "accuracy": accuracy,
+        "eval": {"samples": n, "batch_size": batch["eval"], "static_batch": batch["static"]} if xs is not None else None,
         "outputs_path": outputs_path if xs is not None else None,
     }
 

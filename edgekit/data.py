@@ -1,10 +1,16 @@
-"""Eval and calibration data sets: ``.npz`` files holding ``x`` (inputs as the model takes them)
-and ``y`` (integer labels; optional for calibration). Key names are overridable."""
+"""Eval, calibration and training data sets: ``.npz`` files holding the model's inputs and labels.
+
+Inputs: one array per model input, batch axis first. ``x`` for a one-input model; for several
+inputs either name the arrays like the model's inputs (``input_ids``, ``attention_mask``: matched by
+name, in the model's order) or list them with ``--x-key input_ids,attention_mask``. Labels (``y``,
+``--y-key``) are whatever the metric reads: class indices (N,), class maps (N, H, W), boxes
+(N, M, 5), targets of an output's shape; optional for calibration and for metrics that compare
+with the float model."""
 
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +26,31 @@ class Dataset:
     y: np.ndarray | None
     x_keys: tuple[str, ...]
     y_key: str | None
+    # True when no input key was given and the file has no ``x``: the arrays must be named like the
+    # model's inputs (checked by align_to_model once the model is known)
+    by_name: bool = False
 
     @property
     def n(self) -> int:
         return len(self.xs[0])
 
 
-def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] = "x", y_key: str | None = "y",
+def parse_keys(x_key: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...] | None:
+    """``"a,b"`` / ``("a", "b")`` -> ("a", "b"); None -> None (match the model's input names)."""
+    if x_key is None:
+        return None
+    keys = tuple(k.strip() for k in (x_key.split(",") if isinstance(x_key, str) else x_key))
+    if not keys or any(not k for k in keys):
+        raise DataError(f"--x-key {x_key!r} names no array", hint="e.g. --x-key x, or --x-key input_ids,attention_mask")
+    return keys
+
+
+def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] | None = "x", y_key: str | None = "y",
              require_labels: bool = True, role: str = "eval") -> Dataset:
+    """Load an .npz. ``x_key="x"`` (the default) on a file without an ``x`` array takes every array
+    but the labels, in file order, to be matched to the model's input names by :func:`align_to_model`."""
     p = Path(path)
-    x_keys = (x_key,) if isinstance(x_key, str) else tuple(x_key)
+    x_keys = parse_keys(x_key)
     if not p.is_file():
         raise DataError(f"{role} data {p} not found", hint=f"pass an .npz file with arrays {list(x_keys)} and '{y_key}'")
     try:
@@ -38,6 +59,12 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] = "x", y_key: str
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise DataError(f"{role} data {p} is not a readable .npz file ({exc})",
                         hint="write it with numpy.savez(path, x=inputs, y=labels)") from exc
+    by_name = x_keys in (("x",), None) and "x" not in files
+    if by_name:  # arrays named like the model's inputs
+        x_keys = tuple(f for f in files if f != y_key)
+        if not x_keys:
+            raise DataError(f"{role} data {p} holds no input arrays (it has {files})",
+                            hint="save the inputs as x=..., or under the model's input names")
     missing = [k for k in x_keys if k not in files]
     if missing:
         raise DataError(f"{role} data {p} has no array named {missing[0]!r} (it has {files})",
@@ -58,19 +85,44 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] = "x", y_key: str
     if any(len(x) != n for x in xs):
         raise DataError(f"{role} data {p}: input arrays have different sample counts")
     if y is not None:
-        if y.dtype.kind not in "iu":
-            raise DataError(f"{role} data {p}: labels {y_key!r} must be integers, got {y.dtype}",
-                            hint="store class indices, e.g. y.astype('int64')")
-        if len(y.reshape(len(y), -1)) != n:
-            raise DataError(f"{role} data {p}: {len(y)} labels for {n} samples")
-    return Dataset(p.resolve(), xs, y, x_keys, y_key if y is not None else None)
+        if y.dtype.kind not in "iufb" or y.ndim == 0:
+            raise DataError(f"{role} data {p}: labels {y_key!r} must be a numeric array with a sample axis, "
+                            f"got {y.dtype} {y.shape}", hint="store class indices, e.g. y.astype('int64'), or targets")
+        if len(y) != n:
+            raise DataError(f"{role} data {p}: {len(y)} labels for {n} samples (labels are batch-first like the inputs)")
+    return Dataset(p.resolve(), xs, y, x_keys, y_key if y is not None else None, by_name)
 
 
-def check_fits(ds: Dataset, io: IOSpec, role: str = "eval") -> None:
-    """Eval data must match the model's inputs sample for sample (shape without batch, dtype)."""
+def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
+    """The data's input arrays in the model's input order: by name when the data names every model
+    input (extra arrays are left out), else by position when the counts agree."""
+    names = [i.name for i in io.inputs]
+    if list(ds.x_keys) == names:
+        return ds
+    by_key = dict(zip(ds.x_keys, ds.xs))
+    if all(n in by_key for n in names):
+        return replace(ds, xs=tuple(by_key[n] for n in names), x_keys=tuple(names))
+    if len(ds.xs) == len(names) and not ds.by_name:
+        return ds  # the user's order (--x-key) is the model's
+    if ds.by_name:
+        keys = ",".join(ds.x_keys[: len(names)])
+        raise DataError(f"{role} data {ds.path.name} has no array named 'x', and its arrays {list(ds.x_keys)} are not "
+                        f"named like the model's inputs {names}",
+                        hint=f"pass --x-key with the data's array name(s) in the model's input order, e.g. --x-key {keys}")
+    raise DataError(f"{role} data {ds.path.name}: arrays {list(ds.x_keys)} do not match the model's inputs "
+                    f"{names} ({len(ds.xs)} array(s) for {len(names)} input(s))",
+                    hint=f"name the arrays like the inputs, or pass --x-key {','.join(names) if len(names) > 1 else 'NAME'} "
+                    "with the data's array names in the model's input order")
+
+
+def check_fits(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
+    """Eval data must match the model's inputs sample for sample (shape without batch, dtype).
+    Returns the data aligned to the model's input order (see :func:`align_to_model`)."""
+    ds = align_to_model(ds, io, role)
     if len(ds.xs) != len(io.inputs):
-        raise DataError(f"{role} data {ds.path.name} has {len(ds.xs)} input array(s); the model takes {len(io.inputs)} "
-                        f"({', '.join(i.name for i in io.inputs)})")
+        raise DataError(f"{role} data {ds.path.name} has {len(ds.xs)} input array(s) {list(ds.x_keys)}; the model "
+                        f"takes {len(io.inputs)} ({', '.join(i.name for i in io.inputs)})",
+                        hint="pass --x-key a,b (the data's array names, in the model's input order)")
     for x, spec in zip(ds.xs, io.inputs):
         want = tuple(spec.shape[1:])
         got = tuple(x.shape[1:])
@@ -81,7 +133,10 @@ def check_fits(ds: Dataset, io: IOSpec, role: str = "eval") -> None:
                 hint="reshape the data to the model's input layout, e.g. x.reshape(-1, *shape)",
             )
         if np.dtype(spec.dtype) != x.dtype:
-            if x.dtype.kind == np.dtype(spec.dtype).kind == "f":
-                continue  # float64 data for a float32 model is cast by the agent
+            if x.dtype.kind == np.dtype(spec.dtype).kind and x.dtype.kind in "fiu":
+                continue  # float64 data for a float32 input, int32 for int64...: the agent casts
+            if {x.dtype.kind, np.dtype(spec.dtype).kind} <= {"i", "u"}:
+                continue
             raise DataError(f"{role} data {ds.path.name}: dtype {x.dtype}, model input '{spec.name}' takes {spec.dtype}",
                             hint=f"cast it: x.astype('{spec.dtype}')")
+    return ds

@@ -41,8 +41,12 @@ Progress = Callable[[str], None]
 class DeployOptions:
     """Command-line / API overrides on top of the recipe and the target file (None = keep)."""
 
-    max_accuracy_drop: float | None = None
+    max_accuracy_drop: float | None = None  # in the metric's units (points for top1); alias max_metric_drop
     relative_accuracy_drop: bool | None = None
+    metric: str | None = None  # top1 | top5 | miou | map50 | mse ... or module:function (see edgekit.metrics)
+    outputs: list[str] | None = None  # the outputs the metric reads (names or indices)
+    postprocess: str | None = None  # detection: module:function turning raw outputs into boxes
+    strict_stats: bool | None = None  # the accuracy check fails only on a statistically significant drop
     latency_budget_ms: float | None = None
     memory_budget_mb: float | None = None
     warmup: int | None = None
@@ -93,6 +97,8 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
         g["max_accuracy_drop"] = opts.max_accuracy_drop
     if opts.relative_accuracy_drop is not None:
         g["relative_accuracy_drop"] = opts.relative_accuracy_drop
+    if opts.strict_stats is not None:
+        g["strict_stats"] = opts.strict_stats
     if opts.latency_budget_ms is not None:
         g["latency_ms_p50"] = opts.latency_budget_ms
     if opts.memory_budget_mb is not None:
@@ -103,6 +109,21 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
     from .config import validate
 
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
+
+
+def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
+    """The recipe's metric section with --metric / --output / --postprocess on top."""
+    from .metrics import MetricSpec, get_metric
+
+    spec = recipe.metric.model_copy() if recipe.metric is not None else MetricSpec()
+    if opts.metric is not None:
+        spec = spec.model_copy(update={"name": opts.metric})
+    if opts.outputs:
+        spec = spec.model_copy(update={"outputs": list(opts.outputs)})
+    if opts.postprocess is not None:
+        spec = spec.model_copy(update={"postprocess": opts.postprocess})
+    get_metric(spec.name, spec.options, spec.postprocess)  # an unknown name fails here, before any work
+    return spec
 
 
 def open_transport(target: TargetSpec, device: str | None, opts: DeployOptions | None = None) -> Transport:
@@ -192,7 +213,7 @@ def deploy(
     out: str | Path = "edgekit-out",
     example_inputs: tuple | None = None,
     arch: str | None = None,
-    x_key: str = "x",
+    x_key: str | tuple[str, ...] = "x",
     y_key: str = "y",
     options: DeployOptions | None = None,
     progress: Progress | None = None,
@@ -202,7 +223,8 @@ def deploy(
     """Compress ``model``, measure every variant on the device, write and return the report.
 
     ``model`` is a path (.pt2, .onnx, or .pt/.pth with ``arch='module:Class'``) or an
-    ``nn.Module`` with ``example_inputs``. Keyword overrides (``max_accuracy_drop=0.5``,
+    ``nn.Module`` with ``example_inputs``. ``x_key`` names the input arrays (``"a,b"`` or a tuple
+    for several inputs; arrays named like the model's inputs are matched without it). Keyword overrides (``max_accuracy_drop=0.5``,
     ``latency_budget_ms=2``, ``runs=100``...) are the fields of :class:`DeployOptions`.
     """
     progress = progress or _noop
@@ -225,8 +247,9 @@ def deploy(
 
     check_measure_options(opts)
     gate_cfg = resolve_gate(spec, rec, opts)
+    metric_spec = resolve_metric_spec(rec, opts)
     out_dir = ensure_writable_dir(out)
-    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
+    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval")
     baseline_report = Report.load(opts.baseline_report) if opts.baseline_report is not None else None
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     train_path = opts.train_data or rec.train_data
@@ -239,11 +262,15 @@ def deploy(
     # --- model -> fp32 ONNX ------------------------------------------------------------------
     progress("loading the model")
     source = load_source(model, example_inputs=example_inputs, arch=arch, workdir=art_dir)
-    check_fits(eval_ds, source.artifact.io, "eval")
+    eval_ds = check_fits(eval_ds, source.artifact.io, "eval")
     if calib_ds is not None:
-        check_fits(calib_ds, source.artifact.io, "calib")
+        calib_ds = check_fits(calib_ds, source.artifact.io, "calib")
     if train_ds is not None:
-        check_fits(train_ds, source.artifact.io, "train")
+        train_ds = check_fits(train_ds, source.artifact.io, "train")
+    from .metrics.evaluate import eval_plan
+
+    progress("computing reference outputs (and checking the metric fits them)")
+    plan = eval_plan(metric_spec, source, eval_ds)
     from .cache import default_cache
 
     cache = default_cache() if opts.use_cache else None
@@ -266,6 +293,7 @@ def deploy(
     # --- passes -------------------------------------------------------------------------------
     extras: dict[str, Any] = {"arch": arch} if arch else {}
     extras["source"] = source  # convert steps: Core ML / litert-torch start from the PyTorch program
+    extras["metric_plan"] = plan  # accuracy-aware passes score with the deploy's metric
     if source.artifact.format == Format.TORCH:
         extras["teacher"] = source.artifact  # distill's default teacher
     ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, train=train_ds, extras=extras)
@@ -276,8 +304,6 @@ def deploy(
     variants, coreml_notes = set_aside_coreml(variants, spec)  # Core ML prediction needs macOS
     opts.extra_warnings.extend(coreml_notes)
     passes_seconds = round(time.perf_counter() - passes_started, 3)
-    progress("computing reference outputs")
-    reference = source.reference(xs)
 
     # --- on the device ------------------------------------------------------------------------
     own_transport = transport is None
@@ -300,7 +326,7 @@ def deploy(
             req = build_request(
                 variant=name, artifact=art, model_remote=remotes[art.path], source_io=source.artifact.io,
                 measure=measure, eval_remote=remotes[eval_file], x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
-                outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npy"),
+                outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
                 energy_sources=spec.energy_sources, max_seconds=opts.max_seconds,
             )
             apply_measure_options(req, opts)
@@ -323,20 +349,22 @@ def deploy(
 
     # --- report --------------------------------------------------------------------------------
     progress("writing the report")
-    vresults = [_variant_result(name, art, results[name], reference, source) for name, art in variants.items()]
+    vresults = [_variant_result(name, art, results[name], plan) for name, art in variants.items()]
     for v in vresults:
         v.measurement = measurements.info.get(v.name, {})
         if v.name in bench:  # a second latency/memory source; accuracy and parity stay the Python agent's
             v.benchmark_model = bench[v.name]
     base = next(v for v in vresults if v.name == rec.baseline)
+    from .metrics.evaluate import score_drops
+
+    warnings = list(opts.extra_warnings)
+    warnings += score_drops(vresults, {n: r.outputs for n, r in results.items() if r.outputs is not None}, plan,
+                            rec.baseline, tolerance=_tolerance(gate_cfg, base))
     for v in vresults:
-        if v.accuracy and base.accuracy:
-            v.accuracy_drop = round(base.accuracy.value - v.accuracy.value, 4)
         if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
             v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
     gate = evaluate_gate(vresults, rec.baseline, gate_cfg, latency_representative=_emulation(device) is None)
     first = results[rec.baseline].doc
-    warnings = list(opts.extra_warnings)
     for v in vresults:
         if v.latency_ms and not v.latency_ms.stable:
             warnings.append(f"{v.name}: latency is unstable (robust CoV {v.latency_ms.robust_cov or 0:.1%}, "
@@ -358,7 +386,8 @@ def deploy(
                "sha256": source.artifact.sha256, "format": source.artifact.format.value,
                "inputs": [i.model_dump(mode="json") for i in source.artifact.io.inputs]},
         settings={"measure": measure.model_dump(), "gate": gate_cfg.model_dump(), "recipe": rec.model_dump(mode="json"),
-                  "eval_data": str(eval_ds.path), "eval_samples": eval_ds.n,
+                  "metric": _metric_settings(plan),
+                  "eval_data": str(eval_ds.path), "eval_samples": eval_ds.n, "eval_inputs": list(eval_ds.x_keys),
                   "calib_data": str(calib_ds.path) if calib_ds else None,
                   "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
                                "bytes_sent": delivery.bytes_sent},
@@ -394,13 +423,29 @@ def _eval_bundle_file(ds: Dataset, art_dir: Path) -> Path:
     return out
 
 
-def _variant_result(name: str, art: Artifact, res: AgentResult, reference: np.ndarray, source: Source) -> VariantResult:
+def _tolerance(cfg: GateConfig, base: VariantResult) -> float | None:
+    """The accuracy tolerance in the metric's units (relative: percent of the baseline's value)."""
+    if base.accuracy is None:
+        return None
+    return cfg.max_accuracy_drop * (abs(base.accuracy.value) / 100.0 if cfg.relative_accuracy_drop else 1.0)
+
+
+def _metric_settings(plan) -> dict:
+    return {"name": plan.metric.label(), "direction": plan.metric.direction, "units": plan.metric.units,
+            "outputs": [plan.output_names[i] for i in plan.output_idx], "against": plan.against,
+            "all_outputs": plan.output_names, **({"postprocess": plan.spec.postprocess} if plan.spec.postprocess else {}),
+            **({"options": plan.spec.options} if plan.spec.options else {})}
+
+
+def _variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantResult:
     doc = res.doc
     lat = doc["latency_ms"]
     stats = latency_stats(lat["raw"])
-    parity = None
+    parity = parity_outputs = accuracy = None
     if res.outputs is not None:
-        parity = compare(reference, res.outputs, source.reference_name).to_dict()
+        parity_outputs = plan.parity(res.outputs)
+        parity = next(iter(parity_outputs.values()), None)
+        accuracy = plan.accuracy_dict(plan.score(res.outputs))
     mem = doc.get("memory") or {}
     energy = doc.get("energy") or {}
     from .measure.sustained import analyze
@@ -427,8 +472,9 @@ def _variant_result(name: str, art: Artifact, res: AgentResult, reference: np.nd
         energy_reason=energy.get("reason"),
         energy=energy,
         sustained=sustained,
-        accuracy=doc.get("accuracy"),
+        accuracy=accuracy,
         parity=parity,
+        parity_outputs=parity_outputs if parity_outputs and len(parity_outputs) > 1 else None,
         device_state=doc.get("device_state") or {},
     )
 

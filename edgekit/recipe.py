@@ -11,6 +11,7 @@ measure, and what the gate demands.
           - quantize: {mode: dynamic}
     measure: {warmup: 10, runs: 50, min_seconds: 1.0, threads: 1}
     gate: {max_accuracy_drop: 1.0}
+    metric: {name: miou, outputs: [logits]}   # optional; default top1 on the first output
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .config import load_model_file
 from .errors import ConfigError
+from .metrics.base import MetricSpec
 
 
 class _Strict(BaseModel):
@@ -58,10 +60,14 @@ class MeasureOverrides(_Strict):
 
 
 class GateConfig(_Strict):
-    """What a shippable variant must meet. Accuracy figures are in percentage points (0-100)."""
+    """What a shippable variant must meet. The accuracy tolerance is in the metric's own units and
+    direction (points for top1/miou/map50, dB for psnr, the error itself for mse)."""
 
-    max_accuracy_drop: float = Field(1.0, ge=0, le=100, description="points vs the baseline (absolute)")
+    max_accuracy_drop: float = Field(1.0, ge=0, le=100, description="how much worse than the baseline the metric may "
+                                     "get, in its units (1 = one point of top-1)")
     relative_accuracy_drop: bool = Field(False, description="read max_accuracy_drop as percent of the baseline")
+    strict_stats: bool = Field(False, description="fail the accuracy check only when the drop is above the tolerance "
+                               "AND statistically significant (paired 95% CI excludes 0)")
     latency_ms_p50: float | None = Field(None, gt=0)
     latency_ms_p90: float | None = Field(None, gt=0)
     peak_memory_mb: float | None = Field(None, gt=0)
@@ -82,6 +88,7 @@ class Recipe(_Strict):
     variants: list[VariantSpec] = Field(default_factory=list)
     measure: MeasureOverrides = MeasureOverrides()
     gate: GateConfig = GateConfig()
+    metric: MetricSpec | None = None  # what scores the eval pass (default: top1 on the first output)
     # .npz (x, y) that pruning fine-tunes and distillation train on; relative to the recipe file
     train_data: str | None = None
 

@@ -1,4 +1,4 @@
-"""Requests to and results from the agent (protocol version 1)."""
+"""Requests to and results from the agent (protocol version 2: every eval output comes back)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..targets import MeasureDefaults
 from ..transport.base import Transport
 from .bundle import BundleDeployer
 
-PROTOCOL = 1
+PROTOCOL = 2
 AGENT_TIMEOUT_MARGIN_S = 300.0  # on top of max_seconds: load, warmup and the eval pass
 
 
@@ -23,7 +23,7 @@ AGENT_TIMEOUT_MARGIN_S = 300.0  # on top of max_seconds: load, warmup and the ev
 class AgentResult:
     variant: str
     doc: dict[str, Any]  # the agent's JSON document, as printed
-    outputs: Any = None  # eval-set outputs pulled back from the device (numpy array) or None
+    outputs: Any = None  # every eval-set output pulled back from the device (list of arrays) or None
 
 
 def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]:
@@ -55,8 +55,8 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str, source
         "max_seconds": max_seconds,
         "inputs": ins,
         "outputs": outs,
-        "eval": ({"path": eval_remote, "x_keys": list(x_keys), "y_key": y_key, "batch_size": 64}
-                 if eval_remote else None),
+        # labels stay on the host: the device returns outputs, the host scores them
+        "eval": ({"path": eval_remote, "x_keys": list(x_keys), "batch_size": 64} if eval_remote else None),
         "outputs_path": outputs_remote,
         "energy": {"sources": list(energy_sources)},
     }
@@ -85,10 +85,22 @@ def run_request(deployer: BundleDeployer, request: dict, *, timeout: float | Non
             raise DeviceError(f"agent failed on variant '{request['variant']}' ({kind}): {msg}", hint=hint)
         outputs = None
         if request.get("outputs_path") and doc.get("outputs_path"):
-            local = Path(td) / "outputs.npy"
+            local = Path(td) / "outputs.npz"
             t.pull(doc["outputs_path"], local)
-            outputs = np.load(local, allow_pickle=False)
+            outputs = load_outputs(local)
     return AgentResult(variant=request["variant"], doc=doc, outputs=outputs)
+
+
+def load_outputs(path: Path) -> list:
+    """The agent's outputs file (``output_0``, ``output_1``...) as a list of arrays, in output order."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = sorted((k for k in z.files if k.startswith("output_")), key=lambda k: int(k.split("_")[1]))
+            return [z[k] for k in keys]
+    except (OSError, ValueError) as exc:
+        raise AgentError(f"the agent's outputs file {path.name} is not readable ({exc})") from exc
 
 
 def parse_agent_stdout(stdout: str, stderr: str, returncode: int) -> dict:

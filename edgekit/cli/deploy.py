@@ -21,6 +21,10 @@ Examples:
 
   edgekit deploy model.pt2 --target local --eval-data eval.npz --baseline release-1.2/report.json
 
+  edgekit deploy text.pt2 --eval-data eval.npz --x-key input_ids,attention_mask --out results/run1
+
+  edgekit deploy seg.pt2 --eval-data eval.npz --metric miou --max-metric-drop 1.5 --output logits
+
 Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
 """
 
@@ -29,18 +33,22 @@ def deploy_cmd(
     model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
     target: str = typer.Option("local", "--target", "-t", help="Target class (`edgekit targets list`) or a target .yaml."),
     device: Optional[str] = typer.Option(None, "--device", "-d", help="Device name from the inventory (not needed for local)."),
-    eval_data: Path = typer.Option(..., "--eval-data", help=".npz with x (inputs) and y (integer labels)."),
+    eval_data: Path = typer.Option(..., "--eval-data", help=".npz with the inputs (x, or arrays named like the model's inputs) and labels y (what --metric reads)."),
     calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for INT8 calibration."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Recipe YAML: variants, passes, measure, gate."),
     out: Path = typer.Option(Path("edgekit-out"), "--out", "-o", help="Folder for report.json, report.md and artifacts."),
-    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", help="Allowed drop in accuracy points vs the baseline (default 1)."),
+    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", "--max-metric-drop", help="How much worse than the baseline the metric may get, in its units and direction (default 1: one point of top-1)."),
+    metric: Optional[str] = typer.Option(None, "--metric", "-m", help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, or a user metric module:function / file.py:function."),
+    output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
+    postprocess: Optional[str] = typer.Option(None, "--postprocess", help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
+    strict_stats: bool = typer.Option(False, "--strict-stats", help="Fail the accuracy check only when the drop is above the tolerance AND significant on the paired eval samples."),
     relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
     latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", help="p50 latency budget per shipped variant."),
     memory_budget_mb: Optional[float] = typer.Option(None, "--memory-budget-mb", help="Peak memory budget of the inference process."),
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
     train_data: Optional[Path] = typer.Option(None, "--train-data", help=".npz with x and y for pruning fine-tunes and distillation (overrides the recipe's train_data)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute every pass instead of reusing cached outputs."),
-    x_key: str = typer.Option("x", "--x-key", help="Array name of the inputs in the .npz files."),
+    x_key: str = typer.Option("x", "--x-key", help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (arrays named like the model's inputs need none)."),
     y_key: str = typer.Option("y", "--y-key", help="Array name of the labels in the eval .npz."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Runtime threads (default: the target's)."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed runs before measuring (default: the target's)."),
@@ -70,6 +78,8 @@ def deploy_cmd(
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
                          runs=runs, min_seconds=min_seconds, threads=threads)
     opts.baseline_report = baseline
+    opts.metric, opts.postprocess, opts.strict_stats = metric, postprocess, strict_stats or None
+    opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.train_data, opts.use_cache = train_data, not no_cache
     opts.energy_command = energy_command
@@ -114,11 +124,14 @@ def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, 
     m.update({k: getattr(opts, k) for k in ("warmup", "runs", "min_seconds", "threads") if getattr(opts, k) is not None})
     sopts = SearchOptions(objective=objective, time_budget_s=time_budget, measure=MeasureDefaults(**m),
                           remeasure=bool(getattr(opts, "remeasure", False)))
+    from ..metrics import MetricSpec
+
+    metric_spec = MetricSpec(name=opts.metric or "top1", outputs=opts.outputs, postprocess=opts.postprocess)
     with progress_display(not as_json) as progress:
         report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
                             max_accuracy_drop=opts.max_accuracy_drop if opts.max_accuracy_drop is not None else 1.0,
                             options=sopts, arch=arch, x_key=x_key, y_key=y_key, progress=progress,
-                            baseline_report=opts.baseline_report)
+                            baseline_report=opts.baseline_report, metric=metric_spec)
     if not as_json:
         sel = report.search.get("selected")
         out_console.print(f"search: selected {sel or 'nothing'} by {objective} in {report.search['seconds']:.0f} s"

@@ -26,7 +26,7 @@ def print_summary(report) -> None:
     out_console.print(f"gate {verdict} - target {report.target}, device {dev.get('name')} "
                       f"({dev.get('arch')}, {dev.get('cores')} cores)")
     t = Table("variant", "format", "prec", "runtime", "size KB", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms",
-              "peak MB", "mJ/inf", "acc %", "drop", "max|err|", "top-1 agree", box=None)
+              "peak MB", "mJ/inf", report.metric_label(), "drop", "max|err|", "top-1 agree", box=None)
     for v in report.variants:
         lat = v.latency_ms
         t.add_row(v.name + (" *" if v.name == report.baseline else "") + (" [bold](selected)[/]" if v.selected else ""),
@@ -35,10 +35,11 @@ def print_summary(report) -> None:
                   _f(lat and lat.p50), f"{lat.ci95[0]:.3f}-{lat.ci95[1]:.3f}" if lat else "n/a",
                   _f(lat and lat.p90), _f(lat and lat.p99), _f(v.peak_memory_mb, "{:.1f}"),
                   _f(v.energy_mj_per_inference),
-                  _f(v.accuracy and v.accuracy.value, "{:.2f}"), _f(v.accuracy_drop, "{:+.2f}"),
+                  _f(v.accuracy and v.accuracy.value, "{:.4g}"), _f(v.accuracy_drop, "{:+.3g}"),
                   _f(v.parity and v.parity.max_abs_err, "{:.2e}"),
                   _f(v.parity and v.parity.top1_agreement, "{:.1%}"))
     out_console.print(t)
+    out_console.print(f"  {escape(report.metric_line())}", highlight=False)
     if report.comparison:
         from ..report.diff import ReportDiff
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ..errors import AgentError
 
 DEFAULT_MAX_AGE_S = 24 * 3600.0  # a day: long enough for a re-run, short enough to see a new OS image
-FORMAT = 1
+FORMAT = 2  # 2: outputs are a list of arrays (every model output)
 
 
 def measure_cache_root() -> Path:
@@ -71,8 +71,6 @@ class MeasureCache:
         return Path(self.root) / key[:2] / key
 
     def get(self, key: str, now: _dt.datetime | None = None) -> Cached | None:
-        import numpy as np
-
         entry = self._entry(key)
         try:
             meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
@@ -81,8 +79,12 @@ class MeasureCache:
             if (now - measured).total_seconds() > self.max_age_s or meta.get("format") != FORMAT:
                 return None
             doc = json.loads((entry / "doc.json").read_text(encoding="utf-8"))
-            outputs = np.load(entry / "outputs.npy", allow_pickle=False) if meta.get("outputs") else None
-        except (OSError, ValueError, KeyError):
+            outputs = None
+            if meta.get("outputs"):
+                from ..agent.protocol import load_outputs
+
+                outputs = load_outputs(entry / "outputs.npz")
+        except (OSError, ValueError, KeyError, AgentError):
             return None  # missing or damaged: a miss, never trusted
         return Cached(doc=doc, outputs=outputs, measured_at=meta["measured_at"], key=key)
 
@@ -96,7 +98,7 @@ class MeasureCache:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:8]}.", dir=entry.parent))
             (tmp / "doc.json").write_text(json.dumps(doc), encoding="utf-8")
             if outputs is not None:
-                np.save(tmp / "outputs.npy", np.asarray(outputs), allow_pickle=False)
+                np.savez(tmp / "outputs.npz", **{f"output_{i}": np.asarray(o) for i, o in enumerate(outputs)})
             now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "measured_at": now,
                                                        "outputs": outputs is not None}), encoding="utf-8")

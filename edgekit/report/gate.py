@@ -44,17 +44,7 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
 
     for v in judged:
         if base is not None and v is not base:
-            if v.accuracy is None or base.accuracy is None:
-                checks.append(Check(name="accuracy_drop", variant=v.name, limit=cfg.max_accuracy_drop, passed=False,
-                                    message="accuracy was not measured (eval data without labels?)"))
-            else:
-                drop = base.accuracy.value - v.accuracy.value
-                limit = cfg.max_accuracy_drop * (base.accuracy.value / 100.0 if cfg.relative_accuracy_drop else 1.0)
-                ok = drop <= limit + 1e-9
-                checks.append(Check(
-                    name="accuracy_drop", variant=v.name, value=round(drop, 4), limit=round(limit, 4), passed=ok,
-                    message=(f"{v.accuracy.value:.2f}% vs baseline {base.accuracy.value:.2f}%: drop {drop:+.2f} pts "
-                             f"{'<=' if ok else '>'} {limit:.2f}" + (" (relative)" if cfg.relative_accuracy_drop else ""))))
+            checks.append(_accuracy_check(v, base, cfg))
         for name, q, lim in (("latency_p50_budget", "p50", cfg.latency_ms_p50),
                              ("latency_p90_budget", "p90", cfg.latency_ms_p90)):
             if lim is not None and not latency_representative:
@@ -69,6 +59,34 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
         for v in judged:
             checks.extend(release_checks(v.name, diff, cfg))
     return Gate(passed=all(c.passed for c in checks), checks=checks)
+
+
+def _accuracy_check(v: VariantResult, base: VariantResult, cfg: GateConfig) -> Check:
+    """The metric may get at most ``max_accuracy_drop`` worse (its units and direction). With
+    ``strict_stats`` the check fails only when the drop is also significant on the paired samples."""
+    if v.accuracy is None or base.accuracy is None:
+        return Check(name="accuracy_drop", variant=v.name, limit=cfg.max_accuracy_drop, passed=False,
+                     message="the metric was not measured (no eval outputs came back)")
+    a, b = v.accuracy, base.accuracy
+    lower = a.direction == "lower"
+    drop = v.accuracy_drop if v.accuracy_drop is not None else ((a.value - b.value) if lower else (b.value - a.value))
+    limit = cfg.max_accuracy_drop * (abs(b.value) / 100.0 if cfg.relative_accuracy_drop else 1.0)
+    over = drop > limit + 1e-9
+    st = v.accuracy_stats or {}
+    ci = st.get("ci95")
+    stat_txt = f" (paired 95% CI [{ci[0]:+.3g}, {ci[1]:+.3g}], p={st.get('p_value', float('nan')):.3g})" if ci else ""
+    ok = not over
+    if over and cfg.strict_stats:
+        ok = not st.get("significant", True)  # no statistics: judged on the point estimate
+    units = "pts" if a.units == "%" else (a.units or "")
+    fmt = (lambda x: f"{x:.2f}{'%' if a.units == '%' else ''}") if a.units in ("%", "dB") else (lambda x: f"{x:.4g}")
+    msg = (f"{a.metric} {fmt(a.value)} vs baseline {fmt(b.value)} ({'lower' if lower else 'higher'} is better): "
+           f"{('worse' if drop > 0 else 'better') + f' by {abs(drop):.4g} {units}' if drop else 'no change'}{stat_txt} {'>' if over else '<='} "
+           f"{limit:.4g}" + (" (relative)" if cfg.relative_accuracy_drop else ""))
+    if over and cfg.strict_stats:
+        msg += ("; strict statistics: significant, fails" if not ok else "; strict statistics: within noise, passes")
+    return Check(name="accuracy_drop", variant=v.name, value=round(drop, 6), limit=round(limit, 6), passed=ok,
+                 message=msg, p_value=st.get("p_value"), significant=st.get("significant"))
 
 
 def _budget(checks: list[Check], v: VariantResult, name: str, value: float | None, limit: float | None, unit: str):

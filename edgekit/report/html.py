@@ -141,7 +141,8 @@ def plot_pareto(r: Report) -> str | None:
     if not vs:
         return None
     pts = [(v.latency_ms.p50, v.accuracy.value, float(v.size_bytes)) for v in vs]
-    front = set(pareto_front(pts))
+    lower = vs[0].accuracy.direction == "lower"  # e.g. mse: the front wants the smallest error
+    front = set(pareto_front([(a, -b if lower else b, c) for a, b, c in pts]))
     fig, ax = _figure((8, 4.2))
     smax = max(p[2] for p in pts) or 1.0
     for i, (v, (lat, acc, size)) in enumerate(zip(vs, pts)):
@@ -160,14 +161,17 @@ def plot_pareto(r: Report) -> str | None:
                 label="Pareto front (latency, accuracy, size)")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("p50 latency, ms")
-    ax.set_ylabel(f"accuracy ({vs[0].accuracy.metric}), %")
+    ax.set_ylabel(f"{vs[0].accuracy.metric}" + (f", {vs[0].accuracy.units}" if vs[0].accuracy.units else "")
+                  + (" (lower is better)" if lower else ""))
     ax.set_title("Accuracy vs latency; marker area = model size; black ring = on the Pareto front"
                  + ("; star = selected" if any(v.selected for v in vs) else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.margins(x=0.25)
     accs = [p[1] for p in pts]
     pad = max(1.0, 0.3 * (max(accs) - min(accs)))
-    ax.set_ylim(min(accs) - pad, min(max(accs) + pad, 100.5))
+    pad = pad if vs[0].accuracy.units in ("%", "dB") else 0.3 * (max(accs) - min(accs)) or abs(max(accs)) * 0.1 or 1e-6
+    top = max(accs) + pad
+    ax.set_ylim(min(accs) - pad, min(top, 100.5) if vs[0].accuracy.units == "%" else top)
     return _svg(fig, "pareto")
 
 
@@ -349,8 +353,8 @@ def _plots(r: Report) -> list[str]:
 # --- tables -----------------------------------------------------------------------------------------
 def _variants_table(r: Report) -> str:
     head = ["variant", "format", "precision", "runtime", "size KB", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms",
-            "CoV", "runs", "peak MB", "energy mJ/inf", "accuracy %", "drop pts", "max |err|", "cosine",
-            "top-1 agree"]
+            "CoV", "runs", "peak MB", "energy mJ/inf", _e(r.metric_label()), "drop (paired 95% CI)", "max |err|",
+            "cosine", "top-1 agree"]
     rows = []
     for v in r.variants:
         lat, acc, par = v.latency_ms, v.accuracy, v.parity
@@ -365,13 +369,32 @@ def _variants_table(r: Report) -> str:
                  _f(lat and lat.p99, "{:.4f}"),
                  (f"{lat.cov:.1%}" + ("" if lat.stable else " <span class=bad>unstable</span>")) if lat else "n/a",
                  str(lat.runs) if lat else "n/a", _f(v.peak_memory_mb, "{:.1f}"), energy,
-                 _f(acc and acc.value, "{:.2f}"), _f(v.accuracy_drop, "{:+.2f}"),
+                 _f(acc and acc.value, "{:.4g}"), _e(_drop_text(v)),
                  _f(par and par.max_abs_err, "{:.2e}"), _f(par and par.cosine, "{:.6f}"),
                  _f(par and par.top1_agreement, "{:.1%}")]
         rows.append("<tr>" + "".join(f"<td{' class=n' if i > 3 else ''}>{c}</td>"
                                      for i, c in enumerate(cells)) + "</tr>")
     return ("<div class=scroll><table id=variants><thead><tr>" + "".join(f"<th>{h}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def _drop_text(v) -> str:
+    if v.accuracy_drop is None:
+        return "n/a"
+    ci = (v.accuracy_stats or {}).get("ci95")
+    return f"{v.accuracy_drop:+.3g}" + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
+
+
+def _outputs_table(r: Report) -> str:
+    """Parity of every output of a multi-output model."""
+    rows = [(v, name, p) for v in r.variants for name, p in (v.parity_outputs or {}).items()]
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{_e(v.name)}</td><td>{_e(n)}</td><td class=n>{p.max_abs_err:.2e}</td>"
+                   f"<td class=n>{p.cosine:.6f}</td><td class=n>{_f(p.top1_agreement, '{:.1%}')}</td></tr>"
+                   for v, n, p in rows)
+    return ("<h2 id=outputs>Parity per output</h2><table id=parity-outputs><thead><tr><th>variant</th><th>output</th>"
+            "<th>max |err|</th><th>cosine</th><th>top-1 agree</th></tr></thead><tbody>" + body + "</tbody></table>")
 
 
 def _checks_table(r: Report) -> str:
@@ -484,7 +507,7 @@ def render_html(r: Report) -> str:
               f"model <code>{_e(r.model.get('source'))}</code> · baseline variant <b>{_e(r.baseline)}</b>"
               + (f" · selected <b>{_e(', '.join(selected))}</b>" if selected else "")
               + (f" · compared with <code>{_e((r.compared_with or {}).get('path'))}</code>" if r.compared_with else "")
-              + f"</p><p class=muted>created {_e(r.created_at)} by edgekit {_e(r.edgekit_version)} · report schema "
+              + f"</p><p id=metric>{_e(r.metric_line())}</p><p class=muted>created {_e(r.created_at)} by edgekit {_e(r.edgekit_version)} · report schema "
               f"{_e(r.schema_version)}</p>")
     warnings = ("<h2>Warnings</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in r.warnings) + "</ul>") if r.warnings else ""
     energy_reasons = sorted({v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason})
@@ -494,7 +517,7 @@ def render_html(r: Report) -> str:
         f'<div id=verdict class="verdict {"pass" if passed else "fail"}">{verdict_text}'
         f" ({len(r.gate.checks) - len(failed)}/{len(r.gate.checks)} checks passed){fail_list}</div>",
         header,
-        "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note,
+        "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note, _outputs_table(r),
         "<h2 id=gate>Gate checks</h2>", _checks_table(r),
         _comparison_section(r),
         _search_section(r),

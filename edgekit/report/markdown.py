@@ -9,6 +9,25 @@ def _f(x, fmt="{:.3f}", none="n/a"):
     return none if x is None else fmt.format(x)
 
 
+def _drop(v) -> str:
+    if v.accuracy_drop is None:
+        return "n/a"
+    ci = (v.accuracy_stats or {}).get("ci95")
+    return f"{v.accuracy_drop:+.3g}" + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
+
+
+def _outputs_section(r: Report) -> list[str]:
+    """Parity of every output, for multi-output models."""
+    rows = [(v, name, p) for v in r.variants for name, p in (v.parity_outputs or {}).items()]
+    if not rows:
+        return []
+    lines = ["", "## Parity per output", "", "| variant | output | max abs err | cosine | top-1 agree |",
+             "|---|---|---:|---:|---:|"]
+    for v, name, p in rows:
+        lines.append(f"| {v.name} | {name} | {p.max_abs_err:.2e} | {p.cosine:.6f} | {_f(p.top1_agreement, '{:.1%}')} |")
+    return lines
+
+
 def render_markdown(r: Report) -> str:
     verdict = "PASSED" if r.gate.passed else "FAILED"
     icon = "✅" if r.gate.passed else "❌"
@@ -20,8 +39,9 @@ def render_markdown(r: Report) -> str:
         f"{dev.get('cores')} cores, transport {dev.get('transport')})",
         f"- model: `{r.model.get('source')}` (sha256 `{str(r.model.get('sha256'))[:12]}`)",
         f"- baseline variant: `{r.baseline}`; created {r.created_at} by edgekit {r.edgekit_version}",
+        f"- {r.metric_line()}",
         "",
-        "| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | energy mJ | accuracy % | drop pts | parity max abs | top-1 agree |",
+        f"| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | energy mJ | {r.metric_label()} | drop (95% CI) | parity max abs | top-1 agree |",
         "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for v in r.variants:
@@ -34,7 +54,7 @@ def render_markdown(r: Report) -> str:
             f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
             f"{_f(lat and lat.p50)} | {_f(lat and lat.p90)} | {_f(lat and lat.p99)} | {ci} | "
             f"{_f(v.peak_memory_mb, '{:.1f}')} | {_f(v.energy_mj_per_inference, '{:.3f}', 'null')} | "
-            f"{_f(acc, '{:.2f}')} | {_f(v.accuracy_drop, '{:+.2f}')} | "
+            f"{_f(acc, '{:.4g}')} | {_drop(v)} | "
             f"{_f(par and par.max_abs_err, '{:.2e}')} | {_f(par and par.top1_agreement, '{:.1%}')} |"
         )
     lines += ["", "## Gate", "", "| check | variant | value | limit | result |", "|---|---|---:|---:|---|"]
@@ -47,7 +67,7 @@ def render_markdown(r: Report) -> str:
         lines += ["", "## Compared with the baseline report", "",
                   f"Baseline: `{(r.compared_with or {}).get('path')}`.",
                   render_diff_markdown(ReportDiff.model_validate(r.comparison)).rstrip("\n")]
-    lines += _search_section(r) + _parity_section(r)
+    lines += _search_section(r) + _parity_section(r) + _outputs_section(r)
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
         lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]

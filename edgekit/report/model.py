@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import BadInputError
 from ..fsutil import atomic_write_text
 
-SCHEMA_VERSION = "1.1"  # 1.1: energy/sustained/measurement/search/comparison fields (all optional)
+SCHEMA_VERSION = "1.2"  # 1.1: energy/sustained/measurement/search/comparison; 1.2: task metrics, per-output parity
 
 
 class _Open(BaseModel):
@@ -50,9 +50,15 @@ class LatencyMs(_Open):
 
 
 class Accuracy(_Open):
+    """The task metric on the eval set (top1 in %, miou in %, map50 in %, mse, psnr in dB...)."""
+
     metric: str
     value: float
     n: int
+    direction: str = "higher"  # higher | lower is better
+    units: str = "%"
+    against: str = "labels"  # labels | reference (the float model's own outputs)
+    outputs: list[str] | None = None  # the outputs the metric read
 
 
 class Parity(_Open):
@@ -87,10 +93,14 @@ class VariantResult(_Open):
     # Where the numbers come from: {"reused": true, "measured_at": ...} when taken from the measurement cache.
     measurement: dict[str, Any] = Field(default_factory=dict)
     accuracy: Accuracy | None = None
+    # baseline - variant in the metric's units (for a lower-is-better metric: variant - baseline); > 0 = worse
     accuracy_drop: float | None = None
+    # the drop judged on paired per-sample results: 95% CI, p-value, method, the eval set's resolution
+    accuracy_stats: dict[str, Any] | None = None
     # baseline p50 / this variant's p50, both measured on the device (> 1 = faster); None when unmeasured
     speedup_vs_baseline: float | None = None
-    parity: Parity | None = None
+    parity: Parity | None = None  # the first output's (the contract field)
+    parity_outputs: dict[str, Parity] | None = None  # every output's, by name
     selected: bool = False
     device_state: dict[str, Any] = Field(default_factory=dict)
 
@@ -132,6 +142,29 @@ class Report(_Open):
     # The previous report this run was compared with (`--baseline`), and the comparison (a ReportDiff).
     compared_with: dict[str, Any] | None = None
     comparison: dict[str, Any] | None = None
+
+    def metric_label(self) -> str:
+        """The metric's column header, e.g. "top1 %", "miou %", "mse", "psnr dB"."""
+        acc = next((v.accuracy for v in self.variants if v.accuracy is not None), None)
+        if acc is None:
+            return "accuracy"
+        return f"{acc.metric} {acc.units}".strip()
+
+    def metric_line(self) -> str:
+        """One sentence on what scored the eval pass."""
+        m = (self.settings or {}).get("metric") or {}
+        acc = next((v.accuracy for v in self.variants if v.accuracy is not None), None)
+        if not m and acc is None:
+            return "metric: none measured"
+        name = m.get("name") or (acc.metric if acc else "?")
+        direction = m.get("direction") or (acc.direction if acc else "higher")
+        against = m.get("against") or (acc.against if acc else "labels")
+        outs = m.get("outputs") or (acc.outputs if acc else None)
+        n = acc.n if acc else None
+        return (f"metric: {name} ({direction} is better) on {n if n is not None else '?'} eval samples, against "
+                f"{'the labels' if against == 'labels' else 'the float model outputs (no labels)'}"
+                + (f", reading output(s) {', '.join(outs)}" if outs else "")
+                + (f"; model inputs {', '.join(self.settings.get('eval_inputs'))}" if self.settings.get("eval_inputs") else ""))
 
     def variant(self, name: str) -> VariantResult:
         for v in self.variants:

@@ -99,30 +99,38 @@ def _load_agent_module():
     return mod
 
 
-def _host_accuracy(agent, art: Artifact, source_io, eval_ds) -> float | None:
-    """Accuracy with the candidate's runtime on this host, through the agent's own code."""
+def _host_accuracy(agent, art: Artifact, source_io, eval_ds, plan, workdir: Path) -> float | None:
+    """The metric with the candidate's runtime on this host, through the agent's own code."""
+    from ..agent.protocol import load_outputs
     from ..formats import RUNTIME_FOR_FORMAT
 
-    req = build_request(variant="host", artifact=art, model_remote=str(art.path), source_io=source_io,
-                        measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0), eval_remote=str(eval_ds.path),
-                        x_keys=eval_ds.x_keys, y_key=eval_ds.y_key, outputs_remote=None)
     if RUNTIME_FOR_FORMAT.get(art.format) not in agent.RUNNERS:
         return None
+    out = workdir / f".host-{art.sha256[:12]}.npz"
+    req = build_request(variant="host", artifact=art, model_remote=str(art.path), source_io=source_io,
+                        measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0), eval_remote=str(eval_ds.path),
+                        x_keys=eval_ds.x_keys, y_key=eval_ds.y_key, outputs_remote=str(out))
     try:
-        doc = agent.measure(req)
+        agent.measure(req)
+        return plan.score(load_outputs(out)).value
     except agent.AgentFailure as exc:
         if exc.kind == "runtime_missing":
             return None
         raise
-    return (doc.get("accuracy") or {}).get("value")
+    finally:
+        out.unlink(missing_ok=True)
 
 
 def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
            device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float = 1.0,
            options: SearchOptions | None = None, example_inputs: tuple | None = None, arch: str | None = None,
-           x_key: str = "x", y_key: str = "y", transport=None, progress=None,
-           baseline_report: str | Path | None = None) -> Report:
-    from ..pipeline import DeployOptions, _device_info, _emulation, _variant_result, open_transport, resolve_gate
+           x_key: str | tuple[str, ...] = "x", y_key: str = "y", transport=None, progress=None,
+           baseline_report: str | Path | None = None, metric=None) -> Report:
+    """``metric``: a MetricSpec (or a metric name) scoring the eval pass; default top1 on the first output."""
+    from ..metrics import MetricSpec
+    from ..metrics.evaluate import eval_plan, score_drops
+    from ..pipeline import (DeployOptions, _device_info, _emulation, _metric_settings, _variant_result, open_transport,
+                            resolve_gate)
 
     opts = options or SearchOptions()
     progress = progress or (lambda _m: None)
@@ -134,7 +142,11 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     spec = load_target(target)
     out_dir = ensure_writable_dir(out)
     previous = Report.load(baseline_report) if baseline_report is not None else None
-    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=True, role="eval")
+    metric_spec = MetricSpec(name=metric) if isinstance(metric, str) else metric
+    from ..metrics import resolve_metric
+
+    resolve_metric(metric_spec)  # an unknown metric fails before any work
+    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval")
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     art_dir = out_dir / "artifacts"
     art_dir.mkdir(exist_ok=True)
@@ -148,7 +160,11 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     progress("loading the model")
     source = load_source(model, example_inputs=example_inputs or tuple(x[0:1] for x in eval_ds.xs), arch=arch,
                          workdir=art_dir)
-    check_fits(eval_ds, source.artifact.io, "eval")
+    eval_ds = check_fits(eval_ds, source.artifact.io, "eval")
+    if calib_ds is not None:
+        calib_ds = check_fits(calib_ds, source.artifact.io, "calib")
+    progress("computing reference outputs (and checking the metric fits them)")
+    plan = eval_plan(metric_spec, source, eval_ds)
     if source.artifact.format == Format.TORCH:
         from ..convert.torch_to_onnx import export_onnx
 
@@ -160,7 +176,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         candidate_variants(spec, has_calib=calib_ds is not None)
     cands = [Candidate(s) for s in specs]
     skipped_summ = [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]
-    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, extras={"source": source})
+    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, extras={"source": source, "metric_plan": plan})
     for c in cands:
         if time.perf_counter() > deadline:
             c.drop("build", "time budget exhausted before this candidate was built")
@@ -176,26 +192,27 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
 
     # --- 2. host filter -------------------------------------------------------------------------
     agent = _load_agent_module()
-    base_host = _host_accuracy(agent, fp32, source.artifact.io, eval_ds) if opts.host_filter else None
+    score_metric = plan.metric
+    base_host = _host_accuracy(agent, fp32, source.artifact.io, eval_ds, plan, art_dir) if opts.host_filter else None
     if opts.host_filter and base_host is not None:
         for c in [c for c in cands if c.status == "built"]:
-            progress(f"host accuracy of {c.spec.name}")
+            progress(f"host {score_metric.label()} of {c.spec.name}")
             try:
-                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, eval_ds)
+                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, eval_ds, plan, art_dir)
             except Exception as exc:  # a candidate that cannot run on the host is measured on the device
                 c.reason = f"host check skipped: {str(exc)[:200]}"
                 continue
-            if c.host_accuracy is not None and base_host - c.host_accuracy > max_accuracy_drop + opts.host_slack:
-                c.drop("host", f"host accuracy {c.host_accuracy:.2f}% vs fp32 {base_host:.2f}%: drop "
-                               f"{base_host - c.host_accuracy:.2f} pts > tolerance {max_accuracy_drop:g} "
+            if c.host_accuracy is not None and score_metric.worse_by(base_host, c.host_accuracy) > max_accuracy_drop + opts.host_slack:
+                c.drop("host", f"host {score_metric.label()} {c.host_accuracy:.4g} vs fp32 {base_host:.4g}: worse by "
+                               f"{score_metric.worse_by(base_host, c.host_accuracy):.4g} > tolerance {max_accuracy_drop:g} "
                                f"(+{opts.host_slack:g} slack)")
 
     # --- 3/4. device: screening, racing, finals -------------------------------------------------
-    reference = source.reference(list(eval_ds.xs))
     own = transport is None
     t = transport or open_transport(spec, device)
     final: dict[str, VariantResult] = {}
     docs: dict[str, dict] = {}
+    final_outputs: dict[str, list] = {}
     try:
         deployer = BundleDeployer(t)
         from ..measure.cache import open_device_measurements
@@ -209,11 +226,13 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
             req = build_request(variant=name, artifact=art, model_remote=remotes[art.path],
                                 source_io=source.artifact.io, measure=m, eval_remote=remotes[eval_file],
                                 x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
-                                outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npy"),
+                                outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
                                 energy_sources=spec.energy_sources)
             res = measurements.measure(req, lambda: run_request(deployer, req))
             docs[name] = res.doc
-            return _variant_result(name, art, res, reference, source)
+            if m is measure and res.outputs is not None:
+                final_outputs[name] = res.outputs
+            return _variant_result(name, art, res, plan)
 
         progress("screening the fp32 baseline on the device")
         base_screen = measure_one("fp32", fp32, screen)
@@ -234,9 +253,9 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
             acc = r.accuracy.value if r.accuracy else None
             c.screening = {"p50": r.latency_ms.p50, "ci95": r.latency_ms.ci95, "accuracy": acc,
                            "peak_memory_mb": r.peak_memory_mb, "energy_mj_per_inference": r.energy_mj_per_inference}
-            if acc is None or base_acc is None or base_acc - acc > max_accuracy_drop + 1e-9:
-                c.drop("screening", f"device accuracy {acc}% vs fp32 {base_acc}%: outside the "
-                                    f"{max_accuracy_drop:g}-point tolerance")
+            if acc is None or base_acc is None or score_metric.worse_by(base_acc, acc) > max_accuracy_drop + 1e-9:
+                c.drop("screening", f"device {score_metric.label()} {acc} vs fp32 {base_acc}: outside the "
+                                    f"{max_accuracy_drop:g} tolerance ({score_metric.direction} is better)")
                 continue
             if gate_cfg.peak_memory_mb is not None and r.peak_memory_mb and r.peak_memory_mb > gate_cfg.peak_memory_mb:
                 c.drop("screening", f"peak memory {r.peak_memory_mb:.1f} MB > budget {gate_cfg.peak_memory_mb:g} MB")
@@ -259,20 +278,18 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
 
     # --- 5. select -----------------------------------------------------------------------------
     base = final["fp32"]
-    for v in final.values():
-        if v.accuracy and base.accuracy:
-            v.accuracy_drop = round(base.accuracy.value - v.accuracy.value, 4)
+    stat_warnings = score_drops(list(final.values()), final_outputs, plan, "fp32", tolerance=max_accuracy_drop)
     # the fp32 baseline may ship too: when nothing compressed beats it, it is the honest answer
     finalists = [v for n, v in final.items() if v.accuracy_drop is not None and v.accuracy_drop <= max_accuracy_drop + 1e-9]
     for v in final.values():
         if v.name != "fp32" and v not in finalists:
             c = next(c for c in cands if c.spec.name == v.name)
-            c.drop("finals", f"final accuracy drop {v.accuracy_drop} pts > {max_accuracy_drop:g}")
+            c.drop("finals", f"final {score_metric.label()} worse by {v.accuracy_drop} > {max_accuracy_drop:g}")
     if opts.objective == "energy" and finalists and all(v.energy_mj_per_inference is None for v in finalists):
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({finalists[0].energy_reason})", hint="use --objective p50, or add an energy source")
     chosen = _choose(finalists, opts.objective)
-    warnings: list[str] = [measurements.warning()] if measurements.warning() else []
+    warnings: list[str] = ([measurements.warning()] if measurements.warning() else []) + stat_warnings
     if chosen is not None:
         chosen.selected = True
         chosen_art = fp32
@@ -284,9 +301,9 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                              latency_representative=_emulation(device) is None)
     else:
         best = max((v for n, v in final.items() if n != "fp32"), key=lambda v: -(v.accuracy_drop or 1e9), default=None)
-        msg = "no candidate stays inside the accuracy tolerance and the budgets"
+        msg = f"no candidate stays inside the {score_metric.label()} tolerance and the budgets"
         if best is not None:
-            msg += f"; the best found was {best.name} with a drop of {best.accuracy_drop} pts"
+            msg += f"; the best found was {best.name}, worse by {best.accuracy_drop}"
         gate = Gate(passed=False, checks=[Check(name="search", passed=False, limit=max_accuracy_drop, message=msg)])
         ship = None
     variants = [base] + sorted((v for n, v in final.items() if n != "fp32"), key=lambda v: v.name)
@@ -297,6 +314,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         device=_device_info(docs["fp32"], t, device, spec, variants, _emulation(device)),
         model={"source": str(model), "sha256": source.artifact.sha256, "format": source.artifact.format.value},
         settings={"measure": measure.model_dump(), "screening": screen.model_dump(), "gate": gate_cfg.model_dump(),
+                  "metric": _metric_settings(plan), "eval_inputs": list(eval_ds.x_keys),
                   "eval_data": str(eval_ds.path), "calib_data": str(calib_ds.path) if calib_ds else None},
         baseline="fp32",
         variants=variants,

@@ -39,7 +39,7 @@ def tiny_onnx(path: Path, n: int = 64) -> Path:
 
 
 def tiny_request(model: Path, **extra) -> dict:
-    req = {"protocol": 1, "variant": "tiny", "model": str(model), "runtime": "onnxruntime", "threads": 1,
+    req = {"protocol": 2, "variant": "tiny", "model": str(model), "runtime": "onnxruntime", "threads": 1,
            "warmup": 3, "runs": 20, "min_seconds": 0.05, "inputs": [{"name": "x", "shape": [1, 64],
                                                                     "dtype": "float32"}]}
     req.update(extra)

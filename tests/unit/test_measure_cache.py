@@ -11,7 +11,7 @@ import numpy as np
 from edgekit.measure.cache import MeasureCache, device_identity, measurement_key
 from edgekit.report.model import Report
 
-REQ = {"protocol": 1, "variant": "fp32", "model": "files/abc.onnx", "model_sha256": "abc", "runtime": "onnxruntime",
+REQ = {"protocol": 2, "variant": "fp32", "model": "files/abc.onnx", "model_sha256": "abc", "runtime": "onnxruntime",
        "threads": 1, "warmup": 10, "runs": 50, "min_seconds": 1.0, "energy": {"sources": ["rapl"]}}
 PROBE = {"agent_version": "0.1.0", "device": {"hostname": "pi", "machine_id": "m1", "cpu": "Cortex-A72",
                                               "arch": "aarch64", "cores": 4, "os": "linux", "os_release": "6.6"}}
@@ -41,9 +41,9 @@ def test_key_covers_model_runtime_threads_settings_device_and_agent():
 def test_cache_round_trip_expiry_and_damage(tmp_path):
     c = MeasureCache(root=tmp_path, max_age_s=3600)
     doc = {"ok": True, "latency_ms": {"raw": [1.0, 2.0]}}
-    c.put("ab" * 32, doc, np.arange(6, dtype=np.float32).reshape(2, 3))
+    c.put("ab" * 32, doc, [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(2)])
     hit = c.get("ab" * 32)
-    assert hit.doc == doc and hit.outputs.shape == (2, 3)
+    assert hit.doc == doc and [o.shape for o in hit.outputs] == [(2, 3), (2,)]
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
     assert c.get("ab" * 32, now=later) is None  # past its validity
     assert c.get("cd" * 32) is None

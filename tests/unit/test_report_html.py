@@ -46,7 +46,7 @@ def test_table_has_the_contract_columns():
     html = render_html(new)
     table = html[html.index("<table id=variants"):html.index("</table>", html.index("<table id=variants"))]
     for col in ("format", "precision", "size KB", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "peak MB",
-                "energy mJ/inf", "accuracy %", "drop pts", "max |err|", "top-1 agree"):
+                "energy mJ/inf", "top1 %", "drop (paired 95% CI)", "max |err|", "top-1 agree"):
         assert f"<th>{col}</th>" in table, col
     assert "no readable energy source (test)" in table  # a null energy says why
 

@@ -1,0 +1,128 @@
+"""Scoring a deploy's variants: the metric on the outputs each variant returned from the device,
+parity of every output against the float reference, and the paired drop against the baseline.
+
+Built once per run (:func:`eval_plan`), before any pass or device time, so a metric that does
+not fit the model's outputs or labels fails at once (exit 2) instead of after the measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import Metric, MetricError, MetricSpec, Score
+from .registry import resolve_metric, select_outputs
+
+
+@dataclass
+class EvalPlan:
+    metric: Metric
+    spec: MetricSpec
+    output_names: list[str]
+    output_idx: list[int]  # the outputs the metric reads
+    labels: np.ndarray | None  # the eval labels, or None
+    reference: list[np.ndarray]  # every output of the float model on the eval inputs
+    reference_name: str
+
+    @property
+    def against(self) -> str:
+        return "labels" if self.labels is not None else "reference"
+
+    def targets(self) -> np.ndarray | None:
+        """What the metric compares with: the labels, or the float model's output (no labels)."""
+        if self.labels is not None:
+            return self.labels
+        return self.reference[self.output_idx[0]] if not self.metric.needs_labels else None
+
+    def picked(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        if len(outputs) < len(self.output_names):
+            raise MetricError(f"the variant returned {len(outputs)} output(s); the model has "
+                              f"{len(self.output_names)} ({', '.join(self.output_names)})")
+        return [outputs[i] for i in self.output_idx]
+
+    def score(self, outputs: list[np.ndarray]) -> Score:
+        return self.metric.evaluate(self.picked(outputs), self.targets(), against=self.against)
+
+    def accuracy_dict(self, score: Score) -> dict[str, Any]:
+        return {**score.to_dict(), "outputs": [self.output_names[i] for i in self.output_idx]}
+
+    def parity(self, outputs: list[np.ndarray]) -> dict[str, dict]:
+        """Parity of every output vs the float reference, by output name."""
+        from ..convert.parity import compare
+
+        res = {}
+        for name, ref, got in zip(self.output_names, self.reference, outputs):
+            if np.asarray(ref).dtype.kind not in "fc":  # integer outputs (indices): exact agreement
+                agree = float(np.mean(np.asarray(ref).reshape(-1) == np.asarray(got).reshape(-1)))
+                res[name] = {"reference": self.reference_name, "max_abs_err": float(np.max(np.abs(
+                    np.asarray(ref, dtype=np.float64) - np.asarray(got, dtype=np.float64)))) if np.size(ref) else 0.0,
+                    "mean_abs_err": 0.0, "cosine": agree, "top1_agreement": agree, "n": int(len(ref))}
+                continue
+            res[name] = compare(ref, got, self.reference_name).to_dict()
+        return res
+
+
+def reference_outputs(source, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Every output of the float model (the source's reference) on ``xs``."""
+    run_all = getattr(source, "reference_all", None)
+    if run_all is not None:
+        return [np.asarray(o) for o in run_all(xs)]
+    return [np.asarray(source.reference(xs))]
+
+
+def eval_plan(spec: MetricSpec | None, source, eval_ds) -> EvalPlan:
+    """The metric, the outputs it reads and the reference outputs; checked against the float model's
+    own outputs so that a metric/label/output mismatch is an error before any heavy work."""
+    spec = spec or MetricSpec()
+    metric = resolve_metric(spec)
+    names = [o.name for o in source.artifact.io.outputs] or ["output_0"]
+    idx = select_outputs(metric, spec, names)
+    if metric.needs_labels and eval_ds.y is None:
+        raise MetricError(f"metric {metric.label()} needs labels, and eval data {eval_ds.path.name} has none "
+                          f"(no {eval_ds.y_key or 'y'!r} array)",
+                          hint="add the labels (--y-key names them), or pick a metric that compares with the "
+                          "float model's own outputs: mse, mae, psnr, snr, cosine")
+    ref = reference_outputs(source, list(eval_ds.xs))
+    if len(names) != len(ref):
+        names = [f"output_{i}" for i in range(len(ref))]
+        idx = select_outputs(metric, spec, names)
+    plan = EvalPlan(metric=metric, spec=spec, output_names=names, output_idx=idx, labels=eval_ds.y,
+                    reference=ref, reference_name=source.reference_name)
+    plan.score(ref)  # raises MetricError naming both shapes when the metric does not fit
+    return plan
+
+
+def score_drops(variants: list, outputs: dict[str, list[np.ndarray]], plan: EvalPlan, baseline: str,
+                tolerance: float | None = None) -> list[str]:
+    """Fill each variant's ``accuracy_drop`` (in the metric's units, > 0 = worse) and
+    ``accuracy_stats`` (paired bootstrap CI, p-value, resolution) against the baseline measured in
+    the same run. Returns warnings (an eval set too small to resolve the tolerance)."""
+    from .paired import paired_drop
+
+    base = next((v for v in variants if v.name == baseline), None)
+    if base is None or base.accuracy is None or baseline not in outputs:
+        return []
+    warnings: list[str] = []
+    base_out = plan.picked(outputs[baseline])
+    targets = plan.targets()
+    base_stats = plan.metric.stats(base_out, targets)
+    for v in variants:
+        if v.accuracy is None or v.name not in outputs:
+            continue
+        v.accuracy_drop = round(plan.metric.worse_by(base.accuracy.value, v.accuracy.value), 6) + 0.0
+        if v is base:
+            continue
+        st = paired_drop(plan.metric, base_out, plan.picked(outputs[v.name]), targets, base_stats=base_stats)
+        v.accuracy_stats = st.to_dict()
+        if tolerance is not None and st.resolution is not None and st.resolution > tolerance:
+            v.accuracy_stats["resolves_tolerance"] = False
+            warnings.append(
+                f"{v.name}: the eval set ({st.n} samples) resolves {plan.metric.label()} only to ±{st.resolution:.3g} "
+                f"{plan.metric.units or 'units'} (95%), wider than the {tolerance:g} tolerance: a drop that small "
+                f"cannot be told from noise here (paired 95% CI of this drop: [{st.ci95[0]:.3g}, {st.ci95[1]:.3g}]); "
+                "use more eval samples")
+        elif tolerance is not None:
+            v.accuracy_stats["resolves_tolerance"] = True
+    return warnings
