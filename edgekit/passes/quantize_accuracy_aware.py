@@ -53,24 +53,36 @@ def quantizable_ops() -> set[str]:
 
 
 class _Scorer:
-    """Accuracy (points) and output MSE of an ONNX file on the eval set, vs fp32 logits."""
+    """The deploy's metric (``ctx.extras["metric_plan"]``; top-1 on the first output without one) of
+    an ONNX file on the eval set, and its output MSE vs the first trial. ``__call__`` returns
+    (goodness, mse) where goodness is the metric value signed so that higher is better."""
 
-    def __init__(self, xs: list[np.ndarray], y: np.ndarray):
-        self.xs, self.y = xs, y.reshape(len(y), -1)[:, 0] if y.ndim > 1 else y
+    def __init__(self, xs: list[np.ndarray], y: np.ndarray | None, plan=None):
+        from ..metrics import get_metric
+
+        n = len(xs[0])
+        self.xs = xs
+        self.metric = plan.metric if plan is not None else get_metric("top1")
+        self.idx = plan.output_idx if plan is not None else [0]
+        targets = plan.targets() if plan is not None else y
+        self.targets = None if targets is None else targets[:n]
+        self.sign = 1.0 if self.metric.direction == "higher" else -1.0
         self.ref: np.ndarray | None = None
 
-    def __call__(self, path: Path) -> tuple[float, float]:
-        from ..source import ort_reference
+    def value(self, goodness: float) -> float:
+        return self.sign * goodness
 
-        out = ort_reference(path)(self.xs)
-        if out.ndim != 2 or out.shape[0] != len(self.y):
-            raise DataError(f"accuracy needs (N, classes) logits; the model's first output has shape {out.shape}",
-                            hint="accuracy-aware quantization scores top-1 classification on the eval labels")
-        acc = float((out.argmax(1) == self.y).mean() * 100.0)
+    def __call__(self, path: Path) -> tuple[float, float]:
+        from ..source import ort_reference_all
+
+        outs = ort_reference_all(path)(self.xs)
+        picked = [outs[i] for i in self.idx]
+        value = self.metric.evaluate(picked, self.targets).value
+        first = np.asarray(picked[0], dtype=np.float32)
         if self.ref is None:
-            self.ref = out
-        mse = float(np.mean((out - self.ref) ** 2))
-        return acc, mse
+            self.ref = first
+        mse = float(np.mean((first - self.ref) ** 2))
+        return self.sign * value, mse
 
 
 class AccuracyAwareQuantize(Pass):
@@ -82,13 +94,14 @@ class AccuracyAwareQuantize(Pass):
         import onnx
 
         if ctx.eval is None:
-            raise DataError("accuracy-aware quantization needs an eval set with labels",
-                            hint="pass --eval-data EVAL.npz (x and y), or use the plain `quantize` pass")
-        if ctx.eval.y is None:
-            raise DataError(f"eval data {ctx.eval.path} has no labels; accuracy-aware quantization measures accuracy",
-                            hint="add y=labels to the .npz")
+            raise DataError("accuracy-aware quantization needs an eval set",
+                            hint="pass --eval-data EVAL.npz (inputs and labels), or use the plain `quantize` pass")
+        plan = ctx.extras.get("metric_plan")
+        if plan is None and ctx.eval.y is None:
+            raise DataError(f"eval data {ctx.eval.path} has no labels; accuracy-aware quantization scores top-1 on them",
+                            hint="add y=labels to the .npz, or deploy with a metric that needs none (--metric mse)")
         n = config.eval_samples or ctx.eval.n
-        scorer = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y[:n])
+        scorer = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y, plan)
         base_cfg = OrtQuantizeConfig(**config.model_dump(include=set(OrtQuantizeConfig.model_fields)))
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{stem}.search-", dir=ctx.workdir))
         try:
@@ -101,7 +114,7 @@ class AccuracyAwareQuantize(Pass):
                     quant_pre_process(str(artifact.path), str(pre), skip_symbolic_shape=True)
                 src = Artifact.from_file(pre, Format.ONNX, artifact.io)
             base_acc, _ = scorer(Path(src.path))
-            tol = tolerance_points(config.max_accuracy_drop, config.relative, base_acc)
+            tol = tolerance_points(config.max_accuracy_drop, config.relative, abs(base_acc))
             graph = onnx.load(str(src.path)).graph
             allowed = set(config.op_types) if config.op_types else quantizable_ops()
             user_excluded = set(config.nodes_to_exclude)
@@ -112,7 +125,7 @@ class AccuracyAwareQuantize(Pass):
 
             kept: list[str] = []
             acc, mse, path = search.trial(kept)
-            full = {"accuracy": round(acc, 4), "drop": round(base_acc - acc, 4), "output_mse": mse}
+            full = {"accuracy": round(scorer.value(acc), 4), "drop": round(base_acc - acc, 4), "output_mse": mse}
             decisions: list[dict] = []
             sensitivity: list[dict] | None = None
             order: list[str] | None = None
@@ -122,10 +135,12 @@ class AccuracyAwareQuantize(Pass):
                 if not remaining or limit_hit or search.exhausted:
                     why = ("max_float_ops reached" if limit_hit else "trial budget (max_trials) spent"
                            if search.exhausted else "every quantizable op is already in float")
+                    mname = scorer.metric.label()
                     raise PassError(
-                        f"no INT8 configuration met the tolerance of {tol:.2f} accuracy points ({why}): the best "
-                        f"found keeps {search.best[1] or 'no op'} in float and drops {base_acc - search.best[0]:.2f} points "
-                        f"(fp32 {base_acc:.2f}%, full INT8 {full['accuracy']:.2f}%); no model was written",
+                        f"no INT8 configuration met the tolerance of {tol:.4g} ({mname}; {why}): the best "
+                        f"found keeps {search.best[1] or 'no op'} in float and drops {base_acc - search.best[0]:.4g} "
+                        f"(fp32 {scorer.value(base_acc):.4g}, full INT8 {full['accuracy']:.4g}); "
+                        "no model was written",
                         hint="raise --max-accuracy-drop, allow more float ops (max_float_ops), give more "
                         "representative calibration data, or ship the fp32 model")
                 if order is None or config.strategy == "rerank":
@@ -137,7 +152,7 @@ class AccuracyAwareQuantize(Pass):
                         scored.append((a, -m, c))
                     scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
                     if sensitivity is None:  # the first round is each op's own sensitivity
-                        sensitivity = [{"node": c, "op_type": op_type[c], "accuracy_if_float": round(a, 4),
+                        sensitivity = [{"node": c, "op_type": op_type[c], "accuracy_if_float": round(scorer.value(a), 4),
                                         "recovers_points": round(a - acc, 4), "output_mse_if_float": -m}
                                        for a, m, c in scored]
                     order = [c for _, _, c in scored]
@@ -148,9 +163,10 @@ class AccuracyAwareQuantize(Pass):
                 acc, mse, path = search.trial(kept + [pick])
                 kept.append(pick)
                 decisions.append({
-                    "node": pick, "op_type": op_type[pick], "accuracy": round(acc, 4),
+                    "node": pick, "op_type": op_type[pick], "accuracy": round(scorer.value(acc), 4),
                     "drop": round(base_acc - acc, 4),
-                    "reason": f"keeping {pick} ({op_type[pick]}) in float moved accuracy {prev:.2f}% -> {acc:.2f}%, "
+                    "reason": f"keeping {pick} ({op_type[pick]}) in float moved {scorer.metric.label()} "
+                              f"{scorer.value(prev):.4g} -> {scorer.value(acc):.4g}, "
                               f"the largest recovery of the {len(remaining)} candidates tried",
                 })
             out = ctx.workdir / f"{stem}.onnx"
@@ -160,9 +176,10 @@ class AccuracyAwareQuantize(Pass):
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
         metrics = {
-            "fp32_accuracy": round(base_acc, 4),
+            "metric": scorer.metric.label(),
+            "fp32_accuracy": round(scorer.value(base_acc), 4),
             "full_int8": full,
-            "accuracy": round(acc, 4),
+            "accuracy": round(scorer.value(acc), 4),
             "accuracy_drop": round(base_acc - acc, 4),
             "tolerance_points": round(tol, 4),
             "kept_in_float": decisions,
@@ -188,7 +205,7 @@ class _Search:
         self.user_excluded, self.max_trials = user_excluded, max_trials
         self.ctx = PassContext(workdir=tmpdir, calib=ctx.calib, eval=ctx.eval, train=ctx.train)
         self.memo: dict[frozenset, tuple[float, float, Path]] = {}
-        self.best: tuple[float, list[str]] = (-1.0, [])
+        self.best: tuple[float, list[str]] = (float("-inf"), [])
 
     @property
     def trials(self) -> int:
