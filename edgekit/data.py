@@ -29,6 +29,7 @@ class Dataset:
     # True when no input key was given and the file has no ``x``: the arrays must be named like the
     # model's inputs (checked by align_to_model once the model is known)
     by_name: bool = False
+    sample: dict | None = None  # set by take_subset(): {"n", "of", "seed", "stratified"}
 
     @property
     def n(self) -> int:
@@ -113,6 +114,29 @@ def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
                     f"{names} ({len(ds.xs)} array(s) for {len(names)} input(s))",
                     hint=f"name the arrays like the inputs, or pass --x-key {','.join(names) if len(names) > 1 else 'NAME'} "
                     "with the data's array names in the model's input order")
+
+
+def take_subset(ds: Dataset, n: int | None, seed: int = 0) -> Dataset:
+    """A fixed, seeded subset of ``n`` samples (``--eval-samples``), stratified by class when the
+    labels are class indices (N,), so a small subset keeps the class mix. Indices stay in file order."""
+    if n is None or n >= ds.n:
+        return ds
+    if n < 1:
+        raise DataError(f"--eval-samples {n}: take at least one sample")
+    rng = np.random.default_rng(seed)
+    y = ds.y
+    stratified = y is not None and y.ndim == 1 and y.dtype.kind in "iu" and len(np.unique(y)) <= max(2, n // 2)
+    if stratified:
+        classes, counts = np.unique(y, return_counts=True)
+        quota = np.floor(counts / ds.n * n).astype(int)
+        for i in np.argsort(-(counts / ds.n * n - quota))[: n - quota.sum()]:
+            quota[i] += 1  # largest remainders first, so the quotas add up to n
+        idx = np.concatenate([rng.choice(np.where(y == c)[0], q, replace=False) for c, q in zip(classes, quota)])
+    else:
+        idx = rng.choice(ds.n, n, replace=False)
+    idx = np.sort(idx)
+    return replace(ds, xs=tuple(x[idx] for x in ds.xs), y=None if y is None else y[idx],
+                   sample={"n": int(n), "of": int(ds.n), "seed": seed, "stratified": bool(stratified)})
 
 
 def check_fits(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:

@@ -72,6 +72,7 @@ class DeployOptions:
     # also measure each .tflite variant with TFLite's own benchmark_model: the user's binary (pushed by
     # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
     benchmark_binary: str | Path | None = None
+    eval_samples: int | None = None  # score a fixed, seeded, stratified subset of the eval set (recorded)
 
 
 def _noop(_: str) -> None:
@@ -249,7 +250,10 @@ def deploy(
     gate_cfg = resolve_gate(spec, rec, opts)
     metric_spec = resolve_metric_spec(rec, opts)
     out_dir = ensure_writable_dir(out)
-    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval")
+    from .data import take_subset
+
+    eval_ds = take_subset(load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval"),
+                          opts.eval_samples)
     baseline_report = Report.load(opts.baseline_report) if opts.baseline_report is not None else None
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     train_path = opts.train_data or rec.train_data
@@ -388,6 +392,7 @@ def deploy(
         settings={"measure": measure.model_dump(), "gate": gate_cfg.model_dump(), "recipe": rec.model_dump(mode="json"),
                   "metric": _metric_settings(plan),
                   "eval_data": str(eval_ds.path), "eval_samples": eval_ds.n, "eval_inputs": list(eval_ds.x_keys),
+                  "eval_subset": eval_ds.sample,
                   "calib_data": str(calib_ds.path) if calib_ds else None,
                   "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
                                "bytes_sent": delivery.bytes_sent},
@@ -413,7 +418,7 @@ def _eval_bundle_file(ds: Dataset, art_dir: Path) -> Path:
 
     with zipfile.ZipFile(ds.path) as z:
         names = {n.removesuffix(".npy") for n in z.namelist()}
-    if names <= set(ds.x_keys) | {ds.y_key}:
+    if names <= set(ds.x_keys) | {ds.y_key} and ds.sample is None:
         return ds.path
     out = art_dir / "eval-bundle.npz"
     arrays = {k: x for k, x in zip(ds.x_keys, ds.xs)}

@@ -42,15 +42,16 @@ def load_data(path: Path | None, role: str, *, labels: bool, x_key: str = "x", y
 
 
 def load_model(model: Path, arch: str | None, datasets: list, workdir: Path):
+    """Load the model; ``datasets`` ([calib, eval, train]) are replaced by their model-aligned copies."""
     from ..data import check_fits
     from ..source import load_source
 
     first = next((d for d in datasets if d is not None), None)
     example = tuple(x[0:1] for x in first.xs) if first is not None else None
     source = load_source(model, example_inputs=example, arch=arch, workdir=workdir)
-    for d, role in zip(datasets, ("calib", "eval", "train")):
-        if d is not None:
-            check_fits(d, source.artifact.io, role)
+    for i, (d, role) in enumerate(zip(datasets, ("calib", "eval", "train"))):
+        if d is not None:  # aligned to the model's input order in place (arrays matched by name)
+            datasets[i] = check_fits(d, source.artifact.io, role)
     return source
 
 

@@ -41,6 +41,7 @@ def deploy_cmd(
     metric: Optional[str] = typer.Option(None, "--metric", "-m", help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, or a user metric module:function / file.py:function."),
     output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
     postprocess: Optional[str] = typer.Option(None, "--postprocess", help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
+    eval_samples: Optional[int] = typer.Option(None, "--eval-samples", help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
     strict_stats: bool = typer.Option(False, "--strict-stats", help="Fail the accuracy check only when the drop is above the tolerance AND significant on the paired eval samples."),
     relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
     latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", help="p50 latency budget per shipped variant."),
@@ -79,6 +80,7 @@ def deploy_cmd(
                          runs=runs, min_seconds=min_seconds, threads=threads)
     opts.baseline_report = baseline
     opts.metric, opts.postprocess, opts.strict_stats = metric, postprocess, strict_stats or None
+    opts.eval_samples = eval_samples
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.train_data, opts.use_cache = train_data, not no_cache
@@ -131,7 +133,8 @@ def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, 
         report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
                             max_accuracy_drop=opts.max_accuracy_drop if opts.max_accuracy_drop is not None else 1.0,
                             options=sopts, arch=arch, x_key=x_key, y_key=y_key, progress=progress,
-                            baseline_report=opts.baseline_report, metric=metric_spec)
+                            baseline_report=opts.baseline_report, metric=metric_spec,
+                            eval_samples=opts.eval_samples)
     if not as_json:
         sel = report.search.get("selected")
         out_console.print(f"search: selected {sel or 'nothing'} by {objective} in {report.search['seconds']:.0f} s"

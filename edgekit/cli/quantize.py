@@ -61,7 +61,9 @@ def quantize_cmd(
     calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)
     ev = C.load_data(eval_data, "eval", labels=True, x_key=x_key, y_key=y_key)
     with C.Workdir() as wd:
-        source = C.load_model(model, arch, [calib, ev, None], wd)
+        data = [calib, ev, None]
+        source = C.load_model(model, arch, data, wd)
+        calib, ev = data[0], data[1]
         ctx = PassContext(workdir=wd, calib=calib, eval=ev)
         parity_xs = list((ev or calib).xs) if (ev or calib) else None
         art = source.artifact

@@ -22,7 +22,7 @@ import importlib.util
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,12 +125,12 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
            device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float = 1.0,
            options: SearchOptions | None = None, example_inputs: tuple | None = None, arch: str | None = None,
            x_key: str | tuple[str, ...] = "x", y_key: str = "y", transport=None, progress=None,
-           baseline_report: str | Path | None = None, metric=None) -> Report:
+           baseline_report: str | Path | None = None, metric=None, eval_samples: int | None = None) -> Report:
     """``metric``: a MetricSpec (or a metric name) scoring the eval pass; default top1 on the first output."""
     from ..metrics import MetricSpec
     from ..metrics.evaluate import eval_plan, score_drops
-    from ..pipeline import (DeployOptions, _device_info, _emulation, _metric_settings, _variant_result, open_transport,
-                            resolve_gate)
+    from ..pipeline import (DeployOptions, _device_info, _emulation, _eval_bundle_file, _metric_settings,
+                            _variant_result, open_transport, resolve_gate)
 
     opts = options or SearchOptions()
     progress = progress or (lambda _m: None)
@@ -146,7 +146,10 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     from ..metrics import resolve_metric
 
     resolve_metric(metric_spec)  # an unknown metric fails before any work
-    eval_ds = load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval")
+    from ..data import take_subset
+
+    eval_ds = take_subset(load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval"),
+                          eval_samples)
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     art_dir = out_dir / "artifacts"
     art_dir.mkdir(exist_ok=True)
@@ -192,13 +195,15 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
 
     # --- 2. host filter -------------------------------------------------------------------------
     agent = _load_agent_module()
+    eval_file = _eval_bundle_file(eval_ds, art_dir)  # what the device (and the host check) reads
+    host_ds = replace(eval_ds, path=eval_file)
     score_metric = plan.metric
-    base_host = _host_accuracy(agent, fp32, source.artifact.io, eval_ds, plan, art_dir) if opts.host_filter else None
+    base_host = _host_accuracy(agent, fp32, source.artifact.io, host_ds, plan, art_dir) if opts.host_filter else None
     if opts.host_filter and base_host is not None:
         for c in [c for c in cands if c.status == "built"]:
             progress(f"host {score_metric.label()} of {c.spec.name}")
             try:
-                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, eval_ds, plan, art_dir)
+                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, host_ds, plan, art_dir)
             except Exception as exc:  # a candidate that cannot run on the host is measured on the device
                 c.reason = f"host check skipped: {str(exc)[:200]}"
                 continue
@@ -218,7 +223,6 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         from ..measure.cache import open_device_measurements
 
         measurements = open_device_measurements(deployer, device_name=device, remeasure=opts.remeasure)
-        eval_file = eval_ds.path
         alive = [c for c in cands if c.status == "built"]
         remotes = deployer.deliver([eval_file, fp32.path, *{c.artifact.path for c in alive}])
 
@@ -315,7 +319,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         model={"source": str(model), "sha256": source.artifact.sha256, "format": source.artifact.format.value},
         settings={"measure": measure.model_dump(), "screening": screen.model_dump(), "gate": gate_cfg.model_dump(),
                   "metric": _metric_settings(plan), "eval_inputs": list(eval_ds.x_keys),
-                  "eval_data": str(eval_ds.path), "calib_data": str(calib_ds.path) if calib_ds else None},
+                  "eval_data": str(eval_ds.path), "eval_samples": eval_ds.n, "eval_subset": eval_ds.sample, "calib_data": str(calib_ds.path) if calib_ds else None},
         baseline="fp32",
         variants=variants,
         gate=gate,

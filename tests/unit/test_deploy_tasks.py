@@ -165,3 +165,22 @@ def test_unknown_metric_lists_the_known_ones(cli, elsewhere):
     r = cli("deploy", "seg.pt2", "--eval-data", "seg-eval.npz", "--metric", "iou", "--out", "x", *FAST)
     assert r.exit_code == 2 and "unknown metric 'iou'" in r.stderr and "miou" in r.stderr
     assert not (elsewhere / "x" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_search_on_a_segmenter_from_a_relative_out_ships_within_the_miou_tolerance(cli, elsewhere):
+    """--search with a task metric from a relative --out: TFLite candidates are built (not lost to the
+    cwd), every candidate is judged on mIoU, the shipped file exists and its drop is inside tolerance."""
+    r = cli("deploy", "seg.pt2", "--eval-data", "seg-eval.npz", "--calib-data", "seg-eval.npz", "--metric", "miou",
+            "--max-metric-drop", "5", "--eval-samples", "16", "--search", "--out", "results/s1", *FAST)
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    rep = json.loads((elsewhere / "results/s1/report.json").read_text())
+    assert rep["settings"]["metric"]["name"] == "miou" and rep["settings"]["eval_subset"]["n"] == 16
+    cands = {c["name"]: c for c in rep["search"]["candidates"]}
+    tfl = [c for n, c in cands.items() if n.startswith("tflite")]
+    assert tfl and all(c["status"] != "dropped" or c["dropped_at"] != "build" for c in tfl), tfl
+    sel = rep["search"]["selected"]
+    assert sel is not None
+    v = next(v for v in rep["variants"] if v["name"] == sel)
+    assert v["accuracy"]["metric"] == "miou" and v["accuracy_drop"] <= 5 + 1e-9
+    assert (elsewhere / rep["search"]["shipped"]["file"]).is_file()
