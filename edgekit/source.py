@@ -53,6 +53,17 @@ def model_batch(shapes) -> int | None:
     return int(min(firsts)) if firsts else None
 
 
+def shares_samples(xs) -> bool:
+    """Whether the arrays share a first (sample) axis; a model whose inputs do not (a matrix product
+    of a 2x3 and a 3x4 input) takes them whole, in one run."""
+    return len({len(x) if np.ndim(x) else None for x in xs}) <= 1
+
+
+def unbatched(shapes) -> bool:
+    """Static first axes that differ between inputs: the model has no common batch axis."""
+    return len({s[0] for s in shapes if s and s[0] is not None}) > 1
+
+
 def run_batched(fn: Callable[[list[np.ndarray]], list[np.ndarray]], xs: list[np.ndarray], batch: int | None,
                 chunk: int = DEFAULT_CHUNK) -> list[np.ndarray]:
     """Run ``fn`` over ``xs`` (samples on the first axis) in chunks of exactly ``batch`` samples when
@@ -60,7 +71,7 @@ def run_batched(fn: Callable[[list[np.ndarray]], list[np.ndarray]], xs: list[np.
     from the outputs), or in chunks of ``chunk`` when it is dynamic. Returns every output, the chunks
     joined on the first axis (an output whose first axis is not the batch is stacked per chunk)."""
     n = len(xs[0]) if xs else 0
-    if n == 0:
+    if n == 0 or not shares_samples(xs):  # inputs without a common sample axis are one run as they are
         return [np.asarray(y) for y in fn(list(xs))]
     size = batch or chunk
     parts: list[list[np.ndarray]] = []
@@ -173,7 +184,16 @@ def ort_reference_all(path: Path, threads: int = 1) -> Callable[[list[np.ndarray
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    sess = ort.InferenceSession(str(Path(path).resolve()), sess_options=so, providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(str(Path(path).resolve()), sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime dropped kernels of the oldest opsets: try the model upgraded
+        upgraded = _upgraded_opset(Path(path))
+        if upgraded is None:
+            raise
+        try:
+            sess = ort.InferenceSession(upgraded, sess_options=so, providers=["CPUExecutionProvider"])
+        except Exception:  # the upgrade did not help: the original error is the one to report
+            raise exc from None
     ins = sess.get_inputs()
     batch = model_batch([tuple(d if isinstance(d, int) else None for d in i.shape) for i in ins])
 
@@ -182,6 +202,27 @@ def ort_reference_all(path: Path, threads: int = 1) -> Callable[[list[np.ndarray
         return [_as_output(y) for y in sess.run(None, feeds)]
 
     return lambda xs: run_batched(once, list(xs), batch)
+
+
+REFERENCE_OPSET = 13
+
+
+def _upgraded_opset(path: Path) -> bytes | None:
+    """The model converted to opset 13 by onnx's own version converter (a semantics-preserving
+    rewrite), for models older than onnxruntime still runs (e.g. opset 6 Gemm/AveragePool); None
+    when it is not older or cannot be converted."""
+    import onnx
+    from onnx import version_converter
+
+    try:
+        model = onnx.load(str(path))
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        if opset is None or opset >= REFERENCE_OPSET:
+            return None
+        model.ir_version = max(model.ir_version, 7)  # initializers need not be graph inputs from IR 4 on
+        return version_converter.convert_version(model, REFERENCE_OPSET).SerializeToString()
+    except Exception:  # the converter raises for ops it cannot upgrade: no upgraded reference
+        return None
 
 
 def ort_reference(path: Path, threads: int = 1) -> Callable[[list[np.ndarray]], np.ndarray]:
@@ -200,19 +241,31 @@ def load_onnx(path: Path) -> Source:
 
     try:
         model = onnx.load(str(path))
-        onnx.checker.check_model(model)
-    except Exception as exc:  # onnx raises DecodeError, ValidationError, OSError...: all mean "unusable file"
+    except Exception as exc:  # onnx raises DecodeError, OSError...: all mean "unusable file"
         raise ModelLoadError(
             f"{path} is not a valid ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})",
             hint="re-export it (torch.onnx.export) or check the file was copied completely",
         ) from exc
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{path} holds no ONNX graph (an empty or foreign protobuf file)",
+                             hint="re-export it (torch.onnx.export) or check the file was copied completely")
+    checker_error = None
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:  # the checker is stricter than the runtimes (e.g. old IR versions): ask onnxruntime
+        checker_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     try:
         ref_all = ort_reference_all(path)
-    except Exception as exc:
-        raise ModelLoadError(f"onnxruntime cannot load {path}: {str(exc).splitlines()[0][:300]}",
-                             hint="check the opset and ops are supported by onnxruntime") from exc
+    except Exception as exc:  # onnxruntime's InvalidGraph, NotImplemented, Fail...
+        what = f" (onnx.checker: {checker_error})" if checker_error else ""
+        raise ModelLoadError(f"onnxruntime cannot load {path}: {str(exc).splitlines()[0][:300] if str(exc) else ''}{what}",
+                             hint="check the file is a complete ONNX model whose opset and ops onnxruntime "
+                             "supports (re-export it with a newer opset)") from exc
+    config = {"path": str(path)}
+    if checker_error:
+        config["checker_warning"] = checker_error  # it runs on onnxruntime, which is the reference
     art = Artifact.from_file(path, Format.ONNX, onnx_io(model),
-                             lineage=[LineageStep(kind="source", name="onnx", config={"path": str(path)})])
+                             lineage=[LineageStep(kind="source", name="onnx", config=config)])
     return Source(artifact=art, reference=_first(ref_all), reference_name="onnx (source)", reference_all=ref_all)
 
 
@@ -396,13 +449,14 @@ def synthetic_inputs(io: IOSpec, *, input_shapes: dict[str, tuple[int, ...] | li
                             "sample inputs cannot be made up for it",
                             hint=f"fix the sizes with --input-shape {spec.name}:1,... or pass --eval-data EVAL.npz")
         shapes.append(shape)
+    whole = unbatched(shapes)  # no common batch axis: one run with the inputs' exact shapes
     batch = model_batch(shapes) or 1
     n = batch * int(np.ceil(samples / batch))
     rng = np.random.default_rng(seed)
     xs = []
     for spec, shape in zip(io.inputs, shapes):
         dt = np.dtype(spec.dtype)
-        size = (n, *shape[1:])
+        size = tuple(shape) if whole else (n, *shape[1:])
         if dt.kind == "f":
             xs.append(rng.standard_normal(size).astype(dt))
         elif dt.kind == "b":

@@ -74,7 +74,7 @@ def convert_cmd(
     route: str = typer.Option("auto", "--route", help="TFLite: auto | onnx2tf | litert-torch."),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME:1,3,224,224 for a dynamic ONNX input."),
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
-    x_key: str = typer.Option("x", "--x-key", help="Array name of the inputs in the .npz files."),
+    x_key: str = typer.Option("x", "--x-key", help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (a,b)."),
     as_json: bool = typer.Option(False, "--json", help="Print the artifact (io spec + lineage) as JSON."),
 ):
     from ..convert.api import convert

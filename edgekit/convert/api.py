@@ -84,9 +84,10 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
 
         progress("loading the model")
         source = load_source(model, example_inputs=example, arch=arch, workdir=work)
-        for ds, role in ((calib, "calib"), (ev, "eval")):
-            if ds is not None:
-                check_fits(ds, source.artifact.io, role)
+        # check_fits returns the data in the model's input order (arrays matched by name or --x-key order)
+        calib = (check_fits(calib, source.artifact.io, "calib") or calib) if calib is not None else None
+        ev = (check_fits(ev, source.artifact.io, "eval") or ev) if ev is not None else None
+        data = ev or calib
         if data is None:
             from ..source import synthetic_inputs
 

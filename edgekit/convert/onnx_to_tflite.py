@@ -399,13 +399,18 @@ def _quantize(saved_model: Path, cfg: TfliteConfig, io: IOSpec, onnx_names: list
         for i, name in enumerate(onnx_names):  # onnx2tf keeps input names, minus ':' and '/'
             cands = [name, name.replace(":", "_").replace("/", "_"), name.replace(":", "__").replace("/", "_")]
             order.append(next((c for c in cands if c in keys), keys[i]))
+        from ..source import model_batch
+
         xs = [x[: cfg.calibration_samples] for x in calib.xs]  # type: ignore[union-attr]
+        batch = model_batch([s.shape for s in io.inputs]) or 1  # the graph's static batch size
 
         def representative():
-            for i in range(len(xs[0])):
+            n = len(xs[0])
+            for i in range(0, n, batch):
+                idx = i + np.arange(batch) % min(batch, n - i)  # the last batch padded with its own samples
                 sample = {}
                 for key, x, spec in zip(order, xs, io.inputs):
-                    v = np.asarray(x[i:i + 1], dtype=np.float32)
+                    v = np.asarray(x[idx], dtype=np.float32)
                     sample[key] = np.transpose(v, spec.transpose) if spec.transpose else v
                 yield sample
 
@@ -452,6 +457,44 @@ def _fixed_shapes(model, shapes: dict[str, tuple[int, ...]]):
         return m
 
 
+def _first_samples(xs: list[np.ndarray], k: int) -> list[np.ndarray]:
+    """The first ``k`` samples of each input; inputs without a common sample axis stay whole."""
+    from ..source import shares_samples
+
+    return [np.asarray(x[:k]) for x in xs] if shares_samples(xs) else [np.asarray(x) for x in xs]
+
+
+def _fold_constant_of_shape(model):
+    """A copy of ``model`` where every ConstantOfShape with a constant shape input is an initializer,
+    or None when there is none. onnx2tf 1.28 reads a weight made by ConstantOfShape as if it were a
+    Constant node's value (its 1-element ``value`` attribute) and fails ("axes don't match array")
+    on models whose weights are made that way (e.g. the ONNX backend's "light" zoo models)."""
+    import onnx
+    from onnx import numpy_helper
+
+    consts = {i.name: i for i in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            consts.setdefault(n.output[0], n.attribute[0].t)
+    targets = [n for n in model.graph.node if n.op_type == "ConstantOfShape" and n.input and n.input[0] in consts]
+    if not targets:
+        return None
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = []
+    for n in m.graph.node:
+        if n.op_type == "ConstantOfShape" and n.input and n.input[0] in consts:
+            shape = [int(d) for d in numpy_helper.to_array(consts[n.input[0]]).reshape(-1)]
+            value = next((numpy_helper.to_array(a.t).reshape(-1) for a in n.attribute if a.name == "value"),
+                         np.zeros(1, np.float32))
+            m.graph.initializer.append(numpy_helper.from_array(np.full(shape, value[0], dtype=value.dtype), n.output[0]))
+        else:
+            keep.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    return m
+
+
 # --------------------------------------------------------------------------- the hop
 def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *,
                    calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
@@ -487,13 +530,13 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
             raise DataError("full-integer INT8 needs a calibration set",
                             hint="pass --calib-data CALIB.npz (x as the model takes it), or use "
                             "quantization: dynamic (weights only)")
-        check_fits(calib, art.io, "calib")
+        calib = check_fits(calib, art.io, "calib") or calib
     if parity_inputs is None:
         if calib is None:
             raise DataError("the ONNX -> TFLite hop needs sample inputs to find the layout and check parity",
                             hint="pass --calib-data or --eval-data")
         parity_inputs = list(calib.xs)
-    probe = [np.asarray(x[: cfg.parity_samples]) for x in parity_inputs]
+    probe = _first_samples(parity_inputs, cfg.parity_samples)
     ops = model_ops(model)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -504,8 +547,11 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         sample = work / SAMPLE_FILE
         np.save(sample, _sample_images(list(calib.xs) if calib is not None else probe))
         src = work / "model.onnx"
+        folded = None if cfg.plain_defaults else _fold_constant_of_shape(model)
         if shapes or (not cfg.plain_defaults and any(s.shape and s.shape[0] is None for s in art.io.inputs)):
-            onnx.save(_fixed_shapes(model, shapes), str(src))
+            onnx.save(_fixed_shapes(folded or model, shapes), str(src))
+        elif folded is not None:
+            onnx.save(folded, str(src))
         else:
             shutil.copyfile(art.path, src)
         kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True)
@@ -540,7 +586,7 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
                                   f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}", hop=HOP,
                                   hint="check the model's opset and ops are supported by onnxruntime") from exc
         _require_builtin_only(fp32, ops)
-        io32 = find_layout(fp32, art.io, onnx_ref, [x[:4] for x in probe])
+        io32 = find_layout(fp32, art.io, onnx_ref, _first_samples(probe, 4))
         precision = cfg.precision
         if cfg.precision == "fp32":
             final = fp32
