@@ -910,22 +910,35 @@ def _restore_output(np, y, spec):
 
 
 def load_eval(np, ev, input_specs):
-    """The eval inputs (labels stay on the host, which scores the outputs)."""
-    path = ev["path"]
-    try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise AgentFailure("bad_data", f"cannot read eval data {path}: {exc}", EXIT_BAD_REQUEST) from exc
+    """The eval inputs as a list of shards, each a list of arrays in the model's input order: the
+    .npz is one shard; a folder's .npy shards are memory-mapped and read one at a time, so a set
+    larger than the device's memory is scored in bounded memory. Labels stay on the host."""
     x_keys = ev.get("x_keys") or ["x"]
-    missing = [k for k in x_keys if k not in data.files]
-    if missing:
-        raise AgentFailure("bad_data", f"eval data {path} has no key(s) {missing}; it has {data.files}",
-                           EXIT_BAD_REQUEST)
-    xs = [np.asarray(data[k]) for k in x_keys]
-    if len(xs) != len(input_specs):
-        raise AgentFailure("bad_data", f"model takes {len(input_specs)} inputs, eval data gives {len(xs)}",
-                           EXIT_BAD_REQUEST)
-    return xs
+    if ev.get("shards"):
+        shards = []
+        for sh in ev["shards"]:
+            try:
+                shards.append([np.load(sh[k], mmap_mode="r", allow_pickle=False) for k in x_keys])
+            except (OSError, ValueError, KeyError) as exc:
+                raise AgentFailure("bad_data", f"cannot read eval shard {sh}: {exc}", EXIT_BAD_REQUEST) from exc
+    else:
+        path = ev["path"]
+        try:
+            data = np.load(path, allow_pickle=False)
+        except Exception as exc:
+            raise AgentFailure("bad_data", f"cannot read eval data {path}: {exc}", EXIT_BAD_REQUEST) from exc
+        missing = [k for k in x_keys if k not in data.files]
+        if missing:
+            raise AgentFailure("bad_data", f"eval data {path} has no key(s) {missing}; it has {data.files}",
+                               EXIT_BAD_REQUEST)
+        shards = [[np.asarray(data[k]) for k in x_keys]]
+    for xs in shards:
+        if len(xs) != len(input_specs):
+            raise AgentFailure("bad_data", f"model takes {len(input_specs)} inputs, eval data gives {len(xs)}",
+                               EXIT_BAD_REQUEST)
+        if any(len(x) != len(xs[0]) for x in xs):
+            raise AgentFailure("bad_data", "eval inputs have different sample counts", EXIT_BAD_REQUEST)
+    return shards
 
 
 def synthetic_inputs(np, input_specs):
@@ -1140,13 +1153,13 @@ def _pad(np, x, size):
     return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)], axis=0)
 
 
-def eval_outputs(np, runner, xs, in_specs, out_specs, bs, static):
-    """Every output of the model on the whole eval set, in the user's layout, batch axis first."""
-    n = len(xs[0])
+def eval_outputs(np, runner, shards, in_specs, out_specs, bs, static):
+    """Every output of the model on the whole eval set (shard by shard), in the user's layout."""
     per_output = None
+    chunks = ((xs, i) for xs in shards for i in range(0, len(xs[0]), bs))
     try:
-        for i in range(0, n, bs):
-            chunk = [x[i:i + bs] for x in xs]
+        for xs, i in chunks:
+            chunk = [np.asarray(x[i:i + bs]) for x in xs]
             got = len(chunk[0])
             if static:
                 chunk = [_pad(np, c, static) for c in chunk]
@@ -1190,10 +1203,8 @@ def measure(req):
     batch = _batch_size(runner, ev)
     if ev:
         xs = load_eval(np, ev, in_specs)
-        n = len(xs[0])
-        if any(len(x) != n for x in xs):
-            raise AgentFailure("bad_data", "eval inputs have different sample counts", EXIT_BAD_REQUEST)
-        sample = [_pad(np, x[0:batch["timed"]], batch["timed"]) for x in xs]
+        n = sum(len(sh[0]) for sh in xs)
+        sample = [_pad(np, np.asarray(x[0:batch["timed"]]), batch["timed"]) for x in xs[0]]
     else:
         xs, n = None, 0
         sample = synthetic_inputs(np, in_specs)

@@ -9,6 +9,7 @@ with the float model."""
 
 from __future__ import annotations
 
+import re
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +31,8 @@ class Dataset:
     # model's inputs (checked by align_to_model once the model is known)
     by_name: bool = False
     sample: dict | None = None  # set by take_subset(): {"n", "of", "seed", "stratified"}
+    # a folder of .npy shards: per shard, array name -> file (sent to the device as they are)
+    shards: tuple[dict[str, Path], ...] | None = None
 
     @property
     def n(self) -> int:
@@ -48,9 +51,12 @@ def parse_keys(x_key: str | tuple[str, ...] | list[str] | None) -> tuple[str, ..
 
 def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] | None = "x", y_key: str | None = "y",
              require_labels: bool = True, role: str = "eval") -> Dataset:
-    """Load an .npz. ``x_key="x"`` (the default) on a file without an ``x`` array takes every array
-    but the labels, in file order, to be matched to the model's input names by :func:`align_to_model`."""
+    """Load an .npz (or a folder of .npy shards, see :func:`load_shards`). ``x_key="x"`` (the default)
+    on data without an ``x`` array takes every array but the labels, to be matched to the model's input
+    names by :func:`align_to_model`."""
     p = Path(path)
+    if p.is_dir():
+        return load_shards(p, x_key=x_key, y_key=y_key, require_labels=require_labels, role=role)
     x_keys = parse_keys(x_key)
     if not p.is_file():
         raise DataError(f"{role} data {p} not found", hint=f"pass an .npz file with arrays {list(x_keys)} and '{y_key}'")
@@ -92,6 +98,62 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] | None = "x", y_k
         if len(y) != n:
             raise DataError(f"{role} data {p}: {len(y)} labels for {n} samples (labels are batch-first like the inputs)")
     return Dataset(p.resolve(), xs, y, x_keys, y_key if y is not None else None, by_name)
+
+
+_SHARD = re.compile(r"^(?P<key>.+?)(?:\.(?P<idx>\d+))?\.npy$")
+
+
+def load_shards(p: Path, *, x_key, y_key, require_labels: bool, role: str) -> Dataset:
+    """A folder of ``KEY.npy`` files, or shards ``KEY.00000.npy``, ``KEY.00001.npy``... (the same
+    shard numbers for every array; samples in shard order). Each file is memory-mapped: a single
+    file per array is never read whole on the host; several shards are joined in memory for the
+    host's reference run, while the device reads them shard by shard (each file is delivered by
+    content, so an unchanged shard is never sent again)."""
+    found: dict[str, dict[int, Path]] = {}
+    for f in sorted(p.iterdir()):
+        m = _SHARD.match(f.name)
+        if m and f.is_file():
+            found.setdefault(m["key"], {})[int(m["idx"]) if m["idx"] is not None else -1] = f
+    if not found:
+        raise DataError(f"{role} data folder {p} holds no .npy files",
+                        hint="write one KEY.npy per array (x.npy, y.npy), or shards KEY.00000.npy, KEY.00001.npy...")
+    files = sorted(found)
+    x_keys = parse_keys(x_key)
+    by_name = x_keys in (("x",), None) and "x" not in found
+    if by_name:
+        x_keys = tuple(k for k in files if k != y_key)
+    missing = [k for k in x_keys if k not in found]
+    if missing:
+        raise DataError(f"{role} data {p} has no array named {missing[0]!r} (it has {files})",
+                        hint=f"rename the files, or pass --x-key with one of {files}")
+    keys = [*x_keys, *([y_key] if y_key and y_key in found else [])]
+    numbers = {k: sorted(found[k]) for k in keys}
+    if len({tuple(v) for v in numbers.values()}) != 1:
+        raise DataError(f"{role} data {p}: the arrays have different shards ({numbers})",
+                        hint="every array needs the same shard numbers (x.00000.npy with y.00000.npy...)")
+    shard_ids = numbers[keys[0]]
+
+    def load(f: Path) -> np.ndarray:
+        try:
+            return np.load(f, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{role} data {f} is not a readable .npy file ({exc})") from exc
+
+    shards = tuple({k: found[k][i] for k in keys} for i in shard_ids)
+    arrays = {k: [load(sh[k]) for sh in shards] for k in keys}
+    for i, sh in enumerate(shards):
+        lens = {k: len(arrays[k][i]) for k in keys}
+        if len(set(lens.values())) != 1:
+            raise DataError(f"{role} data {p}: shard {shard_ids[i]} has different sample counts {lens}")
+    joined = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in arrays.items()}
+    y = np.asarray(joined[y_key]) if y_key and y_key in joined else None
+    if y is None and require_labels:
+        raise DataError(f"{role} data {p} has no labels {y_key!r}.npy (it has {files})",
+                        hint=f"add {y_key}.npy, or pass --y-key with one of {files}")
+    xs = tuple(joined[k] for k in x_keys)
+    if len(xs[0]) == 0:
+        raise DataError(f"{role} data {p}: array {x_keys[0]!r} holds no samples")
+    return Dataset(p.resolve(), xs, y, tuple(x_keys), y_key if y is not None else None, by_name, shards=shards)
 
 
 def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:

@@ -318,7 +318,7 @@ def deploy(
         # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
         platform_before = t.device_facts() if hasattr(t, "device_facts") else None
         eval_file = _eval_bundle_file(eval_ds, art_dir)
-        remotes = deployer.deliver([eval_file, *{a.path for a in variants.values()}])
+        remotes = deployer.deliver([*eval_files(eval_file), *{a.path for a in variants.values()}])
         results: dict[str, AgentResult] = {}
         bench: dict[str, dict] = {}  # benchmark_model's figures per .tflite variant
         from .measure.cache import open_device_measurements
@@ -329,7 +329,8 @@ def deploy(
             progress(f"measuring {name} on the device ({measure.runs}+ runs, >= {measure.min_seconds:g} s)")
             req = build_request(
                 variant=name, artifact=art, model_remote=remotes[art.path], source_io=source.artifact.io,
-                measure=measure, eval_remote=remotes[eval_file], x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
+                measure=measure, eval_remote=eval_remote(eval_file, remotes), x_keys=eval_ds.x_keys,
+                y_key=eval_ds.y_key,
                 outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
                 energy_sources=spec.energy_sources, max_seconds=opts.max_seconds,
             )
@@ -411,21 +412,35 @@ def deploy(
     return report
 
 
-def _eval_bundle_file(ds: Dataset, art_dir: Path) -> Path:
-    """The eval set as the agent reads it: the user's .npz when it holds only what is needed,
-    else a trimmed copy (content-addressed on the device, so unchanged data is never re-sent)."""
+def _eval_bundle_file(ds: Dataset, art_dir: Path) -> Path | list[dict[str, Path]]:
+    """The eval set as the agent reads it: a folder's .npy shards as they are (each delivered by
+    content, so an unchanged shard is never re-sent, and the device reads one shard at a time); the
+    user's .npz when it holds only what is needed; else a trimmed copy."""
     import zipfile
 
-    with zipfile.ZipFile(ds.path) as z:
-        names = {n.removesuffix(".npy") for n in z.namelist()}
-    if names <= set(ds.x_keys) | {ds.y_key} and ds.sample is None:
-        return ds.path
+    if ds.shards is not None and ds.sample is None:
+        return [{k: sh[k] for k in ds.x_keys} for sh in ds.shards]
+    if ds.shards is None and ds.sample is None:
+        with zipfile.ZipFile(ds.path) as z:
+            names = {n.removesuffix(".npy") for n in z.namelist()}
+        if names <= set(ds.x_keys) | {ds.y_key}:
+            return ds.path
     out = art_dir / "eval-bundle.npz"
     arrays = {k: x for k, x in zip(ds.x_keys, ds.xs)}
     if ds.y is not None:
         arrays[ds.y_key] = ds.y
     np.savez(out, **arrays)
     return out
+
+
+def eval_files(bundle: Path | list[dict[str, Path]]) -> list[Path]:
+    return [bundle] if isinstance(bundle, Path) else [f for sh in bundle for f in sh.values()]
+
+
+def eval_remote(bundle: Path | list[dict[str, Path]], remotes: dict[Path, str]) -> str | list[dict[str, str]]:
+    if isinstance(bundle, Path):
+        return remotes[bundle]
+    return [{k: remotes[f] for k, f in sh.items()} for sh in bundle]
 
 
 def _tolerance(cfg: GateConfig, base: VariantResult) -> float | None:

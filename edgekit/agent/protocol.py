@@ -56,10 +56,19 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str, source
         "inputs": ins,
         "outputs": outs,
         # labels stay on the host: the device returns outputs, the host scores them
-        "eval": ({"path": eval_remote, "x_keys": list(x_keys), "batch_size": 64} if eval_remote else None),
+        "eval": _eval_request(eval_remote, x_keys),
         "outputs_path": outputs_remote,
         "energy": {"sources": list(energy_sources)},
     }
+
+
+def _eval_request(eval_remote, x_keys) -> dict | None:
+    """``eval_remote``: the remote .npz, or a list of shards (array name -> remote .npy)."""
+    if not eval_remote:
+        return None
+    if isinstance(eval_remote, str):
+        return {"path": eval_remote, "x_keys": list(x_keys), "batch_size": 64}
+    return {"shards": [{k: sh[k] for k in x_keys} for sh in eval_remote], "x_keys": list(x_keys), "batch_size": 64}
 
 
 def run_request(deployer: BundleDeployer, request: dict, *, timeout: float | None = None) -> AgentResult:

@@ -22,7 +22,7 @@ import importlib.util
 import json
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,7 +99,7 @@ def _load_agent_module():
     return mod
 
 
-def _host_accuracy(agent, art: Artifact, source_io, eval_ds, plan, workdir: Path) -> float | None:
+def _host_accuracy(agent, art: Artifact, source_io, eval_ds, eval_file, plan, workdir: Path) -> float | None:
     """The metric with the candidate's runtime on this host, through the agent's own code."""
     from ..agent.protocol import load_outputs
     from ..formats import RUNTIME_FOR_FORMAT
@@ -108,7 +108,9 @@ def _host_accuracy(agent, art: Artifact, source_io, eval_ds, plan, workdir: Path
         return None
     out = workdir / f".host-{art.sha256[:12]}.npz"
     req = build_request(variant="host", artifact=art, model_remote=str(art.path), source_io=source_io,
-                        measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0), eval_remote=str(eval_ds.path),
+                        measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0),
+                        eval_remote=str(eval_file) if isinstance(eval_file, Path) else
+                        [{k: str(f) for k, f in sh.items()} for sh in eval_file],
                         x_keys=eval_ds.x_keys, y_key=eval_ds.y_key, outputs_remote=str(out))
     try:
         agent.measure(req)
@@ -130,7 +132,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     from ..metrics import MetricSpec
     from ..metrics.evaluate import eval_plan, score_drops
     from ..pipeline import (DeployOptions, _device_info, _emulation, _eval_bundle_file, _metric_settings,
-                            _variant_result, open_transport, resolve_gate)
+                            _variant_result, eval_files, eval_remote, open_transport, resolve_gate)
 
     opts = options or SearchOptions()
     progress = progress or (lambda _m: None)
@@ -196,14 +198,13 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     # --- 2. host filter -------------------------------------------------------------------------
     agent = _load_agent_module()
     eval_file = _eval_bundle_file(eval_ds, art_dir)  # what the device (and the host check) reads
-    host_ds = replace(eval_ds, path=eval_file)
     score_metric = plan.metric
-    base_host = _host_accuracy(agent, fp32, source.artifact.io, host_ds, plan, art_dir) if opts.host_filter else None
+    base_host = _host_accuracy(agent, fp32, source.artifact.io, eval_ds, eval_file, plan, art_dir) if opts.host_filter else None
     if opts.host_filter and base_host is not None:
         for c in [c for c in cands if c.status == "built"]:
             progress(f"host {score_metric.label()} of {c.spec.name}")
             try:
-                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, host_ds, plan, art_dir)
+                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, eval_ds, eval_file, plan, art_dir)
             except Exception as exc:  # a candidate that cannot run on the host is measured on the device
                 c.reason = f"host check skipped: {str(exc)[:200]}"
                 continue
@@ -224,11 +225,11 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
 
         measurements = open_device_measurements(deployer, device_name=device, remeasure=opts.remeasure)
         alive = [c for c in cands if c.status == "built"]
-        remotes = deployer.deliver([eval_file, fp32.path, *{c.artifact.path for c in alive}])
+        remotes = deployer.deliver([*eval_files(eval_file), fp32.path, *{c.artifact.path for c in alive}])
 
         def measure_one(name: str, art: Artifact, m: MeasureDefaults) -> VariantResult:
             req = build_request(variant=name, artifact=art, model_remote=remotes[art.path],
-                                source_io=source.artifact.io, measure=m, eval_remote=remotes[eval_file],
+                                source_io=source.artifact.io, measure=m, eval_remote=eval_remote(eval_file, remotes),
                                 x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
                                 outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
                                 energy_sources=spec.energy_sources)

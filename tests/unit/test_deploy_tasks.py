@@ -184,3 +184,30 @@ def test_search_on_a_segmenter_from_a_relative_out_ships_within_the_miou_toleran
     v = next(v for v in rep["variants"] if v["name"] == sel)
     assert v["accuracy"]["metric"] == "miou" and v["accuracy_drop"] <= 5 + 1e-9
     assert (elsewhere / rep["search"]["shipped"]["file"]).is_file()
+
+
+def test_a_folder_of_npy_shards_gives_the_same_metric_and_is_not_resent(cli, elsewhere, models):
+    """Eval data as a folder of shards: memory-mapped, delivered shard by shard (an unchanged shard is not
+    sent again), scored to the same value as the .npz holding the same samples."""
+    ev = np.load(models / "text-eval.npz")
+    d = elsewhere / "shards"
+    d.mkdir()
+    for i, sl in enumerate((slice(0, 20), slice(20, 45), slice(45, 64))):
+        for k in ("input_ids", "attention_mask", "y"):
+            np.save(d / f"{k}.{i:05d}.npy", ev[k][sl])
+    r = cli("deploy", "text.pt2", "--eval-data", "shards", "--out", "sh1", *FAST)
+    assert r.exit_code == 0, r.stderr
+    r2 = cli("deploy", "text.pt2", "--eval-data", "text-eval.npz", "--out", "npz1", *FAST)
+    assert r2.exit_code == 0, r2.stderr
+    a, b = Report.load(elsewhere / "sh1/report.json"), Report.load(elsewhere / "npz1/report.json")
+    assert a.variant("fp32").accuracy.value == b.variant("fp32").accuracy.value
+    assert a.variant("fp32").accuracy.n == 64
+    assert a.variant("fp32").parity.max_abs_err < 1e-4
+    # again: nothing of the eval set is sent a second time (content-addressed shards)
+    r3 = cli("deploy", "text.pt2", "--eval-data", "shards", "--out", "sh2", *FAST)
+    assert r3.exit_code == 0
+    assert Report.load(elsewhere / "sh2/report.json").settings["delivery"]["files_sent"] == 0
+    # a shard missing for one array is refused, naming the shards
+    (d / "y.00002.npy").unlink()
+    bad = cli("deploy", "text.pt2", "--eval-data", "shards", "--out", "sh3", *FAST)
+    assert bad.exit_code == 2 and "different shards" in bad.stderr
