@@ -47,6 +47,53 @@ def _check_out(out: Path, to: str) -> Path:
     return out
 
 
+def _load_data(path, x_key: str, role: str):
+    """(dataset, None), or (None, (path, keys, error)) when the arrays do not share a sample count:
+    that is right only for a model without a common batch axis (a 2x3 times 3x4 product), which takes
+    its inputs whole; decided once the model is loaded (:func:`_whole_inputs`)."""
+    import numpy as np
+
+    if not path:
+        return None, None
+    try:
+        return load_npz(path, x_key=x_key, y_key=None, require_labels=False, role=role), None
+    except DataError as exc:
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                files = list(npz.files)
+                keys = [k.strip() for k in str(x_key).split(",") if k.strip()]
+                if keys == ["x"] and "x" not in files:
+                    keys = files
+                lengths = {len(npz[k]) if npz[k].ndim else None for k in keys if k in files}
+        except Exception:  # unreadable: the data layer's error says so
+            raise exc from None
+        if len(lengths) <= 1 or any(k not in files for k in keys):
+            raise
+        return None, (Path(path), keys, exc)
+
+
+def _whole_inputs(pending, io):
+    """The arrays of a file without a common sample axis, for a model without one: each array must
+    be exactly its input's static shape (one run of the model). Anything else: the data layer's error."""
+    import numpy as np
+
+    from ..data import Dataset
+    from ..source import unbatched
+
+    path, keys, err = pending
+    shapes = [tuple(s.shape) for s in io.inputs]
+    if not unbatched(shapes) or len(keys) != len(shapes):
+        raise err
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: np.asarray(npz[k]) for k in keys}
+    names = [s.name for s in io.inputs]
+    order = names if all(n in arrays for n in names) else keys
+    xs = tuple(arrays[k] for k in order)
+    if any(x.shape != sh for x, sh in zip(xs, shapes)):
+        raise err
+    return Dataset(path.resolve(), xs, None, tuple(order), None)
+
+
 def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, calib_data: str | Path | None = None,
             eval_data: str | Path | None = None, io: str = "float", quantization: str = "full", route: str = "auto",
             input_shapes: dict[str, list[int]] | None = None, arch: str | None = None, x_key: str = "x",
@@ -68,9 +115,10 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
         tcfg = validate(TfliteConfig, {"precision": precision, "io": io, "quantization": quantization,
                                        "input_shapes": input_shapes}, "convert options",
                         hint="--io int8 needs --precision int8 --quantization full")
-    calib = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
-    ev = load_npz(eval_data, x_key=x_key, y_key=None, require_labels=False, role="eval") if eval_data else None
-    if tcfg is not None and tcfg.precision == "int8" and tcfg.quantization == "full" and calib is None:
+    calib, calib_whole = _load_data(calib_data, x_key, "calib")
+    ev, ev_whole = _load_data(eval_data, x_key, "eval")
+    if tcfg is not None and tcfg.precision == "int8" and tcfg.quantization == "full" and calib is None \
+            and calib_whole is None:
         raise DataError("full-integer INT8 needs a calibration set",
                         hint="pass --calib-data CALIB.npz, or --quantization dynamic (weights only)")
     data = ev or calib
@@ -84,6 +132,10 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
 
         progress("loading the model")
         source = load_source(model, example_inputs=example, arch=arch, workdir=work)
+        if calib_whole is not None:
+            calib = _whole_inputs(calib_whole, source.artifact.io)
+        if ev_whole is not None:
+            ev = _whole_inputs(ev_whole, source.artifact.io)
         # check_fits returns the data in the model's input order (arrays matched by name or --x-key order)
         calib = (check_fits(calib, source.artifact.io, "calib") or calib) if calib is not None else None
         ev = (check_fits(ev, source.artifact.io, "eval") or ev) if ev is not None else None

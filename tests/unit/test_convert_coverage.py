@@ -172,3 +172,25 @@ def test_multi_output_parity_per_output_in_the_lineage(cli, tmp_path):
     assert m["parity_outputs"]["cls"]["exact_agreement"] == 1.0
     assert m["parity_outputs"]["feat"]["max_abs_err"] < 1e-4 and m["parity"] == m["parity_outputs"]["logits"]
     assert m["parity_violations"] == []
+
+
+def test_inputs_without_a_common_batch_axis_run_whole(cli, tmp_path):
+    """A 2x3 @ 3x4 product: the arrays share no sample count, and the model takes them whole."""
+    pytest.importorskip("onnx2tf")
+    import onnx
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    m = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g", [a, b], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), m)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "e.npz"
+    np.savez(data, a=rng.standard_normal((2, 3)).astype(np.float32), b=rng.standard_normal((3, 4)).astype(np.float32))
+    for extra in (["--eval-data", data], []):  # with the model's own inputs, and with synthetic ones
+        r = cli("convert", m, "--to", "tflite", *extra, "--out", tmp_path / "mm.tflite", "--json")
+        assert r.exit_code == 0, r.stderr
+        met = json.loads(r.stdout)["lineage"][-1]["metrics"]
+        assert met["parity_violations"] == [] and met["parity"]["max_abs_err"] < 1e-4
