@@ -1,0 +1,77 @@
+"""Build-once cache for the zoo.
+
+Layout: ``<root>/<key>/<name>/{model.pt2, eval.npz, calib.npz, train.npz, zoo.json}`` where root is
+``$EDGEKIT_ZOO_CACHE`` or ``<repo>/.edgekit-cache/zoo`` (git-ignored) and key hashes the zoo's own
+source files with the torch and transformers versions, so an edit to a builder or a new library
+version builds afresh and old keys are simply left behind.
+
+A model is built into ``<root>/<key>/.tmp-<name>-<pid>/`` and renamed into place, so a reader sees
+either nothing or the whole folder; an exclusive ``fcntl`` lock on ``<root>/<key>/<name>.lock``
+makes a second process (pytest-xdist, two CI steps) wait for the first instead of building twice."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+FILES = ("model.pt2", "eval.npz", "calib.npz", "train.npz", "zoo.json")
+
+
+def root() -> Path:
+    env = os.environ.get("EDGEKIT_ZOO_CACHE")
+    return Path(env).expanduser().resolve() if env else REPO / ".edgekit-cache" / "zoo"
+
+
+def key() -> str:
+    import torch
+    import transformers
+
+    h = hashlib.sha256()
+    for f in sorted(HERE.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update(f"torch={torch.__version__};transformers={transformers.__version__}".encode())
+    return h.hexdigest()[:16]
+
+
+def complete(d: Path) -> bool:
+    return all((d / f).is_file() for f in FILES)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure(name: str, build: Callable[[Path], object]) -> Path:
+    """The cached folder of ``name``, calling ``build(tmp_dir)`` under the lock when it is missing."""
+    base = root() / key()
+    final = base / name
+    if complete(final):
+        return final
+    with _locked(base / f"{name}.lock"):
+        if complete(final):  # built by another process while we waited
+            return final
+        tmp = base / f".tmp-{name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            build(tmp)
+            if final.exists():  # an incomplete leftover (a build killed mid-rename cannot leave one)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
