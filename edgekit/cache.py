@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from pydantic import BaseModel
 
 from .artifact import Artifact, IOSpec, LineageStep
@@ -71,6 +72,8 @@ def _extras_fingerprint(extras: dict[str, Any]) -> dict[str, Any]:
             out[k] = v
         elif isinstance(v, Path):
             out[k] = _hash_path(v) if v.is_file() else str(v)
+        elif hasattr(v, "fingerprint"):  # e.g. the metric plan: which metric scores a pass decides its result
+            out[k] = v.fingerprint()
         else:
             out[k] = type(v).__name__  # in-memory objects: identified by kind only
     return out
@@ -105,8 +108,19 @@ def code_fingerprint(pass_file: Path) -> str:
 
 
 def data_fingerprint(ctx: PassContext) -> dict[str, str | None]:
-    return {role: (_hash_path(ds.path) if ds is not None else None)
-            for role, ds in (("calib", ctx.calib), ("eval", ctx.eval), ("train", ctx.train))}
+    def fp(ds) -> str | None:
+        if ds is None:
+            return None
+        if ds.sample is None and ds.path.is_file() and list(ds.x_keys) == ["x"]:
+            return _hash_path(ds.path)  # the common case, and the key earlier versions wrote
+        # a subset, a folder of shards or named inputs: the arrays themselves, in the order used
+        h = hashlib.sha256(json.dumps([list(ds.x_keys), ds.sample], default=str).encode())
+        for a in (*ds.xs, *([ds.y] if ds.y is not None else [])):
+            h.update(str((a.shape, a.dtype)).encode())
+            h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+        return h.hexdigest()
+
+    return {role: fp(ds) for role, ds in (("calib", ctx.calib), ("eval", ctx.eval), ("train", ctx.train))}
 
 
 def key_for(doc: dict[str, Any]) -> str:

@@ -37,8 +37,10 @@ def quantize_cmd(
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
     per_channel: bool = typer.Option(True, "--per-channel/--per-tensor", help="Weight quantization granularity."),
     fmt: str = typer.Option("qdq", "--format", help="qdq or qoperator (onnxruntime backend)."),
-    x_key: str = typer.Option("x", "--x-key"),
+    x_key: str = typer.Option("x", "--x-key", help="Input array name(s), comma-separated in the model's input order."),
     y_key: str = typer.Option("y", "--y-key"),
+    metric: Optional[str] = typer.Option(None, "--metric", "-m", help="What the accuracy-aware search scores (default top1; see `edgekit deploy --help`); the tolerance is in its units."),
+    output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads (names or indices)."),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError, DataError
@@ -59,12 +61,18 @@ def quantize_cmd(
     if backend == "inc" and (calib_data is None or eval_data is None):
         raise DataError("--backend inc tunes against accuracy: it needs --calib-data and --eval-data (with labels)")
     calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)
-    ev = C.load_data(eval_data, "eval", labels=True, x_key=x_key, y_key=y_key)
+    ev = C.load_data(eval_data, "eval", labels=metric is None, x_key=x_key, y_key=y_key)
     with C.Workdir() as wd:
         data = [calib, ev, None]
         source = C.load_model(model, arch, data, wd)
         calib, ev = data[0], data[1]
         ctx = PassContext(workdir=wd, calib=calib, eval=ev)
+        if ev is not None and (metric is not None or output):
+            from ..metrics import MetricSpec
+            from ..metrics.evaluate import eval_plan
+
+            outs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
+            ctx.extras["metric_plan"] = eval_plan(MetricSpec(name=metric or "top1", outputs=outs), source, ev)
         parity_xs = list((ev or calib).xs) if (ev or calib) else None
         art = source.artifact
         if backend == "inc":
@@ -90,8 +98,8 @@ def quantize_cmd(
         m = art.lineage[-1].metrics
         lines = []
         if "fp32_accuracy" in m:
-            lines.append(f"accuracy {m['accuracy']:.2f}% vs fp32 {m['fp32_accuracy']:.2f}% (drop {m['accuracy_drop']:.2f} "
-                         f"points, tolerance {m['tolerance_points']:.2f})")
+            lines.append(f"{m.get('metric', 'top1')} {m['accuracy']:.4g} vs fp32 {m['fp32_accuracy']:.4g} (worse by "
+                         f"{m['accuracy_drop']:.4g}, tolerance {m['tolerance_points']:.4g})")
         if m.get("full_int8"):
             lines.append(f"full INT8 would drop {m['full_int8']['drop']:.2f} points")
         for d in m.get("kept_in_float") or []:

@@ -36,6 +36,11 @@ class EvalPlan:
             return self.labels
         return self.reference[self.output_idx[0]] if not self.metric.needs_labels else None
 
+    def fingerprint(self) -> dict:
+        """What a cached pass result scored with this plan depends on."""
+        return {"metric": self.metric.label(), "outputs": self.output_idx, "against": self.against,
+                "options": {k: v for k, v in self.spec.options.items()}, "postprocess": self.spec.postprocess}
+
     def picked(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
         if len(outputs) < len(self.output_names):
             raise MetricError(f"the variant returned {len(outputs)} output(s); the model has "
