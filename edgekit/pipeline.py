@@ -47,6 +47,7 @@ class DeployOptions:
     outputs: list[str] | None = None  # the outputs the metric reads (names or indices)
     postprocess: str | None = None  # detection: module:function turning raw outputs into boxes
     strict_stats: bool | None = None  # the accuracy check fails only on a statistically significant drop
+    min_speedup: float | None = None  # fail a variant below this device-measured speed-up over the baseline
     latency_budget_ms: float | None = None
     memory_budget_mb: float | None = None
     warmup: int | None = None
@@ -100,6 +101,8 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
         g["relative_accuracy_drop"] = opts.relative_accuracy_drop
     if opts.strict_stats is not None:
         g["strict_stats"] = opts.strict_stats
+    if opts.min_speedup is not None:
+        g["min_speedup"] = opts.min_speedup
     if opts.latency_budget_ms is not None:
         g["latency_ms_p50"] = opts.latency_budget_ms
     if opts.memory_budget_mb is not None:
@@ -369,6 +372,9 @@ def deploy(
         if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
             v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
     gate = evaluate_gate(vresults, rec.baseline, gate_cfg, latency_representative=_emulation(device) is None)
+    from .report.gate import slower_warnings
+
+    warnings += slower_warnings(vresults, rec.baseline)
     first = results[rec.baseline].doc
     for v in vresults:
         if v.latency_ms and not v.latency_ms.stable:

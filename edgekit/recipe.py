@@ -72,6 +72,8 @@ class GateConfig(_Strict):
     latency_ms_p90: float | None = Field(None, gt=0)
     peak_memory_mb: float | None = Field(None, gt=0)
     model_size_mb: float | None = Field(None, gt=0)
+    min_speedup: float | None = Field(None, gt=0, description="fail a variant whose device-measured speed-up over the "
+                                      "baseline (baseline p50 / its p50) is below this; None: a slower variant is a warning")
     check_parity: bool = Field(True, description="fail when a conversion hop is outside its parity tolerance")
     # Against a previous release's report (`--baseline previous/report.json`); None disables a check.
     max_latency_regression: float | None = Field(

@@ -41,6 +41,7 @@ def deploy_cmd(
     metric: Optional[str] = typer.Option(None, "--metric", "-m", help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, or a user metric module:function / file.py:function."),
     output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
     postprocess: Optional[str] = typer.Option(None, "--postprocess", help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
+    min_speedup: Optional[float] = typer.Option(None, "--min-speedup", help="Fail a variant whose device-measured speed-up over the baseline is below this (e.g. 1.0: never ship a slower 'compressed' model); without it a slower variant is a warning."),
     eval_samples: Optional[int] = typer.Option(None, "--eval-samples", help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
     strict_stats: bool = typer.Option(False, "--strict-stats", help="Fail the accuracy check only when the drop is above the tolerance AND significant on the paired eval samples."),
     relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
@@ -80,7 +81,7 @@ def deploy_cmd(
                          runs=runs, min_seconds=min_seconds, threads=threads)
     opts.baseline_report = baseline
     opts.metric, opts.postprocess, opts.strict_stats = metric, postprocess, strict_stats or None
-    opts.eval_samples = eval_samples
+    opts.eval_samples, opts.min_speedup = eval_samples, min_speedup
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.train_data, opts.use_cache = train_data, not no_cache

@@ -53,6 +53,8 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
                                             "representative of real hardware (run on the real board to check it)"))
                 continue
             _budget(checks, v, name, getattr(v.latency_ms, q) if v.latency_ms else None, lim, "ms")
+        if cfg.min_speedup is not None and base is not None and v is not base:
+            checks.append(_speedup_check(v, cfg.min_speedup, latency_representative))
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
     if diff is not None:
@@ -87,6 +89,36 @@ def _accuracy_check(v: VariantResult, base: VariantResult, cfg: GateConfig) -> C
         msg += ("; strict statistics: significant, fails" if not ok else "; strict statistics: within noise, passes")
     return Check(name="accuracy_drop", variant=v.name, value=round(drop, 6), limit=round(limit, 6), passed=ok,
                  message=msg, p_value=st.get("p_value"), significant=st.get("significant"))
+
+
+def _speedup_check(v: VariantResult, limit: float, representative: bool) -> Check:
+    if not representative:
+        return Check(name="min_speedup", variant=v.name, limit=limit, passed=True, skipped=True,
+                     message="not applicable: the device is emulated, its latency is not representative")
+    sp = v.speedup_vs_baseline
+    if sp is None:
+        return Check(name="min_speedup", variant=v.name, limit=limit, passed=False,
+                     message="latency was not measured, so the speed-up cannot be shown")
+    ok = sp >= limit
+    return Check(name="min_speedup", variant=v.name, value=sp, limit=limit, passed=ok,
+                 message=f"{sp:.2f}x the baseline's speed on the device {'>=' if ok else '<'} {limit:g}x")
+
+
+def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
+    """A compressed variant that is slower than the baseline on the device is said, never silent:
+    p50 95% CIs separated (the variant's lower bound above the baseline's upper bound)."""
+    base = next((v for v in variants if v.name == baseline), None)
+    out = []
+    if base is None or base.latency_ms is None:
+        return out
+    for v in variants:
+        if v is base or v.latency_ms is None:
+            continue
+        if v.latency_ms.ci95[0] > base.latency_ms.ci95[1]:
+            out.append(f"{v.name} is SLOWER than {baseline} on the device: p50 {v.latency_ms.p50:.4g} ms vs "
+                       f"{base.latency_ms.p50:.4g} ms ({v.speedup_vs_baseline or 0:.2f}x); compression did not pay "
+                       "here (--min-speedup 1 makes this a failing check)")
+    return out
 
 
 def _budget(checks: list[Check], v: VariantResult, name: str, value: float | None, limit: float | None, unit: str):

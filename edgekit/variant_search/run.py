@@ -284,6 +284,9 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     # --- 5. select -----------------------------------------------------------------------------
     base = final["fp32"]
     stat_warnings = score_drops(list(final.values()), final_outputs, plan, "fp32", tolerance=max_accuracy_drop)
+    for v in final.values():
+        if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
+            v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
     # the fp32 baseline may ship too: when nothing compressed beats it, it is the honest answer
     finalists = [v for n, v in final.items() if v.accuracy_drop is not None and v.accuracy_drop <= max_accuracy_drop + 1e-9]
     for v in final.values():

@@ -144,3 +144,29 @@ def test_a_cached_measurement_compared_with_itself_is_called_out():
     d = new.diff(old)
     assert any("int8" in w and "--remeasure" in w for w in d.warnings)
     assert d.variant("int8").get("latency_p50_ms").verdict == "no significant change"
+
+
+def test_min_speedup_check_and_the_slower_variant_warning():
+    """A compressed variant slower than the baseline is a warning by default and a failing check with
+    min_speedup; a faster one passes it."""
+    from edgekit.recipe import GateConfig
+    from edgekit.report.gate import evaluate_gate, slower_warnings
+    from tests.unit.report_factory import variant
+
+    base = variant("fp32", median=1.0, seed=1)
+    slow = variant("int8", median=2.0, precision="int8", seed=2, speedup_vs_baseline=0.5)
+
+    class R:
+        baseline = "fp32"
+
+    r = R()
+    other = variant("int8", median=0.6, precision="int8", seed=3)
+    ws = slower_warnings([base, slow], r.baseline)
+    assert len(ws) == 1 and "SLOWER" in ws[0] and "0.50x" in ws[0]
+    g = evaluate_gate([base, slow], r.baseline, GateConfig(min_speedup=1.0, check_parity=False))
+    c = next(c for c in g.checks if c.name == "min_speedup")
+    assert not c.passed and not g.passed and c.value == 0.5
+    fast = other.model_copy(update={"speedup_vs_baseline": 1.6})
+    assert next(c for c in evaluate_gate([base, fast], r.baseline, GateConfig(min_speedup=1.5)).checks
+                if c.name == "min_speedup").passed
+    assert slower_warnings([base, fast], r.baseline) == []
