@@ -272,7 +272,7 @@ def _restored(y: np.ndarray, perm) -> np.ndarray:
 
 
 def _err(ref: np.ndarray, got: np.ndarray) -> float:
-    if ref.shape != got.shape:
+    if ref.size != got.size:  # same size, other shape (a squeezed axis): compare() reshapes, as parity does
         return float("inf")
     return compare(ref, got, "probe").max_abs_err
 
@@ -570,8 +570,9 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
                 onnx2tf.convert(**kwargs)
             except SystemExit as exc:  # onnx2tf reports errors and calls sys.exit(1)
                 raise ConversionError(f"onnx2tf stopped: {_tail(buf.getvalue()) or exc}", hop=HOP,
-                                      hint="the op named above is the one to change; or try keep_input_layout: "
-                                      "true, or the litert-torch route from the .pt2") from None
+                                      hint="onnx2tf's message above names the cause (an op to change, a shape to "
+                                      "fix with --input-shape); the route fallback also tries keep_input_layout, "
+                                      "onnx2tf's own defaults and, from a .pt2, litert-torch") from None
             except Exception as exc:  # converter internals raise anything; name the hop and its message
                 raise ConversionError(f"onnx2tf failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
                                       f" {_tail(buf.getvalue(), 3)}", hop=HOP,
