@@ -70,6 +70,18 @@ def _discrete(a: np.ndarray) -> bool:
     return np.asarray(a).dtype.kind in "biu"
 
 
+def _class_axis(ref: np.ndarray) -> int | None:
+    """The axis whose argmax is a prediction: classes of (N, C), per query/token of (N, Q, C), per
+    pixel of (N, C, H, W). The argmax over a whole flattened map would mean nothing."""
+    if ref.ndim == 2 and ref.shape[1] > 1:
+        return 1
+    if ref.ndim == 3 and ref.shape[2] > 1:
+        return 2
+    if ref.ndim == 4 and ref.shape[1] > 1:
+        return 1
+    return None
+
+
 def compare(ref: np.ndarray, got: np.ndarray, reference: str) -> ParityResult:
     exact = _discrete(ref)
     ref = np.asarray(ref, dtype=np.float64)
@@ -94,8 +106,9 @@ def compare(ref: np.ndarray, got: np.ndarray, reference: str) -> ParityResult:
     if np.any(~same & ~finite):  # NaN/inf where the reference has none: no agreement claimed
         cosine = 0.0
     top1 = None
-    if not exact and ref.ndim >= 2 and ref.reshape(len(ref), -1).shape[1] > 1 and finite.all():
-        top1 = float(np.mean(ref.reshape(len(ref), -1).argmax(1) == got.reshape(len(got), -1).argmax(1)))
+    axis = _class_axis(ref)
+    if not exact and axis is not None and finite.all():
+        top1 = float(np.mean(ref.argmax(axis) == got.argmax(axis)))
     return ParityResult(reference=reference, max_abs_err=float(diff.max()), mean_abs_err=float(diff.mean()),
                         cosine=cosine, top1_agreement=top1, n=n,
                         exact_agreement=float(np.mean(same)) if exact else None)

@@ -170,11 +170,30 @@ def _convert_program(ct, ep, inputs, cfg: CoremlConfig):
                   minimum_deployment_target=getattr(ct.target, cfg.minimum_deployment_target),
                   skip_model_load=not can_predict())
     try:
-        return ct.convert(ep.run_decompositions({}), **kwargs), "aten"
+        return ct.convert(_without_aliases(ep.run_decompositions({})), **kwargs), "aten"
     except NotImplementedError as exc:
         if "Unsupported fx node" not in str(exc):
             raise
-        return ct.convert(ep.run_decompositions(), **kwargs), "core-aten"
+        return ct.convert(_without_aliases(ep.run_decompositions()), **kwargs), "core-aten"
+
+
+def _without_aliases(ep):
+    """``aten.alias`` (a no-op view that survives every decomposition table, e.g. in transformers'
+    BERT attention) has no coremltools lowering: each one is replaced by its input. The program is
+    a fresh copy from run_decompositions, so the user's program is untouched."""
+    import torch
+
+    g = ep.graph_module.graph
+    outputs = {a for n in g.nodes if n.op == "output" for a in n.all_input_nodes}
+    changed = False
+    for n in list(g.nodes):
+        if n.op == "call_function" and n.target is torch.ops.aten.alias.default and n not in outputs:
+            n.replace_all_uses_with(n.args[0])
+            g.erase_node(n)
+            changed = True
+    if changed:
+        ep.graph_module.recompile()
+    return ep
 
 
 def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = None, *,

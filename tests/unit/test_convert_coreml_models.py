@@ -233,3 +233,30 @@ def test_retrace_check_catches_a_different_program():
     b = torch.export.export(DilatedTCN().eval(), (x,))
     assert _retrace_parity(a, a, [x], None, _user_input_values(a)).violations("fp32") == []
     assert _retrace_parity(a, b, [x], None, _user_input_values(a)).violations("fp32")
+
+
+class WithAlias(nn.Module):
+    """``aten.alias`` survives every decomposition (transformers' BERT attention has one); coremltools
+    has no lowering for it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(torch.ops.aten.alias(x) * 2.0))
+        return torch.softmax(self.fc2(torch.ops.aten.alias(h) + 1.0), dim=-1)
+
+
+def test_alias_nodes_are_dropped_before_coremltools(tmp_path):
+    torch.manual_seed(0)
+    xs = [(torch.randn(1, 8),) for _ in range(3)]
+    pt2, npz = _save(tmp_path, "alias", WithAlias(), xs[0], xs, ["x"])
+    ep = torch.export.load(str(pt2))
+    assert any(n.target is torch.ops.aten.alias.default for n in ep.graph.nodes)  # the case is real
+    out = tmp_path / "out"
+    out.mkdir()
+    _assert_validated(_convert(pt2, npz, out), out)
+    # the user's program is untouched (the pass works on run_decompositions' copy)
+    assert any(n.target is torch.ops.aten.alias.default for n in ep.graph.nodes)
