@@ -54,19 +54,12 @@ class EvalPlan:
         return {**score.to_dict(), "outputs": [self.output_names[i] for i in self.output_idx]}
 
     def parity(self, outputs: list[np.ndarray]) -> dict[str, dict]:
-        """Parity of every output vs the float reference, by output name."""
-        from ..convert.parity import compare
+        """Parity of every output vs the float reference, by output name (integer outputs: exact agreement)."""
+        from ..convert.parity import compare_outputs
 
-        res = {}
-        for name, ref, got in zip(self.output_names, self.reference, outputs):
-            if np.asarray(ref).dtype.kind not in "fc":  # integer outputs (indices): exact agreement
-                agree = float(np.mean(np.asarray(ref).reshape(-1) == np.asarray(got).reshape(-1)))
-                res[name] = {"reference": self.reference_name, "max_abs_err": float(np.max(np.abs(
-                    np.asarray(ref, dtype=np.float64) - np.asarray(got, dtype=np.float64)))) if np.size(ref) else 0.0,
-                    "mean_abs_err": 0.0, "cosine": agree, "top1_agreement": agree, "n": int(len(ref))}
-                continue
-            res[name] = compare(ref, got, self.reference_name).to_dict()
-        return res
+        res = compare_outputs(self.reference, list(outputs)[: len(self.reference)], self.reference_name,
+                              self.output_names)
+        return {name: r.to_dict() for name, r in res.items()}
 
 
 def reference_outputs(source, xs: list[np.ndarray]) -> list[np.ndarray]:

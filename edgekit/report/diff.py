@@ -34,6 +34,7 @@ class MetricChange(BaseModel):
     test: str | None = None
     verdict: str  # e.g. "slower", "faster", "no significant change", "larger", "unchanged", "not measured"
     message: str
+    worse_by: float | None = None  # accuracy: how much worse ``after`` is, in the metric's direction and units
 
 
 class VariantDiff(BaseModel):
@@ -121,20 +122,32 @@ def _plain(metric: str, before: float | None, after: float | None, *, unit: str,
 
 
 def _accuracy_change(a: VariantResult, b: VariantResult) -> MetricChange:
+    """The task metric's change (direction-aware: for an error metric, a rise is worse). The two-proportion
+    p-value applies to percentages of samples (top-k accuracy) only."""
     if a.accuracy is None or b.accuracy is None:
         return MetricChange(metric="accuracy", before=a.accuracy and a.accuracy.value,
                             after=b.accuracy and b.accuracy.value, verdict="not measured",
                             message="accuracy missing in one of the reports")
+    if a.accuracy.metric != b.accuracy.metric:
+        return MetricChange(metric="accuracy", before=a.accuracy.value, after=b.accuracy.value,
+                            verdict="not comparable", message=f"the reports score different metrics "
+                            f"({a.accuracy.metric} vs {b.accuracy.metric})")
     before, after = a.accuracy.value, b.accuracy.value
-    p = two_proportion_p(before, a.accuracy.n, after, b.accuracy.n)
+    lower = b.accuracy.direction == "lower"
     change = after - before
-    verdict = "unchanged" if abs(change) < 1e-9 else ("better" if change > 0 else "worse")
+    worse = -change if not lower else change
+    proportion = b.accuracy.metric.startswith("top")
+    p = two_proportion_p(before, a.accuracy.n, after, b.accuracy.n) if proportion else None
+    verdict = "unchanged" if abs(change) < 1e-9 else ("worse" if worse > 0 else "better")
     note = "" if a.accuracy.n == b.accuracy.n else f" (eval sets differ: n {a.accuracy.n} vs {b.accuracy.n})"
+    units = " pts" if b.accuracy.units == "%" else (f" {b.accuracy.units}" if b.accuracy.units else "")
+    test = f", two-proportion p={format_p(p)}" if proportion else ""
     return MetricChange(metric="accuracy", before=before, after=after, change=change,
-                        change_rel=change / before if before else None, p_value=p, test="two-proportion z-test",
-                        significant=None if p is None else p < DEFAULT_ALPHA, verdict=verdict,
-                        message=f"{before:.2f}% -> {after:.2f}% ({change:+.2f} pts, two-proportion p="
-                                f"{format_p(p)}){note}: {verdict}")
+                        change_rel=change / before if before else None, p_value=p,
+                        test="two-proportion z-test" if proportion else None,
+                        significant=None if p is None else p < DEFAULT_ALPHA, verdict=verdict, worse_by=worse,
+                        message=(f"{before:.2f}% -> {after:.2f}%" if units == " pts" else f"{before:.4g} -> {after:.4g}")
+                        + f" {b.accuracy.metric} ({change:+.4g}{units}{test}){note}: {verdict}")
 
 
 def diff_variant(a: VariantResult, b: VariantResult, *, alpha: float = DEFAULT_ALPHA,

@@ -162,11 +162,11 @@ def release_checks(variant: str, diff: "ReportDiff", cfg: GateConfig) -> list[Ch
             checks.append(Check(name="release_accuracy_drop", variant=variant, limit=acc_limit, passed=False,
                                 message=f"cannot be compared: {acc.message}"))
         else:
-            drop = -acc.change + 0.0  # no "-0.00"
+            drop = (acc.worse_by if acc.worse_by is not None else -acc.change) + 0.0  # no "-0.00"
             ok = drop <= acc_limit + 1e-9
             checks.append(Check(name="release_accuracy_drop", variant=variant, value=round(drop, 4), limit=acc_limit,
                                 passed=ok, p_value=acc.p_value,
-                                message=f"drop {drop:+.2f} pts {'<=' if ok else '>'} {acc_limit:g} vs the baseline "
+                                message=f"worse by {drop:+.4g} {'<=' if ok else '>'} {acc_limit:g} vs the baseline "
                                         f"report: {acc.message}"))
     for name, metric, limit in (("memory_increase", "peak_memory_mb", cfg.max_memory_increase),
                                 ("size_increase", "size_bytes", cfg.max_size_increase)):

@@ -170,3 +170,28 @@ def test_min_speedup_check_and_the_slower_variant_warning():
     assert next(c for c in evaluate_gate([base, fast], r.baseline, GateConfig(min_speedup=1.5)).checks
                 if c.name == "min_speedup").passed
     assert slower_warnings([base, fast], r.baseline) == []
+
+
+def test_release_check_is_direction_aware_for_an_error_metric():
+    """Against the last release, a rise of an error metric (mse) is a drop in quality: it fails, and a fall passes."""
+    from edgekit.recipe import GateConfig
+    from edgekit.report.diff import diff_reports
+    from edgekit.report.gate import release_checks
+    from edgekit.report.model import Accuracy
+    from tests.unit.report_factory import report, variant
+
+    def mse(value):
+        return {"metric": "mse", "value": value, "n": 360, "direction": "lower", "units": ""}
+
+    def rep(v):
+        vs = [variant("fp32", acc=None), variant("int8", acc=None)]
+        for x, val in zip(vs, (0.0, v)):
+            x.accuracy = Accuracy(**mse(val))
+        return report(vs)
+
+    old, worse, better = rep(0.010), rep(0.050), rep(0.002)
+    cfg = GateConfig(max_release_accuracy_drop=0.02)
+    c = next(c for c in release_checks("int8", diff_reports(old, worse), cfg) if c.name == "release_accuracy_drop")
+    assert not c.passed and c.value == pytest.approx(0.04) and "mse" in c.message
+    c = next(c for c in release_checks("int8", diff_reports(old, better), cfg) if c.name == "release_accuracy_drop")
+    assert c.passed and c.value == pytest.approx(-0.008)
