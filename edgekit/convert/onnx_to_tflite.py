@@ -69,6 +69,9 @@ class TfliteConfig(BaseModel):
     plain_defaults: bool = Field(False, description="call onnx2tf with nothing but its input and output paths "
                                  "(its own defaults, the ONNX file as given): the route that makes edgekit never "
                                  "cover less than onnx2tf itself; edgekit still finds the layout and checks parity")
+    layout_hints: bool = Field(True, description="tell onnx2tf (its param_replacement_file) the layout of 4-D "
+                               "tensors whose C, H and W are equal and that feed a padded Conv, which its "
+                               "shape-based layout guessing gets wrong (see _layout_hints)")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -495,6 +498,69 @@ def _fold_constant_of_shape(model):
     return m
 
 
+def _layout_hints(model) -> tuple[object | None, list[dict]]:
+    """onnx2tf param replacements for 4-D tensors whose layout onnx2tf 1.28 cannot tell from their
+    shape, and a copy of ``model`` with names given to unnamed target nodes (None when no name was
+    needed). onnx2tf guesses whether a TF tensor is in ONNX (NCHW) or NHWC order by comparing shapes;
+    when C == H == W (a Segformer stage at 64x64: tokens (N, 256, 16) reshaped to 16x16x16) it
+    guesses wrong: a Transpose(0,3,1,2) after a Reshape to (N,H,W,C) becomes a real transpose
+    instead of a no-op, and a Reshape to (N,C,H,W) stays in ONNX order. A Conv corrects that by its
+    own error-driven search, except a Conv with explicit pads: it pads first and scores its
+    candidates on the unpadded tensor, so it keeps the wrong layout (max abs error ~2 on Segformer,
+    argmax still mostly right). The hints make such a tensor NHWC, which every consumer then reads
+    correctly: the Transpose's perm becomes identity, the Reshape's output gets a (0,2,3,1) transpose."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # inference is an aid: no shapes, no hints
+        return None, []
+    shapes: dict[str, list] = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        dims = v.type.tensor_type.shape.dim
+        shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    def ambiguous(name: str) -> bool:
+        s = shapes.get(name) or []
+        return len(s) == 4 and None not in s and s[1] == s[2] == s[3] and s[1] > 1
+
+    def padded_conv(name: str) -> bool:
+        return any(c.op_type == "Conv" and c.input[0] == name and
+                   any(v for a in c.attribute if a.name == "pads" for v in a.ints) for c in consumers.get(name, []))
+
+    targets = []
+    for n in model.graph.node:
+        out = n.output[0] if n.output else ""
+        if not ambiguous(out) or not padded_conv(out):
+            continue
+        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+        src = producer.get(n.input[0]) if n.input else None
+        if n.op_type == "Transpose" and perm == [0, 3, 1, 2] and src is not None and src.op_type == "Reshape":
+            targets.append((n, {"param_target": "attributes", "param_name": "perm", "values": [0, 1, 2, 3]}))
+        elif n.op_type == "Reshape" and len(shapes.get(n.input[0]) or []) != 4:
+            targets.append((n, {"param_target": "outputs", "param_name": out, "post_process_transpose_perm": [0, 2, 3, 1]}))
+    if not targets:
+        return None, []
+    named = None
+    if any(not n.name for n, _ in targets):
+        named = onnx.ModelProto()
+        named.CopyFrom(model)
+        taken = {n.name for n in model.graph.node}
+        for k, n in enumerate(named.graph.node):
+            if not n.name:
+                n.name = next(f"edgekit_node_{k}_{j}" for j in itertools.count() if f"edgekit_node_{k}_{j}" not in taken)
+        by_out = {n.output[0]: n.name for n in named.graph.node if n.output}
+        targets = [(by_out[n.output[0]], op) for n, op in targets]
+    else:
+        targets = [(n.name, op) for n, op in targets]
+    return named, [{"op_name": name, **op} for name, op in targets]
+
+
 # --------------------------------------------------------------------------- the hop
 def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *,
                    calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
@@ -557,6 +623,16 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True)
         if not cfg.plain_defaults:
             kwargs.update(copy_onnx_input_output_names_to_tflite=True, output_signaturedefs=True)
+        hints: list[dict] = []
+        if cfg.layout_hints and not cfg.plain_defaults:
+            named, hints = _layout_hints(onnx.load(str(src), load_external_data=False))
+            if named is not None:
+                onnx.save(named, str(src))
+            if hints:
+                import json
+
+                (work / "layout_hints.json").write_text(json.dumps({"format_version": 1, "operations": hints}))
+                kwargs["param_replacement_file"] = str(work / "layout_hints.json")
         if cfg.keep_input_layout:
             kwargs["keep_ncw_or_nchw_or_ncdhw_input_names"] = [s.name for s in art.io.inputs]
         if cfg.pseudo_ops:
@@ -613,6 +689,8 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         names = [s.name for s in art.io.outputs]
         metrics: dict = {**parity_metrics(compare_outputs(onnx_ref(probe), gots, "onnx", names), precision),
                          "route": "onnx2tf", "precision": cfg.label, "convert_seconds": round(seconds, 3)}
+        if hints:  # which nodes' layout edgekit told onnx2tf (a parity failure then points at them first)
+            metrics["layout_hints"] = [h["op_name"] for h in hints]
         if chain_reference_all is not None or chain_reference is not None:
             refs = chain_reference_all(probe) if chain_reference_all is not None else [chain_reference(probe)]
             chain = compare_outputs(list(refs), gots[:len(refs)], chain_reference_name or "reference", names[:len(refs)])
