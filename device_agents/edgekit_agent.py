@@ -764,7 +764,7 @@ def energy_unavailable_reason(sources, sysfs_root="/"):
 class OnnxRunner:
     name = "onnxruntime"
 
-    def __init__(self, model_path, threads, input_specs=None):
+    def __init__(self, model_path, threads, input_specs=None, output_specs=None):
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -804,7 +804,7 @@ class LiteRTRunner:
 
     name = "litert"
 
-    def __init__(self, model_path, threads, input_specs=None):
+    def __init__(self, model_path, threads, input_specs=None, output_specs=None):
         Interpreter = None
         errors = []
         for mod in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
@@ -831,7 +831,9 @@ class LiteRTRunner:
             raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME) from exc
         self.threads = int(threads)
         self.inputs = self._in_spec_order(self.interp.get_input_details(), input_specs or [])
-        self.outputs = self.interp.get_output_details()
+        # outputs in the host's order (the source model's), matched by the TFLite tensor names the host
+        # recorded: the interpreter's own order can differ for a multi-output model
+        self.outputs = self._in_spec_order(self.interp.get_output_details(), output_specs or [])
 
     @staticmethod
     def _in_spec_order(details, specs):
@@ -1195,7 +1197,7 @@ def measure(req):
     state_before = device_state(req.get("sysfs_root") or (req.get("energy") or {}).get("sysfs_root") or "/")
     rss0, _, _ = memory_mb()
     t0 = time.perf_counter()
-    runner = RUNNERS[runtime](model, req.get("threads", 1), input_specs=in_specs)
+    runner = RUNNERS[runtime](model, req.get("threads", 1), input_specs=in_specs, output_specs=out_specs)
     load_ms = (time.perf_counter() - t0) * 1000.0
     rss1, _, _ = memory_mb()
 
