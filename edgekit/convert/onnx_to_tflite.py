@@ -159,8 +159,50 @@ def _agent():
     return mod
 
 
+_PROBE = """
+import sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+it = Interpreter(model_path=sys.argv[1], num_threads=1)
+it.allocate_tensors()
+for d in it.get_input_details():
+    it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+it.invoke()
+print("ok")
+"""
+_probed: dict[tuple[str, int], str | None] = {}
+
+
+def probe_litert(path: Path) -> None:
+    """Load and run the .tflite once in a child process first: a LiteRT kernel that aborts (seen:
+    "free(): double free" loading a full-integer detector) would otherwise kill edgekit itself, and
+    it would crash the device's interpreter just the same. Raises ConversionError naming the crash."""
+    import subprocess
+    import sys
+
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_mtime_ns)
+    if key not in _probed:
+        try:
+            res = subprocess.run([sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True,
+                                 timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            ok = res.returncode == 0 and res.stdout.strip().endswith("ok")
+            why = None if ok else (f"exit {res.returncode}" + (f" (signal {-res.returncode})" if res.returncode < 0 else "")
+                                   + ": " + _tail("\n".join(ln for ln in res.stderr.splitlines()
+                                                            if not ln.startswith("INFO:")), 3)[-300:])
+        except subprocess.TimeoutExpired:
+            why = "no answer within 300 s"
+        _probed[key] = why
+    why = _probed[key]
+    if why is not None:
+        raise ConversionError(f"the LiteRT interpreter crashes loading or running the converted model ({why})",
+                              hop=HOP, hint="a LiteRT kernel bug for this graph at this precision: the device's "
+                              "interpreter would crash the same way; try precision: fp16 or quantization: dynamic")
+
+
 def _litert_runner(path: Path, threads: int = 1, input_specs=None):
     agent = _agent()
+    probe_litert(path)
     try:
         return agent.LiteRTRunner(str(path), threads, input_specs=input_specs)
     except agent.AgentFailure as exc:

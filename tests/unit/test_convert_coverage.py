@@ -194,3 +194,20 @@ def test_inputs_without_a_common_batch_axis_run_whole(cli, tmp_path):
         assert r.exit_code == 0, r.stderr
         met = json.loads(r.stdout)["lineage"][-1]["metrics"]
         assert met["parity_violations"] == [] and met["parity"]["max_abs_err"] < 1e-4
+
+
+def test_a_litert_crash_is_a_conversion_error_not_a_dead_edgekit(tmp_path, monkeypatch):
+    """A LiteRT kernel that aborts (seen: 'free(): double free' on a full-integer detector) is probed in a
+    child process: edgekit survives, and the error names the crash."""
+    from edgekit.convert import onnx_to_tflite as o2t
+    from edgekit.errors import ConversionError
+
+    f = tmp_path / "m.tflite"
+    f.write_bytes(b"not a flatbuffer")
+    monkeypatch.setattr(o2t, "_PROBE", "import os, sys; sys.stderr.write('free(): double free detected\\n'); os.abort()")
+    with pytest.raises(ConversionError, match=r"crashes .*signal 6.*double free"):
+        o2t.probe_litert(f)
+    monkeypatch.setattr(o2t, "_PROBE", "print('ok')")
+    g = tmp_path / "n.tflite"
+    g.write_bytes(b"x")
+    o2t.probe_litert(g)  # a clean child run passes
