@@ -69,8 +69,9 @@ class _Scorer:
         self.sign = 1.0 if self.metric.direction == "higher" else -1.0
         self.ref: np.ndarray | None = None
 
-    def value(self, goodness: float) -> float:
-        return self.sign * goodness
+    def value(self, goodness: float) -> float | None:
+        """The metric value of a goodness (None for a trial onnxruntime could not run: no number)."""
+        return self.sign * goodness if np.isfinite(goodness) else None
 
     def __call__(self, path: Path) -> tuple[float, float]:
         from ..source import ort_reference_all
@@ -113,7 +114,17 @@ class AccuracyAwareQuantize(Pass):
                 with quiet("root", "onnxruntime"):
                     quant_pre_process(str(artifact.path), str(pre), skip_symbolic_shape=True)
                 src = Artifact.from_file(pre, Format.ONNX, artifact.io)
-            base_acc, _ = scorer(Path(src.path))
+            preprocess_note = None
+            try:
+                base_acc, _ = scorer(Path(src.path))
+            except Exception as exc:  # onnxruntime's errors derive from Exception
+                if src is artifact:
+                    raise PassError(f"onnxruntime cannot run the fp32 model: {str(exc).splitlines()[0][:300]}") from exc
+                # quant_pre_process can emit a graph onnxruntime refuses (seen on a transformers BERT:
+                # "Attempt to replace the existing tensor"): quantize the model as it is instead
+                preprocess_note = f"skipped: onnxruntime refused the pre-processed graph ({str(exc).splitlines()[0][:200]})"
+                src = artifact
+                base_acc, _ = scorer(Path(src.path))
             tol = tolerance_points(config.max_accuracy_drop, config.relative, abs(base_acc))
             graph = onnx.load(str(src.path)).graph
             allowed = set(config.op_types) if config.op_types else quantizable_ops()
@@ -125,7 +136,7 @@ class AccuracyAwareQuantize(Pass):
 
             kept: list[str] = []
             acc, mse, path = search.trial(kept)
-            full = {"accuracy": round(scorer.value(acc), 4), "drop": round(base_acc - acc, 4), "output_mse": mse}
+            full = {"accuracy": _r(scorer.value(acc)), "drop": _r(base_acc - acc), "output_mse": _r(mse)}
             decisions: list[dict] = []
             sensitivity: list[dict] | None = None
             order: list[str] | None = None
@@ -139,7 +150,7 @@ class AccuracyAwareQuantize(Pass):
                     raise PassError(
                         f"no INT8 configuration met the tolerance of {tol:.4g} ({mname}; {why}): the best "
                         f"found keeps {search.best[1] or 'no op'} in float and drops {base_acc - search.best[0]:.4g} "
-                        f"(fp32 {scorer.value(base_acc):.4g}, full INT8 {full['accuracy']:.4g}); "
+                        f"(fp32 {_g(scorer.value(base_acc))}, full INT8 {_g(full['accuracy'])}); "
                         "no model was written",
                         hint="raise --max-accuracy-drop, allow more float ops (max_float_ops), give more "
                         "representative calibration data, or ship the fp32 model")
@@ -152,8 +163,8 @@ class AccuracyAwareQuantize(Pass):
                         scored.append((a, -m, c))
                     scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
                     if sensitivity is None:  # the first round is each op's own sensitivity
-                        sensitivity = [{"node": c, "op_type": op_type[c], "accuracy_if_float": round(scorer.value(a), 4),
-                                        "recovers_points": round(a - acc, 4), "output_mse_if_float": -m}
+                        sensitivity = [{"node": c, "op_type": op_type[c], "accuracy_if_float": _r(scorer.value(a)),
+                                        "recovers_points": _r(a - acc), "output_mse_if_float": _r(-m)}
                                        for a, m, c in scored]
                     order = [c for _, _, c in scored]
                 if not order:
@@ -163,10 +174,10 @@ class AccuracyAwareQuantize(Pass):
                 acc, mse, path = search.trial(kept + [pick])
                 kept.append(pick)
                 decisions.append({
-                    "node": pick, "op_type": op_type[pick], "accuracy": round(scorer.value(acc), 4),
-                    "drop": round(base_acc - acc, 4),
+                    "node": pick, "op_type": op_type[pick], "accuracy": _r(scorer.value(acc)),
+                    "drop": _r(base_acc - acc),
                     "reason": f"keeping {pick} ({op_type[pick]}) in float moved {scorer.metric.label()} "
-                              f"{scorer.value(prev):.4g} -> {scorer.value(acc):.4g}, "
+                              f"{_g(scorer.value(prev))} -> {_g(scorer.value(acc))}, "
                               f"the largest recovery of the {len(remaining)} candidates tried",
                 })
             out = ctx.workdir / f"{stem}.onnx"
@@ -187,6 +198,8 @@ class AccuracyAwareQuantize(Pass):
             "quantizable_ops": len(candidates),
             "sensitivity": sensitivity or [],
             "trials": search.trials,
+            "failed_trials": search.failures[:20],
+            **({"preprocess": preprocess_note} if preprocess_note else {}),
             "strategy": config.strategy,
             "eval_data": str(ctx.eval.path),
             "eval_samples": n,
@@ -195,6 +208,15 @@ class AccuracyAwareQuantize(Pass):
         if ctx.calib is not None:
             metrics["calibration_data"] = str(ctx.calib.path)
         return PassOutput(path=out, precision="mixed" if kept or user_excluded else "int8", metrics=metrics)
+
+
+def _r(x: float | None) -> float | None:
+    """Rounded for the lineage; a failed trial's infinities become null (JSON has no infinity)."""
+    return None if x is None or not np.isfinite(x) else round(float(x), 4)
+
+
+def _g(x: float | None) -> str:
+    return "n/a (onnxruntime could not run it)" if x is None else f"{x:.4g}"
 
 
 class _Search:
@@ -206,6 +228,7 @@ class _Search:
         self.ctx = PassContext(workdir=tmpdir, calib=ctx.calib, eval=ctx.eval, train=ctx.train)
         self.memo: dict[frozenset, tuple[float, float, Path]] = {}
         self.best: tuple[float, list[str]] = (float("-inf"), [])
+        self.failures: list[dict] = []  # trials whose model onnxruntime could not load or run
 
     @property
     def trials(self) -> int:
@@ -222,7 +245,13 @@ class _Search:
         cfg = self.base_cfg.model_copy(update={"nodes_to_exclude": sorted(self.user_excluded | key),
                                                "preprocess": False})
         out = OrtQuantize().run(self.src, cfg, self.ctx, f"trial-{len(self.memo)}")
-        acc, mse = self.scorer(out.path)
+        try:
+            acc, mse = self.scorer(out.path)
+        except Exception as exc:  # a batch of trials: one failure becomes that trial's result
+            # onnxruntime refuses some quantized graphs ("Attempt to replace the existing tensor" on a
+            # transformer's shared initializer; its errors derive from Exception): unusable, never chosen
+            acc, mse = float("-inf"), float("inf")
+            self.failures.append({"float_ops": sorted(float_ops), "error": str(exc).splitlines()[0][:300]})
         self.memo[key] = (acc, mse, out.path)
         if acc > self.best[0]:
             self.best = (acc, sorted(float_ops))
