@@ -23,7 +23,7 @@ Examples:
 
   edgekit deploy text.pt2 --eval-data eval.npz --x-key input_ids,attention_mask --out results/run1
 
-  edgekit deploy seg.pt2 --eval-data eval.npz --metric miou --max-metric-drop 1.5 --output logits
+  edgekit deploy seg.onnx --eval-data eval.npz --metric miou --max-metric-drop 1.5 --output logits
 
 Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
 """
