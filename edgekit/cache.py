@@ -111,9 +111,11 @@ def data_fingerprint(ctx: PassContext) -> dict[str, str | None]:
     def fp(ds) -> str | None:
         if ds is None:
             return None
-        if ds.sample is None and ds.path.is_file() and list(ds.x_keys) == ["x"]:
-            return _hash_path(ds.path)  # the common case, and the key earlier versions wrote
-        # a subset, a folder of shards or named inputs: the arrays themselves, in the order used
+        if ds.sample is None and ds.path.is_file():
+            if list(ds.x_keys) == ["x"]:
+                return _hash_path(ds.path)  # the common case, and the key earlier versions wrote
+            return hashlib.sha256(f"{_hash_path(ds.path)}:{','.join(ds.x_keys)}:{ds.y_key}".encode()).hexdigest()
+        # a subset or a folder of shards: the arrays themselves, in the order used
         h = hashlib.sha256(json.dumps([list(ds.x_keys), ds.sample], default=str).encode())
         for a in (*ds.xs, *([ds.y] if ds.y is not None else [])):
             h.update(str((a.shape, a.dtype)).encode())
