@@ -39,14 +39,19 @@ def _metric_args(m):
     return args
 
 
+def _deploy(cli, where, name, out, *extra):
+    """`edgekit deploy` of zoo model ``name`` with its task's metric, relative paths; (model, exit, report)."""
+    m = zoo.get(name)
+    p = _link(m, where)
+    r = cli("deploy", p + "model.pt2", "--eval-data", p + "eval.npz", "--calib-data", p + "calib.npz",
+            *_metric_args(m), *extra, "--out", out, *FAST)
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    return m, r, json.loads((where / out / "report.json").read_text())
+
+
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_deploy_with_the_task_metric(cli, in_zoo_dir, name):
-    m = zoo.get(name)
-    p = _link(m, in_zoo_dir)
-    r = cli("deploy", p + "model.pt2", "--eval-data", p + "eval.npz", "--calib-data", p + "calib.npz",
-            *_metric_args(m), "--out", f"results/{name}", *FAST)
-    assert r.exit_code in (0, 1), r.stdout + r.stderr
-    rep = json.loads((in_zoo_dir / f"results/{name}/report.json").read_text())
+    m, r, rep = _deploy(cli, in_zoo_dir, name, f"results/{name}")
     base = next(v for v in rep["variants"] if v["name"] == "fp32")
     assert base["accuracy"]["metric"] == m.metric
     # the device's fp32 ONNX scores what the trained PyTorch model scored
@@ -64,12 +69,7 @@ def test_deploy_with_the_task_metric(cli, in_zoo_dir, name):
 
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_search_ships_a_variant_inside_the_tolerance(cli, in_zoo_dir, name):
-    m = zoo.get(name)
-    p = _link(m, in_zoo_dir)
-    r = cli("deploy", p + "model.pt2", "--eval-data", p + "eval.npz", "--calib-data", p + "calib.npz",
-            *_metric_args(m), "--search", "--out", f"results/{name}-search", *FAST)
-    assert r.exit_code in (0, 1), r.stdout + r.stderr
-    rep = json.loads((in_zoo_dir / f"results/{name}-search/report.json").read_text())
+    m, _, rep = _deploy(cli, in_zoo_dir, name, f"results/{name}-search", "--search")
     sel = rep["search"]["selected"]
     assert sel is not None, rep["search"]["candidates"]
     v = next(v for v in rep["variants"] if v["name"] == sel)
