@@ -257,20 +257,14 @@ def _machine_id():
 
 
 def available_runtimes():
+    """{runtime name: version} of every runner in RUNNERS whose runtime imports on this device."""
     found = {}
-    try:
-        import onnxruntime  # noqa: F401
-
-        found["onnxruntime"] = onnxruntime.__version__
-    except Exception as exc:  # a broken install is reported, not fatal
-        log(f"onnxruntime unavailable: {exc}")
-    for mod in ("ai_edge_litert", "tflite_runtime"):
-        try:
-            m = __import__(mod)
-            found["litert"] = f"{mod} {getattr(m, '__version__', '?')}"
-            break
-        except Exception:
-            continue
+    for name, cls in RUNNERS.items():
+        version, reason = cls.probe()
+        if version:
+            found[name] = version
+        elif reason and cls.log_missing:
+            log(f"{name} unavailable: {reason}")
     return found
 
 
@@ -761,10 +755,67 @@ def energy_unavailable_reason(sources, sysfs_root="/"):
 
 
 # --------------------------------------------------------------------------- runners
-class OnnxRunner:
+class Runner:
+    """One runtime on the device. A subclass names its runtime (``name``, the request's ``runtime``),
+    says how to find it (``probe``), loads a model (``load``) and runs one batch (``run``); the
+    agent does the timing, memory, energy and eval bookkeeping around it. Adding a runtime is one
+    subclass listed in RUNNERS (``--probe`` and requests both read that one dict).
+
+    ``Runner(model_path, threads, input_specs=..., output_specs=...)`` loads at once (the host's
+    in-process parity checks build runners that way); ``Runner.open(model_path, request)`` is what
+    the agent calls with the request JSON (``threads``, ``inputs``, ``outputs``)."""
+
+    name = None  # the runtime's name in requests, --probe and the report
+    log_missing = True  # --probe logs why the runtime is unavailable (on stderr)
+
+    def __init__(self, model_path=None, threads=1, input_specs=None, output_specs=None):
+        self.threads = int(threads)
+        self.version = None
+        if model_path is not None:
+            self.load(model_path, {"threads": threads, "inputs": input_specs or [], "outputs": output_specs or []})
+
+    @classmethod
+    def open(cls, model_path, request):
+        runner = cls()
+        runner.load(model_path, request)
+        return runner
+
+    @classmethod
+    def probe(cls):
+        """(version string, None) when the runtime imports here, else (None, reason)."""
+        raise NotImplementedError
+
+    def load(self, model_path, request):
+        """Load ``model_path``; ``request`` gives ``threads``, ``inputs`` and ``outputs`` (host specs).
+        Sets ``self.version``; raises AgentFailure (runtime_missing / model_load_failed)."""
+        raise NotImplementedError
+
+    def run(self, inputs):
+        """One inference: arrays in the model's input order -> its outputs, in the host's order."""
+        raise NotImplementedError
+
+    def batch_dynamic(self):
+        """Whether the model's batch axis is dynamic (any chunk size may be fed)."""
+        return False
+
+    def static_batch(self):
+        """The model's fixed batch size (None when the batch axis is dynamic)."""
+        return None if self.batch_dynamic() else 1
+
+
+class OnnxRunner(Runner):
     name = "onnxruntime"
 
-    def __init__(self, model_path, threads, input_specs=None, output_specs=None):
+    @classmethod
+    def probe(cls):
+        try:
+            import onnxruntime
+        except Exception as exc:  # a broken install is reported, not fatal
+            return None, str(exc)
+        return onnxruntime.__version__, None
+
+    def load(self, model_path, request):
+        threads = request.get("threads", 1)
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -799,15 +850,31 @@ class OnnxRunner:
         return self.session.run(None, dict(zip(self.input_names, feeds)))
 
 
-class LiteRTRunner:
+class LiteRTRunner(Runner):
     """A .tflite model on the LiteRT interpreter (ai_edge_litert; tflite_runtime on older devices)."""
 
     name = "litert"
+    log_missing = False
+    PACKAGES = ("ai_edge_litert", "tflite_runtime")
 
-    def __init__(self, model_path, threads, input_specs=None, output_specs=None):
+    @classmethod
+    def probe(cls):
+        errors = []
+        for mod in cls.PACKAGES:
+            try:
+                m = __import__(mod)
+            except Exception as exc:
+                errors.append(f"{mod}: {exc}")
+                continue
+            return f"{mod} {getattr(m, '__version__', '?')}", None
+        return None, "; ".join(errors)
+
+    def load(self, model_path, request):
+        threads = request.get("threads", 1)
+        input_specs, output_specs = request.get("inputs"), request.get("outputs")
         Interpreter = None
         errors = []
-        for mod in ("ai_edge_litert.interpreter", "tflite_runtime.interpreter"):
+        for mod in (f"{p}.interpreter" for p in self.PACKAGES):
             try:
                 Interpreter = __import__(mod, fromlist=["Interpreter"]).Interpreter
                 self.module = mod.split(".")[0]
@@ -883,7 +950,9 @@ class LiteRTRunner:
         return None, None
 
 
-RUNNERS = {"onnxruntime": OnnxRunner, "litert": LiteRTRunner}
+# The one list of runtimes this agent drives: requests, --probe (available_runtimes) and the host's
+# in-process checks all read it.
+RUNNERS = {cls.name: cls for cls in (OnnxRunner, LiteRTRunner)}
 
 
 # --------------------------------------------------------------------------- data
@@ -1142,7 +1211,7 @@ def measure_with_energy(run_once, req, root="/"):
 def _batch_size(runner, ev):
     """How samples are fed: a model with a fixed batch N gets chunks of exactly N (the last one
     padded, the padding's outputs dropped); a dynamic batch gets chunks of ``batch_size``."""
-    static = runner.static_batch() if hasattr(runner, "static_batch") else (None if runner.batch_dynamic() else 1)
+    static = runner.static_batch()
     if static:
         return {"static": static, "eval": static, "timed": static}
     return {"static": None, "eval": int((ev or {}).get("batch_size", 64)), "timed": 1}
@@ -1197,7 +1266,7 @@ def measure(req):
     state_before = device_state(req.get("sysfs_root") or (req.get("energy") or {}).get("sysfs_root") or "/")
     rss0, _, _ = memory_mb()
     t0 = time.perf_counter()
-    runner = RUNNERS[runtime](model, req.get("threads", 1), input_specs=in_specs, output_specs=out_specs)
+    runner = RUNNERS[runtime].open(model, req)
     load_ms = (time.perf_counter() - t0) * 1000.0
     rss1, _, _ = memory_mb()
 
