@@ -113,7 +113,15 @@ def test_python_api_with_module(digits, tmp_path):
                          runs=5, min_seconds=0.0, warmup=0)
     assert isinstance(rep, edgekit.Report)
     assert rep.variant("int8-dynamic").latency_ms.runs >= 5
-    assert isinstance(rep.gate.passed, bool)
+    # the gate judged the compressed variant against the fp32 baseline: its accuracy check carries the drop
+    # the report shows, its verdict follows the 1-point default tolerance, and the gate is the AND of its checks
+    fp32, dyn = rep.variant("fp32"), rep.variant("int8-dynamic")
+    acc = [c for c in rep.gate.checks if c.name == "accuracy_drop"]
+    assert [c.variant for c in acc] == ["int8-dynamic"], [c.model_dump() for c in rep.gate.checks]
+    assert acc[0].value == pytest.approx(fp32.accuracy.value - dyn.accuracy.value, abs=1e-6) == dyn.accuracy_drop
+    assert acc[0].limit == 1.0 and acc[0].passed == (acc[0].value <= 1.0 + 1e-9)
+    assert rep.gate.passed == all(c.passed for c in rep.gate.checks)
+    assert Report.load(tmp_path / "report.json").gate == rep.gate
     with pytest.raises(TypeError):
         edgekit.deploy(model, eval_data=digits.eval, not_an_option=1)
 
@@ -243,7 +251,7 @@ def test_unwritable_output(cli, digits, tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--out", f / "sub", *FAST)
-    assert r.exit_code == 2 and "not writable" in r.stderr or "not a folder" in r.stderr
+    assert r.exit_code == 2 and ("not writable" in r.stderr or "not a folder" in r.stderr), (r.exit_code, r.stderr)
     if os.geteuid() != 0:  # root ignores permission bits
         ro = tmp_path / "ro"
         ro.mkdir()
