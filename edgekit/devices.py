@@ -16,23 +16,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import BadInputError, ConfigError
+from .paths import INVENTORY_FILE, edgekit_home, inventory_path, known_hosts_path
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-INVENTORY_FILE = "devices.yaml"
-
-
-def edgekit_home() -> Path:
-    env = os.environ.get("EDGEKIT_HOME")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(xdg) / "edgekit"
-
-
-def edgekit_known_hosts() -> Path:
-    """edgekit's own known_hosts: where `devices add --trust` records keys (the user's
-    ~/.ssh/known_hosts is read too, never written)."""
-    return edgekit_home() / "known_hosts"
+# edgekit_home (and the other folders) live in the leaf paths.py; re-exported here for compatibility
+edgekit_known_hosts = known_hosts_path
 
 
 class DeviceEntry(BaseModel):
@@ -83,10 +71,6 @@ class Inventory(BaseModel):
 
     version: int = 1
     devices: list[DeviceEntry] = []
-
-
-def inventory_path() -> Path:
-    return edgekit_home() / INVENTORY_FILE
 
 
 def load_inventory() -> Inventory:
@@ -299,7 +283,7 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
         else:
             notes.append("emulated (qemu user mode): the CPU model and core count it reports are this host's, "
                          "and its timings are not the board's")
-        from .sim.device import find_state
+        from .sim.state import find_state
 
         st = find_state(entry.name)
         if st is not None and (st.cpu_quota or st.memory_bytes):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import OutputError
+from .paths import cache_dir  # noqa: F401  (re-exported: edgekit.fsutil.cache_dir)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -25,16 +26,6 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
             while block := fh.read(chunk):
                 h.update(block)
     return h.hexdigest()
-
-
-def cache_dir(name: str) -> Path:
-    """edgekit's cache folder ``name``: ``$EDGEKIT_HOME/cache/NAME`` when EDGEKIT_HOME is set, else
-    ``$XDG_CACHE_HOME/edgekit/NAME`` (``~/.cache/edgekit/NAME``)."""
-    home = os.environ.get("EDGEKIT_HOME")
-    if home:
-        return Path(home) / "cache" / name
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit" / name
 
 
 def ensure_writable_dir(path: str | os.PathLike) -> Path:

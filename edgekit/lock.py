@@ -18,15 +18,10 @@ import time
 from pathlib import Path
 
 from .errors import DeviceError
+from .paths import locks_dir
 
 DEFAULT_LEASE_S = 3600.0  # a deploy longer than this is reported as overrunning, not broken into
 POLL_S = 0.2
-
-
-def locks_dir() -> Path:
-    from .devices import edgekit_home
-
-    return edgekit_home() / "locks"
 
 
 class DeviceLockedError(DeviceError):

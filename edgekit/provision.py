@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import BadInputError, DeviceError
+from .paths import wheelhouse_root
 from .targets import TargetSpec
 
 PIP_TIMEOUT_S = 1800.0
@@ -35,10 +36,8 @@ class ProvisionResult:
 
 
 def default_wheelhouse(spec: TargetSpec) -> Path:
-    from .devices import edgekit_home
-
     ver = spec.wheels.python_version if spec.wheels else "any"
-    return edgekit_home() / "wheelhouse" / f"{spec.name}-py{ver}"
+    return wheelhouse_root() / f"{spec.name}-py{ver}"
 
 
 def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = None) -> list[str]:

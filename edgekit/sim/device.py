@@ -15,53 +15,16 @@ import sys
 from pathlib import Path
 from typing import Callable, Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from ..devices import DeviceEntry, add_device, edgekit_home, get_device, load_inventory, remove_device
+from ..devices import DeviceEntry, add_device, get_device, load_inventory, remove_device
 from ..errors import BadInputError, DeviceError
+from ..paths import locks_dir, sim_root
 from . import cgroup as _cg
 from . import netns as _netns
 from . import sshd as _sshd
 from .procs import alive, kill_tree
-
-
-class SimState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    mode: Literal["netns", "loopback"]
-    target: str
-    host: str
-    port: int
-    pid: int
-    sshd_config: str
-    index: int | None = None
-    netns: dict | None = None
-    cgroups: list[str] = []
-    cpu_quota: float | None = None
-    memory_bytes: int | None = None
-    notes: list[str] = []
-    arch: Literal["native", "arm64"] = "native"  # arm64: a chroot'd Debian arm64 twin (edgekit/sim/arm64.py)
-    rootfs: str | None = None  # the cached rootfs an arm64 twin runs on
-
-
-def sim_root() -> Path:
-    return edgekit_home() / "sim"
-
-
-def _state_file(name: str) -> Path:
-    return sim_root() / name / "state.json"
-
-
-def load_states() -> list[SimState]:
-    out = []
-    if sim_root().is_dir():
-        for f in sorted(sim_root().glob("*/state.json")):
-            try:
-                out.append(SimState.model_validate_json(f.read_text(encoding="utf-8")))
-            except ValueError:
-                continue  # half-written by a crashed `sim up`: `sim down NAME` still cleans the folder
-    return out
+# the state record is a leaf module (devices.check_device reads it); re-exported for the callers here
+from .state import SimState, find_state, load_states  # noqa: F401
+from .state import state_file as _state_file
 
 
 def _free_index() -> int:
@@ -189,13 +152,7 @@ def down(name: str, say: Callable[[str], None] = lambda m: None) -> None:
             empty.rmdir()
         except OSError:
             pass  # other simulated devices are still there
-    from ..lock import locks_dir
-
     (locks_dir() / f"{name}.lock").unlink(missing_ok=True)
-
-
-def find_state(name: str) -> SimState | None:
-    return next((s for s in load_states() if s.name == name), None)
 
 
 def status(state: SimState) -> dict:
