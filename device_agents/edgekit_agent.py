@@ -950,9 +950,71 @@ class LiteRTRunner(Runner):
         return None, None
 
 
+class ExecuTorchRunner(Runner):
+    """A .pte program (XNNPACK-delegated or portable kernels) on ExecuTorch's Python runtime. Its
+    pybindings link libtorch, so the device needs torch beside executorch."""
+
+    name = "executorch"
+    log_missing = False
+    # ExecuTorch ScalarType codes -> numpy dtype names (the ones a .pte's user I/O can have)
+    DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+              7: "float64", 11: "bool"}
+
+    @classmethod
+    def probe(cls):
+        # metadata only: importing the runtime costs seconds (torch); load() reports a broken install
+        import importlib.metadata
+        import importlib.util
+
+        if importlib.util.find_spec("executorch") is None:
+            return None, "executorch is not installed (pip install executorch; it needs torch)"
+        try:
+            return importlib.metadata.version("executorch"), None
+        except importlib.metadata.PackageNotFoundError as exc:
+            return None, f"executorch has no package metadata: {exc}"
+
+    def load(self, model_path, request):
+        threads = int(request.get("threads", 1))
+        try:
+            import torch  # first: the pybindings resolve libtorch from the loaded torch
+            # The C extension that executorch.runtime wraps: the wrapper also imports the exir compiler
+            # stack (torchao, sympy), 4 of the 5.5 s an import takes on an x86 host, none of it needed here.
+            from executorch.extension.pybindings import _C
+        except ImportError as exc:
+            raise AgentFailure("runtime_missing", f"ExecuTorch's runtime does not import on this device ({exc}); "
+                               "pip install executorch (with torch)", EXIT_RUNTIME) from exc
+        import importlib.metadata
+
+        self.torch = torch
+        self.version = importlib.metadata.version("executorch")
+        _C._unsafe_reset_threadpool(threads)  # the pool XNNPACK's delegate runs on (default: every core)
+        try:
+            self.program = _C._load_program(str(model_path))
+            self.method = self.program.load_method("forward")
+        except Exception as exc:
+            raise AgentFailure("model_load_failed", f"ExecuTorch cannot load {model_path}: {exc}",
+                               EXIT_RUNTIME) from exc
+        meta = self.method.method_meta()
+        self.input_shapes = [list(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
+        self.input_dtypes = [self.DTYPES.get(meta.input_tensor_meta(i).dtype()) for i in range(meta.num_inputs())]
+        self.threads = threads
+
+    def static_batch(self):
+        # a .pte's memory plan is sized for its example shapes: the batch is fixed
+        return int(self.input_shapes[0][0]) if self.input_shapes and self.input_shapes[0] else 1
+
+    def run(self, feeds):
+        import numpy as np
+
+        xs = [self.torch.from_numpy(np.ascontiguousarray(x if d is None else np.asarray(x).astype(d, copy=False)))
+              for x, d in zip(feeds, self.input_dtypes)]
+        # the runtime copies outputs out of its memory plan on every call
+        return [o.numpy() for o in self.method(xs) if isinstance(o, self.torch.Tensor)]
+
+
 # The one list of runtimes this agent drives: requests, --probe (available_runtimes) and the host's
 # in-process checks all read it.
-RUNNERS = {cls.name: cls for cls in (OnnxRunner, LiteRTRunner)}
+RUNNERS = {cls.name: cls for cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner)}
 
 
 # --------------------------------------------------------------------------- data
