@@ -1,5 +1,7 @@
 """The pass contract: ``run(artifact, config, ctx)`` returns a new file; the base class validates
-the config, checks the input format, times the work and records the lineage step."""
+the config, checks the input format, times the work and records the lineage step. ``TorchPass`` is
+the base of the passes that work on a PyTorch program: it runs ``run_torch`` with the config's
+``threads`` torch threads."""
 
 from __future__ import annotations
 
@@ -58,3 +60,21 @@ class Pass(abc.ABC):
     @abc.abstractmethod
     def run(self, artifact: Artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
         """Produce the output file in ``ctx.workdir``."""
+
+
+class TorchPass(Pass):
+    """A pass over a PyTorch program (prune, distill, INC quantization): its config has ``threads``
+    (None: torch's default), and ``run_torch`` runs with that many intra-op threads, the previous
+    setting restored afterwards. torch is imported only when the pass runs."""
+
+    input_formats: ClassVar[tuple[Format, ...]] = (Format.TORCH,)
+
+    def run(self, artifact: Artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
+        from ._torch import torch_threads
+
+        with torch_threads(getattr(config, "threads", None)):
+            return self.run_torch(artifact, config, ctx, stem)
+
+    @abc.abstractmethod
+    def run_torch(self, artifact: Artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
+        """Produce the output file in ``ctx.workdir`` (torch threads already set)."""

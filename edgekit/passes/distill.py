@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact
 from ..errors import BadInputError, PassError
 from ..formats import Format
-from .base import Pass, PassContext, PassOutput
+from .base import PassContext, PassOutput, TorchPass
 
 
 class DistillConfig(BaseModel):
@@ -41,18 +39,11 @@ class DistillConfig(BaseModel):
     threads: int | None = Field(1, ge=1, description="torch threads (None: torch default); tiny models are fastest on 1")
 
 
-class Distill(Pass):
+class Distill(TorchPass):
     name = "distill"
     Config = DistillConfig
-    input_formats = (Format.TORCH,)
 
-    def run(self, artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
-        from ._torch import torch_threads
-
-        with torch_threads(config.threads):
-            return self._run(artifact, config, ctx, stem)
-
-    def _run(self, artifact, config: DistillConfig, ctx: PassContext, stem: str) -> PassOutput:
+    def run_torch(self, artifact, config: DistillConfig, ctx: PassContext, stem: str) -> PassOutput:
         import numpy as np
         import torch
         import torch.nn.functional as F

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import zlib
 
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..formats import Format
-from .base import Pass, PassContext, PassOutput
+from .base import PassContext, PassOutput, TorchPass
 
 NOTE = ("unstructured sparsity shrinks the compressed size, not dense latency: dense runtimes "
         "(onnxruntime, LiteRT CPU) compute the zeros; use prune_structured for speed")
@@ -35,18 +34,11 @@ def compressed_size(path) -> int:
         return len(zlib.compress(fh.read(), 6))
 
 
-class MagnitudePrune(Pass):
+class MagnitudePrune(TorchPass):
     name = "prune_magnitude"
     Config = MagnitudePruneConfig
-    input_formats = (Format.TORCH,)
 
-    def run(self, artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
-        from ._torch import torch_threads
-
-        with torch_threads(config.threads):
-            return self._run(artifact, config, ctx, stem)
-
-    def _run(self, artifact, config: MagnitudePruneConfig, ctx: PassContext, stem: str) -> PassOutput:
+    def run_torch(self, artifact, config: MagnitudePruneConfig, ctx: PassContext, stem: str) -> PassOutput:
         import torch
 
         from . import _torch as T

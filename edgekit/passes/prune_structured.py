@@ -8,13 +8,12 @@ Needs the model as an nn.Module: ``arch: module:Class`` (weights come from the .
 
 from __future__ import annotations
 
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import PassError
 from ..formats import Format
-from .base import Pass, PassContext, PassOutput
+from .base import PassContext, PassOutput, TorchPass
 
 
 class StructuredPruneConfig(BaseModel):
@@ -33,18 +32,11 @@ class StructuredPruneConfig(BaseModel):
     threads: int | None = Field(1, ge=1, description="torch threads (None: torch default); tiny models are fastest on 1")
 
 
-class StructuredPrune(Pass):
+class StructuredPrune(TorchPass):
     name = "prune_structured"
     Config = StructuredPruneConfig
-    input_formats = (Format.TORCH,)
 
-    def run(self, artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
-        from ._torch import torch_threads
-
-        with torch_threads(config.threads):
-            return self._run(artifact, config, ctx, stem)
-
-    def _run(self, artifact, config: StructuredPruneConfig, ctx: PassContext, stem: str) -> PassOutput:
+    def run_torch(self, artifact, config: StructuredPruneConfig, ctx: PassContext, stem: str) -> PassOutput:
         import torch
         import torch_pruning as tp
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import DataError, MissingExtraError, PassError
 from ..formats import Format
 from ..logs import quiet
-from .base import Pass, PassContext, PassOutput
+from .base import PassContext, PassOutput, TorchPass
 
 ONNX_UNSUPPORTED = ("--backend inc takes PyTorch models (.pt2, or .pth with --arch) only: INC's ONNX package "
                     "onnx-neural-compressor 1.0 declares numpy<2, which conflicts with the rest of edgekit's "
@@ -38,18 +38,11 @@ class IncQuantizeConfig(BaseModel):
     threads: int | None = Field(1, ge=1, description="torch threads (None: torch default)")
 
 
-class IncQuantize(Pass):
+class IncQuantize(TorchPass):
     name = "quantize_inc"
     Config = IncQuantizeConfig
-    input_formats = (Format.TORCH,)
 
-    def run(self, artifact, config: IncQuantizeConfig, ctx: PassContext, stem: str) -> PassOutput:
-        from ._torch import torch_threads
-
-        with torch_threads(config.threads):
-            return self._run(artifact, config, ctx, stem)
-
-    def _run(self, artifact, config: IncQuantizeConfig, ctx: PassContext, stem: str) -> PassOutput:
+    def run_torch(self, artifact, config: IncQuantizeConfig, ctx: PassContext, stem: str) -> PassOutput:
         import torch
 
         from . import _torch as T
