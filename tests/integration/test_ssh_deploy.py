@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.agent.bundle import BundleDeployer
+from edgekit.agent.bundle import BundleDeployer, agent_source
 from edgekit.errors import TransportError
+from edgekit.fsutil import sha256_file
 from edgekit.sim.procs import descendants
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,6 +63,25 @@ def test_deploy_over_ssh_cold_then_warm_sends_no_model_bytes(cli, digits, device
     print(f"\ndeploy over ssh: cold {cold_s:.2f} s ({cold['settings']['delivery']}), warm {warm_s:.2f} s ({d})")
 
 
+def test_deploy_over_ssh(cli, digits, device, tmp_path):
+    """The default run's real SSH deploy (the cold/warm and fault cases are slow): both variants measured on
+    the board over the real sshd, scored on the host, and the bundle delivered by hash into its workdir."""
+    t0 = time.perf_counter()
+    r = cli(*deploy_args(digits, tmp_path / "out"))
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert doc["device"]["transport"] == "ssh" and doc["device"]["name"] == "board"
+    assert [v["name"] for v in doc["variants"]] == ["fp32", "int8-static"]
+    for v in doc["variants"]:
+        assert v["latency_ms"]["runs"] >= 5 and v["latency_ms"]["p50"] > 0 and v["accuracy"]["value"] > 90, v["name"]
+    d = doc["settings"]["delivery"]
+    assert d["files_sent"] >= 3 and d["bytes_sent"] >= sum(v["size_bytes"] for v in doc["variants"]), d
+    on_board = {p.name for p in (tmp_path / "device" / "files").iterdir()}
+    assert {f"{v['sha256']}.onnx" for v in doc["variants"]} <= on_board, on_board
+    assert doc["gate"]["passed"], doc["gate"]
+    print(f"\ndeploy over ssh: {time.perf_counter() - t0:.1f} s")
+
+
 def test_file_corrupted_on_the_device_is_detected_and_resent(device, digits, tmp_path):
     from edgekit.devices import get_device, transport_for
 
@@ -81,7 +101,12 @@ def test_corruption_in_transit_is_detected(device, digits, tmp_path):
 
     t = transport_for(get_device("board"))
     dep = BundleDeployer(t)
-    assert dep.agent  # the agent goes over a clean link; the payload does not
+    # the agent goes over a clean link (the payload does not): it is on the board byte for byte, and the
+    # board's own hash of it, which the deployer checks, is the source's
+    src = agent_source()
+    assert Path(dep.agent).read_bytes() == src.read_bytes()
+    assert dep.remote_hashes([dep.agent]) == {dep.agent: sha256_file(src)}
+    assert dep.stats.files_sent == 1
     real_push = t.push
 
     def corrupting_push(local, remote):
