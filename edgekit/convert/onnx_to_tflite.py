@@ -141,22 +141,11 @@ def _tail(text: str, n: int = 6) -> str:
 
 
 def _agent():
-    """The device agent module, imported from its file: parity on the host runs the very code the
-    device runs (LiteRTRunner, _prepare, _restore_output)."""
-    import importlib.util
-    import sys
+    """The device agent module, loaded once in this process (``agent/inprocess.py``): parity on the
+    host runs the very code the device runs (LiteRTRunner, _prepare, _restore_output)."""
+    from ..agent.inprocess import load_agent
 
-    from ..agent.bundle import agent_source
-
-    name = "_edgekit_device_agent"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, agent_source())
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    sys.modules[name] = mod
-    return mod
+    return load_agent()
 
 
 _PROBE = """

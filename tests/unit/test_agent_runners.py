@@ -15,7 +15,7 @@ def agent():
 
 
 def test_runners_is_the_single_list(agent):
-    assert set(agent.RUNNERS) == {"onnxruntime", "litert"}
+    assert {"onnxruntime", "litert"} <= set(agent.RUNNERS)
     for name, cls in agent.RUNNERS.items():
         assert issubclass(cls, agent.Runner) and cls.name == name
         assert cls.probe is not agent.Runner.probe and cls.load is not agent.Runner.load
@@ -119,3 +119,19 @@ def test_unknown_runtime_lists_the_runners(agent, tmp_path, capsys):
     assert agent.main(["agent", str(path)]) == agent.EXIT_BAD_REQUEST
     doc = json.loads(capsys.readouterr().out)
     assert doc["error"]["kind"] == "bad_request" and "litert" in doc["error"]["message"]
+
+
+def test_the_host_loads_the_agent_once_under_one_name():
+    import sys
+
+    from edgekit.agent import inprocess
+    from edgekit.agent.bundle import agent_source
+    from edgekit.convert.onnx_to_tflite import _agent
+
+    mod = inprocess.load_agent()
+    assert mod is inprocess.load_agent() is _agent() is sys.modules[inprocess.MODULE_NAME]
+    assert mod.__file__ == str(agent_source()) and mod.Runner.__module__ == inprocess.MODULE_NAME
+    assert inprocess.runs_on_host("onnxruntime") and inprocess.runs_on_host("litert")
+    assert not inprocess.runs_on_host("coreml") and not inprocess.runs_on_host(None)
+    assert not [m for m in sys.modules.values() if getattr(m, "__file__", None) == str(agent_source())
+                and m is not mod and m.__name__ != "edgekit_agent_under_test"]
