@@ -18,7 +18,7 @@ import edgekit
 from edgekit.errors import TransportError
 from edgekit.transport.adb import AdbTransport
 
-pytestmark = [needs_adb, pytest.mark.slow]  # the deploy converts to TFLite first (> 20 s here)
+pytestmark = needs_adb
 FAKE_BM = Path(__file__).with_name("fake_benchmark_model.py")  # a FAKE benchmark_model: see its docstring
 
 
@@ -28,6 +28,31 @@ def _transport(d) -> AdbTransport:
                         python=sys.executable, boot_timeout=20)
 
 
+def test_small_deploy_over_adb(adb_device, digits, tmp_path):
+    """The default run's real ADB deploy: the real adb client and server, the pixel-arm64 target, and a recipe
+    that keeps onnxruntime variants (its convert step is to ONNX), so no TFLite conversion: seconds, not minutes."""
+    adb_device.set_prop("ro.product.model", "Pixel 7")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("variants:\n  - name: int8-static\n"
+                      "    passes: [{convert: {to: onnx}}, {quantize: {mode: static}}]\n")
+    with _transport(adb_device) as t:
+        report = edgekit.deploy(digits.pt2, target="pixel-arm64", eval_data=digits.eval, calib_data=digits.calib,
+                                recipe=recipe, out=tmp_path / "out", transport=t, runs=5, min_seconds=0.0, warmup=1)
+        sent = t.bytes_sent
+    assert [(v.name, v.format) for v in report.variants] == [("fp32", "onnx"), ("int8-static", "onnx")]
+    for v in report.variants:
+        assert v.latency_ms.runs >= 5 and v.latency_ms.p50 > 0
+        assert v.accuracy is not None and v.accuracy.n == 360 and v.accuracy.value > 90, v.name
+    assert report.target == "pixel-arm64" and report.device["transport"] == "adb"
+    assert report.device["android"]["model"] == "Pixel 7"
+    # both models went to the phone's workdir through adb push, stored by their hash
+    files = adb_device.root / "data/local/tmp/edgekit/files"
+    assert {f"{v.sha256}.onnx" for v in report.variants} <= {p.name for p in files.iterdir()}
+    assert sent >= sum(v.size_bytes for v in report.variants)
+    assert report.gate.passed, [c.message for c in report.gate.failed_checks]
+
+
+@pytest.mark.slow  # the deploy converts to TFLite first (> 20 s here)
 def test_deploy_digits_over_adb(adb_device, digits, tmp_path):
     adb_device.set_prop("ro.product.model", "Pixel 7")
     adb_device.set_prop("ro.board.platform", "gs201")
@@ -67,6 +92,7 @@ def test_deploy_digits_over_adb(adb_device, digits, tmp_path):
         assert t.bytes_sent < sent_first / 4
 
 
+@pytest.mark.slow
 def test_deploy_dropped_mid_push_is_exit_3_and_writes_no_report(adb_env, digits, tmp_path):
     d = adb_env.device(tmp_path / "root", faults=Faults(drop_mid_push=True, drop_after_bytes=20_000))
     out = tmp_path / "out"
