@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# CI: the direct PyTorch -> LiteRT route (edgekit/convert/torch_to_tflite.py, the `litert-torch` package).
+# litert-torch cannot go into the main venv: it pins typing-extensions<4.13 (via xdsl), which drags pydantic
+# down from what the rest of the stack installs. So it gets its own venv (default .venv-litert, or
+# $EDGEKIT_LITERT_VENV) with edgekit, the TFLite extra and litert-torch, and this step runs the litert-torch
+# tests there. It fails if they are skipped (a missing litert-torch must not pass as green).
+# Re-running is cheap: a stamp skips the install when pyproject.toml and this script are unchanged.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PY="${EDGEKIT_PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+VENV="${EDGEKIT_LITERT_VENV:-$ROOT/.venv-litert}"
+STAMP="$VENV/.edgekit-litert-stamp"
+LOG="$VENV/.edgekit-litert-install.log"
+WANT="$(cat pyproject.toml .ci/litert_torch.sh | sha256sum | cut -d' ' -f1)"
+
+if ! { [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; }; then
+  t0=$(date +%s)
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  : > "$LOG"
+  pipi() { "$VENV/bin/pip" install --disable-pip-version-check "$@" >>"$LOG" 2>&1 || { tail -40 "$LOG"; echo "litert-torch step: pip install $* failed (log: $LOG)"; exit 1; }; }
+  pipi --upgrade pip
+  # the CPU build of torch first (a plain `torch` requirement pulls a multi-GB CUDA build)
+  pipi "torch==2.13.0"
+  pipi -e ".[tflite,dev,litert-torch]"
+  echo "litert-torch step: installed in $(( $(date +%s) - t0 )) s"
+  echo "$WANT" > "$STAMP"
+fi
+"$VENV/bin/python" - <<'EOF'
+import importlib.metadata as md
+from edgekit.convert.torch_to_tflite import available
+assert available(), "litert_torch does not import in this venv"
+print("litert-torch step: litert-torch", md.version("litert-torch"), "torch", md.version("torch"),
+      "ai-edge-litert", md.version("ai-edge-litert"))
+EOF
+
+# the litert-torch tests (slow-marked in the main run, where they skip without the package)
+JUNIT="$VENV/litert-junit.xml"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integration/test_convert_matrix.py -k litert_torch \
+  --junitxml="$JUNIT" "$@"
+"$VENV/bin/python" - "$JUNIT" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+s = ET.parse(sys.argv[1]).getroot()
+s = s if s.tag == "testsuite" else s.find("testsuite")
+tests, skipped = int(s.get("tests")), int(s.get("skipped"))
+bad = int(s.get("failures")) + int(s.get("errors"))
+if tests == 0 or skipped or bad:
+    sys.exit(f"litert-torch step: {tests} tests, {skipped} skipped, {bad} failed: the route was not exercised")
+print(f"litert-torch step: {tests} litert-torch tests ran, none skipped")
+EOF
