@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# CI: the ExecuTorch runtime (edgekit/convert/torch_to_executorch.py, the agent's ExecuTorchRunner, the
+# `executorch` extra). executorch 1.5.1 installs beside the main stack without changing any package in it
+# (it adds pandas, hydra-core, omegaconf, ruamel.yaml, pytorch-tokenizers, ... and needs the torchao 0.18 and
+# coremltools 9.0 already there; its binaries link the installed torch 2.13 and resolve every symbol), so it
+# goes into the main venv. This step first asks pip what the extra would change and refuses if it would
+# touch torch, onnx, onnxruntime, tensorflow, coremltools, torchao, numpy or pydantic; then it installs the
+# extra and runs the ExecuTorch tests, failing if any is skipped (a missing runtime must not pass as green).
+# Re-running is cheap: a stamp skips the install when pyproject.toml and this script are unchanged.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash .ci/install.sh
+VENV="$ROOT/.venv"
+STAMP="$VENV/.edgekit-executorch-stamp"
+LOG="$VENV/.edgekit-executorch-install.log"
+WANT="$(cat pyproject.toml .ci/executorch.sh | sha256sum | cut -d' ' -f1)"
+
+if ! { [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; }; then
+  t0=$(date +%s)
+  : > "$LOG"
+  "$VENV/bin/pip" install --disable-pip-version-check --dry-run --quiet --report "$VENV/.executorch-plan.json" \
+    -e ".[executorch]" >>"$LOG" 2>&1 || { tail -40 "$LOG"; echo "executorch step: pip cannot resolve the extra"; exit 1; }
+  "$VENV/bin/python" - "$VENV/.executorch-plan.json" <<'EOF'
+import json, sys
+import importlib.metadata as md
+GUARDED = {"torch", "onnx", "onnxruntime", "tensorflow", "coremltools", "torchao", "numpy", "pydantic"}
+plan = json.load(open(sys.argv[1]))["install"]
+changes = []
+for item in plan:
+    name, new = item["metadata"]["name"].lower(), item["metadata"]["version"]
+    if name in GUARDED:
+        try:
+            old = md.version(name)
+        except md.PackageNotFoundError:
+            old = None
+        changes.append(f"{name} {old} -> {new}")
+if changes:
+    sys.exit("executorch step: the extra would change the main stack (" + "; ".join(changes) + "): "
+             "give it its own venv instead")
+print("executorch step: installs", ", ".join(f"{i['metadata']['name']} {i['metadata']['version']}" for i in plan))
+EOF
+  "$VENV/bin/pip" install --disable-pip-version-check -e ".[executorch]" >>"$LOG" 2>&1 \
+    || { tail -40 "$LOG"; echo "executorch step: pip install failed (log: $LOG)"; exit 1; }
+  echo "executorch step: installed in $(( $(date +%s) - t0 )) s"
+  echo "$WANT" > "$STAMP"
+fi
+"$VENV/bin/python" - <<'EOF'
+import importlib.metadata as md
+from edgekit.convert.torch_to_executorch import available
+assert available(), "executorch does not import in this venv"
+print("executorch step: executorch", md.version("executorch"), "torch", md.version("torch"),
+      "torchao", md.version("torchao"))
+EOF
+
+JUNIT="$VENV/executorch-junit.xml"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/test_convert_executorch.py --junitxml="$JUNIT" "$@"
+"$VENV/bin/python" - "$JUNIT" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+s = ET.parse(sys.argv[1]).getroot()
+s = s if s.tag == "testsuite" else s.find("testsuite")
+tests, skipped = int(s.get("tests")), int(s.get("skipped"))
+bad = int(s.get("failures")) + int(s.get("errors"))
+if tests == 0 or skipped or bad:
+    sys.exit(f"executorch step: {tests} tests, {skipped} skipped, {bad} failed: the runtime was not exercised")
+print(f"executorch step: {tests} ExecuTorch tests ran, none skipped")
+EOF
