@@ -23,8 +23,8 @@ def print_summary(report) -> None:
 
     verdict = "[bold green]PASSED[/]" if report.gate.passed else "[bold red]FAILED[/]"
     dev = report.device
-    out_console.print(f"gate {verdict} - target {report.target}, device {dev.get('name')} "
-                      f"({dev.get('arch')}, {dev.get('cores')} cores)")
+    out_console.print(f"gate {verdict} - target {report.target}, device {dev.name} "
+                      f"({dev.arch}, {dev.cores} cores)")
     t = Table("variant", "format", "prec", "runtime", "size KB", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms",
               "peak MB", "mJ/inf", report.metric_label(), "drop", "max|err|", "top-1 agree", box=None)
     for v in report.variants:
@@ -40,11 +40,12 @@ def print_summary(report) -> None:
                   _f(v.parity and v.parity.top1_agreement, "{:.1%}"))
     out_console.print(t)
     out_console.print(f"  {escape(report.metric_line())}", highlight=False)
-    if report.comparison:
-        from ..report.diff import ReportDiff
-
-        out_console.print(f"compared with {escape(str((report.compared_with or {}).get('path')))}:", highlight=False)
-        print_diff(ReportDiff.model_validate(report.comparison))
+    if report.comparison is not None:
+        cw = report.compared_with
+        out_console.print(f"compared with {escape(str(cw.path if cw else None))}:", highlight=False)
+        if cw is not None and cw.method is not None:
+            out_console.print(f"  release latency judged by: {escape(cw.method_line())}", highlight=False)
+        print_diff(report.comparison)
     for c in report.gate.checks:
         mark = "[green]pass[/]" if c.passed else "[red]FAIL[/]"
         out_console.print(f"  {mark} {escape(c.name)}{escape(f' [{c.variant}]') if c.variant else ''}: "
@@ -76,10 +77,9 @@ def print_diff(d) -> None:
     from ..measure.compare import format_p
 
     t = Table("variant", "metric", "before", "after", "change", "p-value", "verdict", box=None)
-    bad = {"slower", "worse", "larger"}
     for v in d.variants:
         for c in v.changes:
-            style = "red" if c.verdict in bad else ("green" if c.verdict in ("faster", "better", "smaller") else "")
+            style = "red" if c.is_regression else ("green" if c.verdict in ("faster", "better", "smaller") else "")
             verdict = f"[{style}]{escape(c.verdict)}[/]" if style else escape(c.verdict)
             t.add_row(escape(v.variant), c.metric, _f(c.before, "{:.4g}"), _f(c.after, "{:.4g}"),
                       _f(c.change_rel, "{:+.1%}"), format_p(c.p_value), verdict)

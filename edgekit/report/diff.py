@@ -12,64 +12,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
 import numpy as np
-from pydantic import BaseModel, Field
 
 from ..measure.compare import (DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare_summaries, compare_timings, format_p,
                                two_proportion_p)
-from .model import Report, VariantResult
+# The diff's models are the report's ``comparison`` section, so they live in the schema (model.py);
+# they are re-exported here, where they have always been imported from.
+from .model import MetricChange, Report, ReportDiff, ReportIdentity, VariantDiff, VariantResult
 
 
-class MetricChange(BaseModel):
-    metric: str  # latency_p50_ms | latency_p90_ms | latency_p99_ms | accuracy | peak_memory_mb | size_bytes | energy_mj
-    before: float | None = None
-    after: float | None = None
-    change: float | None = None  # after - before
-    change_rel: float | None = None  # (after - before) / before
-    significant: bool | None = None  # None: no significance test applies to this metric
-    p_value: float | None = None
-    ratio_ci95: list[float] | None = None
-    test: str | None = None
-    verdict: str  # e.g. "slower", "faster", "no significant change", "larger", "unchanged", "not measured"
-    message: str
-    worse_by: float | None = None  # accuracy: how much worse ``after`` is, in the metric's direction and units
-
-
-class VariantDiff(BaseModel):
-    variant: str
-    changes: list[MetricChange] = Field(default_factory=list)
-
-    def get(self, metric: str) -> MetricChange | None:
-        return next((c for c in self.changes if c.metric == metric), None)
-
-
-class ReportDiff(BaseModel):
-    """Changes of ``current`` relative to ``baseline`` (the previous report)."""
-
-    baseline: dict[str, Any]
-    current: dict[str, Any]
-    alpha: float
-    min_effect: float
-    variants: list[VariantDiff] = Field(default_factory=list)
-    added: list[str] = Field(default_factory=list)  # variants only in the current report
-    removed: list[str] = Field(default_factory=list)  # variants only in the baseline report
-    warnings: list[str] = Field(default_factory=list)
-
-    def variant(self, name: str) -> VariantDiff | None:
-        return next((v for v in self.variants if v.variant == name), None)
-
-    @property
-    def regressions(self) -> list[tuple[str, MetricChange]]:
-        """(variant, change) pairs that got significantly slower or less accurate or bigger."""
-        bad = {"slower", "worse", "larger"}
-        return [(v.variant, c) for v in self.variants for c in v.changes if c.verdict in bad]
-
-
-def _report_identity(r: Report) -> dict[str, Any]:
-    return {"created_at": r.created_at, "edgekit_version": r.edgekit_version, "target": r.target,
-            "device": r.device.get("name"), "model_sha256": r.model.get("sha256"), "model": r.model.get("source")}
+def _report_identity(r: Report) -> ReportIdentity:
+    return ReportIdentity(created_at=r.created_at, edgekit_version=r.edgekit_version, target=r.target,
+                          device=r.device.name, model_sha256=r.model.get("sha256"), model=r.model.get("source"))
 
 
 def _raw(v: VariantResult) -> np.ndarray | None:
@@ -185,11 +139,11 @@ def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_AL
             d.variants.append(diff_variant(old[name], v, alpha=alpha, min_effect=min_effect))
     if baseline.target != current.target:
         d.warnings.append(f"targets differ ({baseline.target} vs {current.target}): latency is not comparable")
-    if baseline.device.get("name") != current.device.get("name"):
-        d.warnings.append(f"devices differ ({baseline.device.get('name')} vs {current.device.get('name')}): "
+    if baseline.device.name != current.device.name:
+        d.warnings.append(f"devices differ ({baseline.device.name} vs {current.device.name}): "
                           "latency changes may come from the device, not the model")
     for name, v in new.items():
-        reused = (getattr(v, "measurement", None) or {}).get("reused")
+        reused = v.measurement.get("reused")
         if name in old and reused and v.latency_ms and old[name].latency_ms and v.latency_ms.raw == old[name].latency_ms.raw:
             d.warnings.append(f"{name}: this run reused the baseline's own measurement from the measurement cache, so "
                               "latency cannot have changed; pass --remeasure to measure again")
@@ -200,8 +154,8 @@ def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_AL
 
 def render_diff_markdown(d: ReportDiff) -> str:
     b = d.baseline
-    lines = [f"Compared with the report of {b.get('created_at')} (edgekit {b.get('edgekit_version')}, "
-             f"model sha256 `{str(b.get('model_sha256'))[:12]}`); latency threshold {d.min_effect:.0%}, "
+    lines = [f"Compared with the report of {b.created_at} (edgekit {b.edgekit_version}, "
+             f"model sha256 `{str(b.model_sha256)[:12]}`); latency threshold {d.min_effect:.0%}, "
              f"alpha {d.alpha:g}.", "",
              "| variant | metric | before | after | change | significance | verdict |",
              "|---|---|---:|---:|---:|---|---|"]
@@ -211,7 +165,7 @@ def render_diff_markdown(d: ReportDiff) -> str:
             sig = ("n/a" if c.significant is None and c.p_value is None else
                    (f"p={format_p(c.p_value)}" if c.p_value is not None else "CI") + (" (sig.)" if c.significant else ""))
             lines.append(f"| {v.variant} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
-                         f"{'**' + c.verdict + '**' if c.verdict in ('slower', 'worse', 'larger') else c.verdict} |")
+                         f"{'**' + c.verdict + '**' if c.is_regression else c.verdict} |")
     if d.added:
         lines += ["", f"New variants (nothing to compare): {', '.join(d.added)}."]
     if d.removed:
@@ -222,3 +176,7 @@ def render_diff_markdown(d: ReportDiff) -> str:
 
 def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
+
+
+__all__ = ["MetricChange", "ReportDiff", "ReportIdentity", "VariantDiff", "diff_reports", "diff_variant",
+           "render_diff_markdown"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..measure.compare import format_p
-from .model import Report, VariantResult
+from .model import ComparedWith, HopParity, Report, VariantResult
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#222;
@@ -239,15 +239,15 @@ def plot_sustained(r: Report) -> str | None:
     return _svg(fig, "sustained")
 
 
-def parity_hops(v: VariantResult) -> list[tuple[str, dict]]:
+def parity_hops(v: VariantResult) -> list[tuple[str, HopParity]]:
     """(hop, parity) along the variant's chain: each lineage step that measured parity, then the device."""
     hops = []
     for step in v.lineage:
-        par = (step.get("metrics") or {}).get("parity")
-        if isinstance(par, dict) and par.get("max_abs_err") is not None:
-            hops.append((str(step.get("name")), par))
+        par = step.parity
+        if par is not None and par.max_abs_err is not None:
+            hops.append((step.name, par))
     if v.parity is not None:
-        hops.append((f"on device ({v.runtime.name})", v.parity.model_dump()))
+        hops.append((f"on device ({v.runtime.name})", HopParity.model_validate(v.parity.model_dump())))
     return hops
 
 
@@ -267,12 +267,12 @@ def plot_parity(r: Report) -> str | None:
     for i, (v, hops) in enumerate(chains):
         d = dict(hops)
         xs = [j + (i - (len(chains) - 1) / 2) * width for j, n in enumerate(hop_names) if n in d]
-        ys = [max(float(d[n]["max_abs_err"]), floor) for n in hop_names if n in d]
+        ys = [max(float(d[n].max_abs_err), floor) for n in hop_names if n in d]
         ax.bar(xs, ys, width=width, color=_PALETTE[i % len(_PALETTE)], label=v.name)
         for x, n in zip(xs, [n for n in hop_names if n in d]):
-            t1 = d[n].get("top1_agreement")
+            t1 = d[n].top1_agreement
             if t1 is not None:
-                ax.annotate(f"{t1:.0%}", (x, max(float(d[n]["max_abs_err"]), floor)), textcoords="offset points",
+                ax.annotate(f"{t1:.0%}", (x, max(float(d[n].max_abs_err), floor)), textcoords="offset points",
                             xytext=(0, 2), ha="center", fontsize=7)
     ax.set_yscale("log")
     ax.set_xticks(range(len(hop_names)))
@@ -285,13 +285,15 @@ def plot_parity(r: Report) -> str | None:
 
 
 def plot_comparison(r: Report) -> str | None:
-    comp = r.comparison or {}
+    comp = r.comparison
+    if comp is None:
+        return None
     rows = []
-    for vd in comp.get("variants") or []:
-        for c in vd.get("changes") or []:
-            if c.get("metric") == "latency_p50_ms" and c.get("before") and c.get("after"):
-                ci = c.get("ratio_ci95") or [None, None]
-                rows.append((vd["variant"], c["after"] / c["before"], ci, c.get("verdict")))
+    for vd in comp.variants:
+        for c in vd.changes:
+            if c.metric == "latency_p50_ms" and c.before and c.after:
+                ci = c.ratio_ci95 or [None, None]
+                rows.append((vd.variant, c.after / c.before, ci, c.verdict))
     if not rows:
         return None
     fig, ax = _figure((8, 0.9 + 0.6 * len(rows)))
@@ -303,7 +305,7 @@ def plot_comparison(r: Report) -> str | None:
         ax.plot([ratio], [y], "o", color=color)
         ax.annotate(verdict, (ratio, y), textcoords="offset points", xytext=(8, 4), fontsize=8, color=color)
     ax.axvline(1.0, color="black", lw=1)
-    thr = comp.get("min_effect")
+    thr = comp.min_effect
     if thr:
         ax.axvline(1 + thr, color="#a50e0e", lw=1, ls="--", label=f"regression threshold +{thr:.0%}")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -413,31 +415,35 @@ def _checks_table(r: Report) -> str:
 
 def _comparison_section(r: Report) -> str:
     comp = r.comparison
-    if not comp:
+    if comp is None:
         return ""
-    cw = r.compared_with or comp.get("baseline") or {}
-    parts = [f"<h2 id=comparison>Compared with the baseline report</h2><p>Baseline: <code>{_e(cw.get('path'))}</code>, "
-             f"created {_e(cw.get('created_at'))} by edgekit {_e(cw.get('edgekit_version'))}, model sha256 "
-             f"<code>{_e(str(cw.get('model_sha256'))[:12])}</code>. Latency: bootstrap CI of the ratio of medians and "
-             f"Mann-Whitney U at alpha {_e(comp.get('alpha'))}, minimum effect {_f(comp.get('min_effect'), '{:.0%}')}."
+    cw = r.compared_with or ComparedWith.model_validate(comp.baseline.model_dump())
+    parts = [f"<h2 id=comparison>Compared with the baseline report</h2><p>Baseline: <code>{_e(cw.path)}</code>, "
+             f"created {_e(cw.created_at)} by edgekit {_e(cw.edgekit_version)}, model sha256 "
+             f"<code>{_e(str(cw.model_sha256)[:12])}</code>. Latency: bootstrap CI of the ratio of medians and "
+             f"Mann-Whitney U at alpha {_e(comp.alpha)}, minimum effect {_f(comp.min_effect, '{:.0%}')}."
              "</p>"]
+    if cw.method is not None:
+        detail = (f" <code>{_e(json.dumps(cw.method_detail, sort_keys=True, default=str))}</code>"
+                  if cw.method_detail else "")
+        parts.append(f"<p id=latency-method>Release latency judged by: <b>{_e(cw.method_description())}</b>{detail}</p>")
     rows = []
-    for vd in comp.get("variants") or []:
-        for c in vd.get("changes") or []:
-            bad = c.get("verdict") in ("slower", "worse", "larger")
-            rel = c.get("change_rel")
-            rows.append(f"<tr{' class=fail' if bad else ''}><td>{_e(vd.get('variant'))}</td><td>{_e(c.get('metric'))}</td>"
-                        f"<td class=n>{_f(c.get('before'), '{:.4g}')}</td><td class=n>{_f(c.get('after'), '{:.4g}')}</td>"
-                        f"<td class=n>{_f(rel, '{:+.1%}', '')}</td><td class=n>{'' if c.get('p_value') is None else format_p(c.get('p_value'))}</td>"
-                        f"<td{' class=bad' if bad else ''}>{_e(c.get('verdict'))}</td><td>{_e(c.get('message'))}</td></tr>")
+    for vd in comp.variants:
+        for c in vd.changes:
+            bad = c.is_regression
+            rows.append(f"<tr{' class=fail' if bad else ''}><td>{_e(vd.variant)}</td><td>{_e(c.metric)}</td>"
+                        f"<td class=n>{_f(c.before, '{:.4g}')}</td><td class=n>{_f(c.after, '{:.4g}')}</td>"
+                        f"<td class=n>{_f(c.change_rel, '{:+.1%}', '')}</td>"
+                        f"<td class=n>{'' if c.p_value is None else format_p(c.p_value)}</td>"
+                        f"<td{' class=bad' if bad else ''}>{_e(c.verdict)}</td><td>{_e(c.message)}</td></tr>")
     parts.append("<table id=comparison-table><thead><tr><th>variant</th><th>metric</th><th>before</th><th>after</th>"
                  "<th>change</th><th>p-value</th><th>verdict</th><th>detail</th></tr></thead><tbody>"
                  + "".join(rows) + "</tbody></table>")
-    if comp.get("added"):
-        parts.append(f"<p>New variants: {_e(', '.join(comp['added']))}.</p>")
-    if comp.get("removed"):
-        parts.append(f"<p>No longer built: {_e(', '.join(comp['removed']))}.</p>")
-    for w in comp.get("warnings") or []:
+    if comp.added:
+        parts.append(f"<p>New variants: {_e(', '.join(comp.added))}.</p>")
+    if comp.removed:
+        parts.append(f"<p>No longer built: {_e(', '.join(comp.removed))}.</p>")
+    for w in comp.warnings:
         parts.append(f"<p class=bad>warning: {_e(w)}</p>")
     return "".join(parts)
 
@@ -445,25 +451,23 @@ def _comparison_section(r: Report) -> str:
 def _search_section(r: Report) -> str:
     """The variant search (``deploy --search``): what was chosen, by which objective, and every candidate
     with the stage and reason it was dropped at."""
-    search = (r.model_extra or {}).get("search")
-    if not isinstance(search, dict):
+    search = r.search
+    if search is None:
         return ""
-    shipped = search.get("shipped") or {}
-    head = (f"<h2 id=search>Variant search</h2><p>objective <b>{_e(search.get('objective'))}</b> · selected "
-            f"<b>{_e(search.get('selected') or 'nothing')}</b>"
-            + (f" · shipping file <code>{_e(shipped.get('file'))}</code>" if shipped.get("file") else "")
-            + f" · {_f(search.get('seconds'), '{:.0f}')} s of a {_f(search.get('time_budget_s'), '{:.0f}')} s budget</p>")
+    shipped = search.shipped.file if search.shipped else None
+    head = (f"<h2 id=search>Variant search</h2><p>objective <b>{_e(search.objective)}</b> · selected "
+            f"<b>{_e(search.selected or 'nothing')}</b>"
+            + (f" · shipping file <code>{_e(shipped)}</code>" if shipped else "")
+            + f" · {_f(search.seconds, '{:.0f}')} s of a {_f(search.time_budget_s, '{:.0f}')} s budget</p>")
     rows = []
-    for c in search.get("candidates") or []:
-        if not isinstance(c, dict):
-            continue
-        screen = c.get("screening") or {}
-        dropped = c.get("status") == "dropped"
-        rows.append(f"<tr{' class=fail' if dropped else ''}><td>{_e(c.get('name'))}</td><td>{_e(c.get('status'))}</td>"
-                    f"<td>{_e(c.get('dropped_at'))}</td><td>{_e(c.get('format'))}</td><td>{_e(c.get('precision'))}</td>"
-                    f"<td class=n>{_f(c['size_bytes'] / 1024 if c.get('size_bytes') else None, '{:.1f}', '')}</td>"
-                    f"<td class=n>{_f(c.get('host_accuracy'), '{:.2f}', '')}</td>"
-                    f"<td class=n>{_f(screen.get('p50'), '{:.4f}', '')}</td><td>{_e(c.get('reason'))}</td></tr>")
+    for c in search.candidates:
+        p50 = c.screening.p50 if c.screening else None
+        dropped = c.status == "dropped"
+        rows.append(f"<tr{' class=fail' if dropped else ''}><td>{_e(c.name)}</td><td>{_e(c.status)}</td>"
+                    f"<td>{_e(c.dropped_at)}</td><td>{_e(c.format)}</td><td>{_e(c.precision)}</td>"
+                    f"<td class=n>{_f(c.size_bytes / 1024 if c.size_bytes else None, '{:.1f}', '')}</td>"
+                    f"<td class=n>{_f(c.host_accuracy, '{:.2f}', '')}</td>"
+                    f"<td class=n>{_f(p50, '{:.4f}', '')}</td><td>{_e(c.reason)}</td></tr>")
     return (head + "<div class=scroll><table id=search-candidates><thead><tr><th>candidate</th><th>status</th>"
             "<th>dropped at</th><th>format</th><th>precision</th><th>size KB</th><th>host accuracy %</th>"
             "<th>screening p50 ms</th><th>reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
@@ -480,11 +484,10 @@ def _lineage(r: Report) -> str:
     for v in r.variants:
         rows = []
         for i, s in enumerate(v.lineage):
-            metrics = {k: val for k, val in (s.get("metrics") or {}).items()}
-            rows.append(f"<tr><td class=n>{i}</td><td>{_e(s.get('kind'))}</td><td>{_e(s.get('name'))}</td>"
-                        f"<td><code>{_e(json.dumps(s.get('config') or {}, sort_keys=True))}</code></td>"
-                        f"<td><code>{_e(json.dumps(metrics, sort_keys=True, default=str))}</code></td>"
-                        f"<td class=n>{_f(s.get('seconds'), '{:.2f}', '')}</td></tr>")
+            rows.append(f"<tr><td class=n>{i}</td><td>{_e(s.kind)}</td><td>{_e(s.name)}</td>"
+                        f"<td><code>{_e(json.dumps(s.config, sort_keys=True, default=str))}</code></td>"
+                        f"<td><code>{_e(json.dumps(s.metrics, sort_keys=True, default=str))}</code></td>"
+                        f"<td class=n>{_f(s.seconds, '{:.2f}', '')}</td></tr>")
         state = v.device_state or {}
         out.append(f"<details class=lineage open><summary>{_e(v.name)}: {_e(v.format)} {_e(v.precision)}, sha256 "
                    f"<code>{_e(v.sha256[:12])}</code></summary><table><thead><tr><th>#</th><th>kind</th><th>step</th>"
@@ -502,11 +505,11 @@ def render_html(r: Report) -> str:
     fail_list = ("<ul>" + "".join(f"<li>{_e(c.name)}{' [' + _e(c.variant) + ']' if c.variant else ''}: "
                                   f"{_e(c.message)}</li>" for c in failed) + "</ul>") if failed else ""
     dev = r.device
-    header = (f"<p>target <b>{_e(r.target)}</b> · device <b>{_e(dev.get('name'))}</b> ({_e(dev.get('arch'))}, "
-              f"{_e(dev.get('cpu') or 'cpu n/a')}, {_e(dev.get('cores'))} cores, {_e(dev.get('transport'))}) · "
+    header = (f"<p>target <b>{_e(r.target)}</b> · device <b>{_e(dev.name)}</b> ({_e(dev.arch)}, "
+              f"{_e(dev.cpu or 'cpu n/a')}, {_e(dev.cores)} cores, {_e(dev.transport)}) · "
               f"model <code>{_e(r.model.get('source'))}</code> · baseline variant <b>{_e(r.baseline)}</b>"
               + (f" · selected <b>{_e(', '.join(selected))}</b>" if selected else "")
-              + (f" · compared with <code>{_e((r.compared_with or {}).get('path'))}</code>" if r.compared_with else "")
+              + (f" · compared with <code>{_e(r.compared_with.path)}</code>" if r.compared_with else "")
               + f"</p><p id=metric>{_e(r.metric_line())}</p><p class=muted>created {_e(r.created_at)} by edgekit {_e(r.edgekit_version)} · report schema "
               f"{_e(r.schema_version)}</p>")
     warnings = ("<h2>Warnings</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in r.warnings) + "</ul>") if r.warnings else ""
@@ -522,7 +525,7 @@ def render_html(r: Report) -> str:
         _comparison_section(r),
         _search_section(r),
         "<h2 id=plots>Plots</h2>", *_plots(r),
-        "<h2 id=device>Device state</h2>", _kv_table(dev, "device-table"),
+        "<h2 id=device>Device state</h2>", _kv_table(dev.model_dump(mode="json", exclude_none=True), "device-table"),
         "<h2 id=lineage>Lineage of each variant</h2>", _lineage(r),
         warnings,
     ]

@@ -17,11 +17,13 @@ def render_junit(r: Report) -> str:
     suites = ET.Element("testsuites", name="edgekit", tests=str(len(checks)), failures=str(failures), errors="0")
     suite = ET.SubElement(suites, "testsuite", name=f"edgekit.gate.{r.target}", tests=str(len(checks)),
                           failures=str(failures), errors="0", skipped="0", timestamp=r.created_at,
-                          hostname=str(r.device.get("name") or ""))
+                          hostname=r.device.name or "")
     props = ET.SubElement(suite, "properties")
-    for k, v in (("target", r.target), ("device", r.device.get("name")), ("baseline_variant", r.baseline),
+    cw = r.compared_with
+    for k, v in (("target", r.target), ("device", r.device.name), ("baseline_variant", r.baseline),
                  ("model_sha256", r.model.get("sha256")), ("edgekit_version", r.edgekit_version),
-                 ("compared_with", (r.compared_with or {}).get("path")), ("gate_passed", r.gate.passed)):
+                 ("compared_with", cw and cw.path), ("latency_method", cw and cw.method),
+                 ("gate_passed", r.gate.passed)):
         if v is not None:
             ET.SubElement(props, "property", name=k, value=str(v))
     for c in checks:

@@ -35,8 +35,8 @@ def render_markdown(r: Report) -> str:
     lines = [
         f"# edgekit report: {icon} gate {verdict}",
         "",
-        f"- target: `{r.target}`; device: `{dev.get('name')}` ({dev.get('arch')}, {dev.get('cpu') or 'cpu n/a'}, "
-        f"{dev.get('cores')} cores, transport {dev.get('transport')})",
+        f"- target: `{r.target}`; device: `{dev.name}` ({dev.arch}, {dev.cpu or 'cpu n/a'}, "
+        f"{dev.cores} cores, transport {dev.transport})",
         f"- model: `{r.model.get('source')}` (sha256 `{str(r.model.get('sha256'))[:12]}`)",
         f"- baseline variant: `{r.baseline}`; created {r.created_at} by edgekit {r.edgekit_version}",
         f"- {r.metric_line()}",
@@ -61,12 +61,14 @@ def render_markdown(r: Report) -> str:
     for c in r.gate.checks:
         lines.append(f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
                      f"{'pass' if c.passed else '**FAIL**'}: {c.message} |")
-    if r.comparison:
-        from .diff import ReportDiff, render_diff_markdown
+    if r.comparison is not None:
+        from .diff import render_diff_markdown
 
-        lines += ["", "## Compared with the baseline report", "",
-                  f"Baseline: `{(r.compared_with or {}).get('path')}`.",
-                  render_diff_markdown(ReportDiff.model_validate(r.comparison)).rstrip("\n")]
+        cw = r.compared_with
+        lines += ["", "## Compared with the baseline report", "", f"Baseline: `{cw.path if cw else None}`."]
+        if cw is not None and cw.method is not None:
+            lines.append(f"Release latency judged by: {cw.method_line()}.")
+        lines.append(render_diff_markdown(r.comparison).rstrip("\n"))
     lines += _search_section(r) + _parity_section(r) + _outputs_section(r)
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
@@ -78,18 +80,18 @@ def render_markdown(r: Report) -> str:
 
 def _search_section(r: Report) -> list[str]:
     """The variant search (deploy --search): what was chosen, and every candidate with why it was dropped."""
-    srch = getattr(r, "search", None) or (r.model_extra or {}).get("search")
-    if not srch:
+    srch = r.search
+    if srch is None:
         return []
-    shipped = (srch.get("shipped") or {}).get("file")
+    shipped = srch.shipped.file if srch.shipped else None
     out = ["", "## Variant search", "",
-           f"Selected **{srch.get('selected') or 'nothing'}** by {srch.get('objective')} in {srch.get('seconds')} s"
+           f"Selected **{srch.selected or 'nothing'}** by {srch.objective} in {srch.seconds} s"
            + (f"; shipping file `{shipped}`." if shipped else "."), "",
            "| candidate | status | dropped at | screening p50 ms | reason |", "|---|---|---|---:|---|"]
-    for c in srch.get("candidates", []):
-        p50 = (c.get("screening") or {}).get("p50")
-        out.append(f"| {c['name']} | {c['status']} | {c.get('dropped_at') or ''} | {_f(p50, '{:.4f}')} | "
-                   f"{(c.get('reason') or '').replace('|', '/')} |")
+    for c in srch.candidates:
+        p50 = c.screening.p50 if c.screening else None
+        out.append(f"| {c.name} | {c.status} | {c.dropped_at or ''} | {_f(p50, '{:.4f}')} | "
+                   f"{(c.reason or '').replace('|', '/')} |")
     return out
 
 
@@ -98,11 +100,11 @@ def _parity_section(r: Report) -> list[str]:
     rows = []
     for v in r.variants:
         for step in v.lineage:
-            par = (step.get("metrics") or {}).get("parity")
-            if step.get("kind") == "convert" and par:
-                bad = (step.get("metrics") or {}).get("parity_violations") or []
-                rows.append(f"| {v.name} | {step['name']} (host) | {_f(par.get('max_abs_err'), '{:.2e}')} | "
-                            f"{_f(par.get('cosine'), '{:.6f}')} | {_f(par.get('top1_agreement'), '{:.1%}')} | "
+            par = step.parity
+            if step.kind == "convert" and par is not None:
+                bad = step.parity_violations or []
+                rows.append(f"| {v.name} | {step.name} (host) | {_f(par.max_abs_err, '{:.2e}')} | "
+                            f"{_f(par.cosine, '{:.6f}')} | {_f(par.top1_agreement, '{:.1%}')} | "
                             f"{'; '.join(bad) or 'ok'} |")
         if v.parity:
             rows.append(f"| {v.name} | on the device vs {v.parity.reference} | {v.parity.max_abs_err:.2e} | "

@@ -2,6 +2,10 @@
 
 ``schema_version`` is MAJOR.MINOR: a report with the same MAJOR loads (unknown newer fields are
 kept); another MAJOR is refused with a clear message.
+
+Every section is a typed model (``device``, ``search``, ``compared_with``, ``comparison``, each
+variant's ``lineage``); all of them keep unknown fields, so a newer minor version's additions survive
+a load and a write. This module imports no view: ``Report.write`` loads ``write.py`` when called.
 """
 
 from __future__ import annotations
@@ -13,14 +17,44 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import BadInputError
-from ..fsutil import atomic_write_text
 
-SCHEMA_VERSION = "1.2"  # 1.1: energy/sustained/measurement/search/comparison; 1.2: task metrics, per-output parity
+# 1.1: energy/sustained/measurement/search/comparison; 1.2: task metrics, per-output parity;
+# 1.3: typed sections (device, search, compared_with, comparison, lineage steps) written with every declared
+#      field (null when unknown), compared_with.method/method_text/method_detail, Check.ratio_ci95
+SCHEMA_VERSION = "1.3"
 
 
 class _Open(BaseModel):
     # Reports written by newer edgekit versions may carry fields this one does not know: keep them.
-    model_config = ConfigDict(extra="allow")
+    # validate_assignment: a report is assembled in steps (``report.search = {...}``, ``report.comparison =
+    # diff.model_dump()``, ``variant.lineage = [...]``); an assigned dict becomes the typed section too.
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    # --- transitional mapping access ---------------------------------------------------------------
+    # Sections were plain dicts before 1.3 and some callers still read them as such
+    # (``report.device.get("name")``, ``report.search["candidates"]``). New code reads attributes.
+    def get(self, key: str, default: Any = None) -> Any:
+        """``dict.get`` on a section: a declared field or a kept extra; ``default`` when absent or None."""
+        if key in type(self).model_fields:
+            value = getattr(self, key)
+        else:
+            value = (self.__pydantic_extra__ or {}).get(key)
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> Any:
+        if key in type(self).model_fields:
+            return getattr(self, key)
+        extra = self.__pydantic_extra__ or {}
+        if key in extra:
+            return extra[key]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def keys(self) -> list[str]:
+        """The declared fields and kept extras (so ``{**section}`` still works)."""
+        return [*type(self).model_fields, *(self.__pydantic_extra__ or {})]
 
 
 class RuntimeInfo(_Open):
@@ -70,6 +104,55 @@ class Parity(_Open):
     n: int
 
 
+class HopParity(_Open):
+    """A conversion hop's parity as its lineage step records it (``convert/parity.py: ParityResult``);
+    every figure optional, so a hop that measured less still reads."""
+
+    reference: str | None = None
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    cosine: float | None = None
+    top1_agreement: float | None = None
+    n: int | None = None
+    exact_agreement: float | None = None  # integer/bool outputs: fraction of elements equal
+
+
+class LineageStep(_Open):
+    """One step of a variant's lineage as the report keeps it: ``edgekit.artifact.LineageStep`` dumped
+    (that one is frozen and closed; this one keeps fields a newer edgekit adds). ``metrics`` stays
+    free-form: each pass and hop records its own (a convert hop: ``parity``, ``parity_violations``,
+    ``route``...)."""
+
+    kind: str  # source | convert | pass
+    name: str  # e.g. "torch->onnx", "quantize"
+    config: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    input_sha256: str | None = None
+    output_sha256: str | None = None
+    seconds: float | None = None
+
+    @property
+    def parity(self) -> HopParity | None:
+        """The hop's parity against the reference (first output), when it measured one."""
+        raw = self.metrics.get("parity")
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return HopParity.model_validate(raw)
+        except ValidationError:
+            return None
+
+    @property
+    def parity_violations(self) -> list[str] | None:
+        """The tolerance violations of a convert hop ([] = within tolerance); None when not judged."""
+        v = self.metrics.get("parity_violations")
+        return None if v is None else [str(x) for x in v]
+
+    def config_key(self) -> str:
+        """The step's config as a stable string (one hop = name + input + config)."""
+        return repr(sorted(self.config.items()))
+
+
 class VariantResult(_Open):
     name: str
     format: str
@@ -78,7 +161,7 @@ class VariantResult(_Open):
     size_bytes: int
     sha256: str
     artifact_path: str | None = None
-    lineage: list[dict[str, Any]] = Field(default_factory=list)
+    lineage: list[LineageStep] = Field(default_factory=list)
     load_ms: float | None = None
     latency_ms: LatencyMs | None = None
     peak_memory_mb: float | None = None
@@ -115,6 +198,7 @@ class Check(_Open):
     # Set on checks against a baseline report (latency regression): the test's p-value and verdict.
     p_value: float | None = None
     significant: bool | None = None
+    ratio_ci95: list[float] | None = None  # latency regression: 95% CI of the p50 ratio, this / baseline
     skipped: bool = False  # not applicable here (e.g. a latency budget on an emulated device); says why
 
 
@@ -127,21 +211,211 @@ class Gate(_Open):
         return [c for c in self.checks if not c.passed]
 
 
+# --- the device --------------------------------------------------------------------------------------
+class BeforeAfter(_Open):
+    """A reading taken before and after measuring (a temperature, in °C)."""
+
+    before: float | None = None
+    after: float | None = None
+
+
+class DeviceInfo(_Open):
+    """What the report knows about the device: the agent's ``device_facts()`` (arch, os, cpu, cores...),
+    the pipeline's (name, transport, clocks and temperature around the run, the target's arch, emulation)
+    and, over adb, the transport's Android facts."""
+
+    name: str | None = None
+    transport: str | None = None  # local | ssh | adb
+    # from the agent (device_agents/edgekit_agent.py: device_facts)
+    arch: str | None = None
+    os: str | None = None
+    os_release: str | None = None
+    python: str | None = None
+    cpu: str | None = None
+    cores: int | None = None
+    hostname: str | None = None
+    machine_id: str | None = None  # a non-reversible hash; keys the measurement cache
+    # the device state before the first variant and after the last (edgekit.pipeline._device_info)
+    governor: str | None = None
+    frequency_mhz: float | None = None
+    temperature_c: BeforeAfter | None = None
+    loadavg_before: list[float] | None = None
+    target_arch: str | None = None  # the target class's arch (what the device should be)
+    # an emulated device (the arm64 twin): its timings are not the board's
+    emulated: bool | None = None
+    emulation: str | None = None
+    latency_representative: bool | None = None
+    # Android over adb (edgekit.transport.adb: parse_facts): model, SoC, clocks, battery...
+    android: dict[str, Any] | None = None
+    battery_temperature_c: BeforeAfter | None = None
+
+    @property
+    def is_latency_representative(self) -> bool:
+        """False only when the report says the latency is not the real hardware's (an emulated device)."""
+        return self.latency_representative is not False
+
+
+# --- the variant search (deploy --search) ------------------------------------------------------------
+class ShippedFile(_Open):
+    file: str | None = None  # OUT/ship/<variant><suffix>
+    sha256: str | None = None
+
+
+class PassRef(_Open):
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Screening(_Open):
+    """A candidate's short measurement on the device (variant_search/run.py, step 3)."""
+
+    p50: float | None = None
+    ci95: list[float] | None = None
+    accuracy: float | None = None
+    peak_memory_mb: float | None = None
+    energy_mj_per_inference: float | None = None
+
+
+class SearchCandidate(_Open):
+    """One candidate of the search (``Candidate.summary()``): how far it got and why it stopped."""
+
+    name: str
+    status: str | None = None  # baseline | built | dropped | finalist | selected | skipped
+    dropped_at: str | None = None  # the stage: host_accuracy | screening | racing | finals ...
+    reason: str | None = None
+    format: str | None = None
+    precision: str | None = None
+    size_bytes: int | None = None
+    host_accuracy: float | None = None
+    screening: Screening | None = None
+    passes: list[PassRef] | None = None
+
+
+class SearchSection(_Open):
+    objective: str | None = None  # p50 | p99 | energy | size
+    selected: str | None = None  # the variant chosen to ship; None when nothing qualified
+    shipped: ShippedFile | None = None
+    seconds: float | None = None
+    time_budget_s: float | None = None
+    candidates: list[SearchCandidate] = Field(default_factory=list)
+
+
+# --- the comparison with a previous report (deploy --baseline) ---------------------------------------
+class ReportIdentity(_Open):
+    """Which report a comparison side is (diff.py: _report_identity)."""
+
+    created_at: str | None = None
+    edgekit_version: str | None = None
+    target: str | None = None
+    device: str | None = None  # the device's name
+    model_sha256: str | None = None
+    model: str | None = None  # the model's source
+
+
+# How the release gate judged latency against the baseline report (``ComparedWith.method``), in words;
+# the short spellings are the ones release.py records.
+LATENCY_METHODS = {
+    "ab_interleaved": "A/B interleaved re-measurement of the baseline's shipped variant",
+    "ab": "A/B interleaved re-measurement of the baseline's shipped variant",
+    "normalized_by_reference": "each variant's p50 relative to the reference variant measured in the same run",
+    "normalized": "each variant's p50 relative to the reference variant measured in the same run",
+    "direct": "direct comparison of the two runs' raw timings (drift between runs is not removed)",
+}
+
+
+class ComparedWith(ReportIdentity):
+    path: str | None = None
+    sha256: str | None = None
+    # ab_interleaved (ab) | normalized_by_reference (normalized) | direct; None in reports before 1.3
+    method: str | None = None
+    method_text: str | None = None  # the method in words, as the gate that judged it put it
+    method_detail: dict[str, Any] | None = None
+
+    def method_description(self) -> str | None:
+        """The method in words, e.g. "A/B interleaved re-measurement of the baseline's shipped variant"."""
+        if self.method is None:
+            return self.method_text
+        return self.method_text or LATENCY_METHODS.get(self.method, self.method)
+
+    def method_line(self) -> str | None:
+        """The method in words with its scalar details, e.g. "A/B interleaved ... (blocks 6)"."""
+        text = self.method_description()
+        if text is None:
+            return None
+        detail = ", ".join(f"{k} {v}" for k, v in (self.method_detail or {}).items() if not isinstance(v, (dict, list)))
+        return text + (f" ({detail})" if detail else "")
+
+
+class MetricChange(_Open):
+    metric: str  # latency_p50_ms | latency_p90_ms | latency_p99_ms | accuracy | peak_memory_mb | size_bytes | energy_mj
+    before: float | None = None
+    after: float | None = None
+    change: float | None = None  # after - before
+    change_rel: float | None = None  # (after - before) / before
+    significant: bool | None = None  # None: no significance test applies to this metric
+    p_value: float | None = None
+    ratio_ci95: list[float] | None = None
+    test: str | None = None
+    verdict: str  # e.g. "slower", "faster", "no significant change", "larger", "unchanged", "not measured"
+    message: str
+    worse_by: float | None = None  # accuracy: how much worse ``after`` is, in the metric's direction and units
+
+    @property
+    def is_regression(self) -> bool:
+        return self.verdict in REGRESSION_VERDICTS
+
+
+REGRESSION_VERDICTS = frozenset({"slower", "worse", "larger"})
+
+
+class VariantDiff(_Open):
+    variant: str
+    changes: list[MetricChange] = Field(default_factory=list)
+
+    def get(self, metric: str, default: Any = None) -> MetricChange | None:  # type: ignore[override]
+        """The change of ``metric`` (e.g. "latency_p50_ms"), or ``default``."""
+        return next((c for c in self.changes if c.metric == metric), default)
+
+
+class ReportDiff(_Open):
+    """Changes of ``current`` relative to ``baseline`` (the previous report); built by diff.py."""
+
+    baseline: ReportIdentity
+    current: ReportIdentity
+    alpha: float
+    min_effect: float
+    variants: list[VariantDiff] = Field(default_factory=list)
+    added: list[str] = Field(default_factory=list)  # variants only in the current report
+    removed: list[str] = Field(default_factory=list)  # variants only in the baseline report
+    warnings: list[str] = Field(default_factory=list)
+
+    def variant(self, name: str) -> VariantDiff | None:
+        return next((v for v in self.variants if v.variant == name), None)
+
+    @property
+    def regressions(self) -> list[tuple[str, MetricChange]]:
+        """(variant, change) pairs that got significantly slower or less accurate or bigger."""
+        return [(v.variant, c) for v in self.variants for c in v.changes if c.is_regression]
+
+
+# --- the report ----------------------------------------------------------------------------------------
 class Report(_Open):
     schema_version: str = SCHEMA_VERSION
     edgekit_version: str
     created_at: str
     target: str
-    device: dict[str, Any]
-    model: dict[str, Any] = Field(default_factory=dict)
+    device: DeviceInfo
+    model: dict[str, Any] = Field(default_factory=dict)  # source, sha256, format, inputs
     settings: dict[str, Any] = Field(default_factory=dict)
     baseline: str
     variants: list[VariantResult]
     gate: Gate
     warnings: list[str] = Field(default_factory=list)
-    # The previous report this run was compared with (`--baseline`), and the comparison (a ReportDiff).
-    compared_with: dict[str, Any] | None = None
-    comparison: dict[str, Any] | None = None
+    # The previous report this run was compared with (`--baseline`), and the comparison.
+    compared_with: ComparedWith | None = None
+    comparison: ReportDiff | None = None
+    # The variant search (`deploy --search`): the objective, what shipped, every candidate.
+    search: SearchSection | None = None
 
     def metric_label(self) -> str:
         """The metric's column header, e.g. "top1 %", "miou %", "mse", "psnr dB"."""
@@ -172,7 +446,7 @@ class Report(_Open):
                 return v
         raise KeyError(f"no variant {name!r} in report; variants: {[v.name for v in self.variants]}")
 
-    def diff(self, other: "Report", *, alpha: float = 0.05, min_effect: float = 0.10):
+    def diff(self, other: "Report", *, alpha: float = 0.05, min_effect: float = 0.10) -> ReportDiff:
         """What changed in this report relative to ``other`` (e.g. the last release): a ReportDiff."""
         from .diff import diff_reports
 
@@ -206,17 +480,7 @@ class Report(_Open):
                                 f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from exc
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write report.json, report.md, report.html and junit.xml into ``out_dir``, each atomically."""
-        from .html import render_html
-        from .junit import render_junit
-        from .markdown import render_markdown
+        """Write report.json, report.md, report.html and junit.xml into ``out_dir`` (see write.py)."""
+        from .write import write_report
 
-        out = Path(out_dir)
-        paths = {"json": out / "report.json", "md": out / "report.md", "html": out / "report.html",
-                 "junit": out / "junit.xml"}
-        # Render everything before touching the folder, so a rendering bug cannot leave a mix.
-        texts = {"md": render_markdown(self), "html": render_html(self), "junit": render_junit(self),
-                 "json": self.to_json()}
-        for key in ("md", "html", "junit", "json"):  # report.json last: it marks a complete set
-            atomic_write_text(paths[key], texts[key])
-        return paths
+        return write_report(self, out_dir)

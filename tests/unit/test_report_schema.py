@@ -82,3 +82,40 @@ def test_write_renders_everything_before_touching_the_folder(tmp_path, monkeypat
         new.write(tmp_path)
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert after == before  # nothing replaced, no temp files left
+
+
+def test_1_2_report_with_search_and_comparison_loads_typed_and_renders(tmp_path):
+    """A 1.2 report (written by 1.2 code: search as an undeclared extra, comparison and compared_with as
+    dicts) loads into the typed sections, renders, and its newer-than-1.2 fields come back as null."""
+    from edgekit.report.model import ComparedWith, DeviceInfo, LineageStep, ReportDiff, SearchSection
+
+    r = Report.load(FIX / "report-v1.2-search-comparison.json")
+    assert r.schema_version == "1.2"
+    assert isinstance(r.device, DeviceInfo) and r.device.temperature_c.after == 51.5
+    assert isinstance(r.search, SearchSection) and r.search.selected == "int8"
+    assert r.search.shipped.file == "edgekit-out/ship/int8.onnx"
+    cands = {c.name: c for c in r.search.candidates}
+    assert cands["tflite-int8"].dropped_at == "host_accuracy" and cands["int8"].screening.p50 == 0.51
+    assert cands["int8"].passes[0].name == "quantize" and cands["int8-qdq-per-channel"].status == "skipped"
+    assert isinstance(r.comparison, ReportDiff) and r.comparison.variant("int8").get("latency_p50_ms").verdict
+    assert isinstance(r.compared_with, ComparedWith) and r.compared_with.path == "releases/1.2/report.json"
+    assert r.compared_with.method is None  # 1.2 did not record how latency was judged
+    assert isinstance(r.variants[1].lineage[1], LineageStep) and r.variants[1].lineage[1].parity.cosine == 1.0
+    assert "search" not in (r.model_extra or {})  # a declared field now, not an extra
+
+    paths = r.write(tmp_path)
+    md, html = paths["md"].read_text(), paths["html"].read_text()
+    assert "## Variant search" in md and "| tflite-int8 | dropped | host_accuracy |" in md
+    assert "## Compared with the baseline report" in md and "releases/1.2/report.json" in md
+    assert "judged by" not in md  # no method recorded: nothing claimed
+    assert "<table id=search-candidates>" in html and "<table id=comparison-table>" in html
+    back = json.loads(paths["json"].read_text())
+    assert back["search"]["candidates"][2]["reason"].startswith("accuracy 91.2%")
+    assert back["compared_with"]["method"] is None and back["comparison"]["baseline"]["device"] == "lab-pi"
+    assert Report.load(paths["json"]).model_dump() == r.model_dump()  # the round trip is lossless
+
+
+def test_a_new_report_is_written_with_the_current_schema_version(tmp_path):
+    _, new = release_pair()
+    new.write(tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["schema_version"] == SCHEMA_VERSION == "1.3"
