@@ -34,12 +34,12 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
         seen: set[tuple] = set()
         for v in variants:
             for step in v.lineage:
-                violations = (step.get("metrics") or {}).get("parity_violations")
+                violations = step.parity_violations
                 # one check per distinct hop: the same input converted at another precision is another hop
-                key = (step.get("name"), step.get("input_sha256"), repr(sorted((step.get("config") or {}).items())))
-                if step.get("kind") == "convert" and violations is not None and key not in seen:
+                key = (step.name, step.input_sha256, step.config_key())
+                if step.kind == "convert" and violations is not None and key not in seen:
                     seen.add(key)
-                    checks.append(Check(name=f"parity[{step['name']}]", variant=v.name, passed=not violations,
+                    checks.append(Check(name=f"parity[{step.name}]", variant=v.name, passed=not violations,
                                         message="within tolerance" if not violations else "; ".join(violations)))
 
     for v in judged:
