@@ -227,3 +227,24 @@ def default_cache() -> PassCache | None:
     if os.environ.get("EDGEKIT_NO_CACHE", "").strip() not in ("", "0"):
         return None
     return PassCache()
+
+
+def find_by_sha256(sha256: str, suffix: str = "") -> Path | None:
+    """A cached pass output whose content is ``sha256`` (checked again), or None: lets the release
+    gate find the baseline report's model when its run folder is gone."""
+    if os.environ.get("EDGEKIT_NO_CACHE", "").strip() not in ("", "0"):
+        return None
+    root = cache_root()
+    if not root.is_dir():
+        return None
+    for meta_file in root.glob("*/*/meta.json"):
+        try:
+            meta = json.loads(meta_file.read_text())
+            if meta.get("sha256") != sha256 or (suffix and not str(meta.get("file", "")).endswith(suffix)):
+                continue
+            f = meta_file.parent / meta["file"]
+            if f.is_file() and sha256_file(f) == sha256:
+                return f
+        except (OSError, ValueError, KeyError):
+            continue
+    return None

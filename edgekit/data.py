@@ -226,3 +226,24 @@ def check_fits(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
             raise DataError(f"{role} data {ds.path.name}: dtype {x.dtype}, model input '{spec.name}' takes {spec.dtype}",
                             hint=f"cast it: x.astype('{spec.dtype}')")
     return ds
+
+
+def eval_bundle(ds: Dataset, art_dir: Path) -> Path | list[dict[str, Path]]:
+    """The eval set as the agent reads it: a folder's .npy shards as they are (each delivered by
+    content, so an unchanged shard is never re-sent, and the device reads one shard at a time); the
+    user's .npz when it holds only what is needed; else a trimmed copy."""
+    import zipfile
+
+    if ds.shards is not None and ds.sample is None:
+        return [{k: sh[k] for k in ds.x_keys} for sh in ds.shards]
+    if ds.shards is None and ds.sample is None:
+        with zipfile.ZipFile(ds.path) as z:
+            names = {n.removesuffix(".npy") for n in z.namelist()}
+        if names <= set(ds.x_keys) | {ds.y_key}:
+            return ds.path
+    out = Path(art_dir) / "eval-bundle.npz"
+    arrays = {k: x for k, x in zip(ds.x_keys, ds.xs)}
+    if ds.y is not None:
+        arrays[ds.y_key] = ds.y
+    np.savez(out, **arrays)
+    return out

@@ -1,12 +1,22 @@
-"""Requests to and results from the agent (protocol version 2: every eval output comes back)."""
+"""Requests to and results from the agent (protocol version 2: every eval output comes back).
+
+The boundary is typed on both sides: an :class:`AgentRequest` is built once (every measurement
+option folded in) and validated once; the agent's one JSON document is parsed once into an
+:class:`AgentResult` (typed fields, the raw document kept for the measurement cache). A variant the
+agent could not run is an :class:`AgentRunFailed` carrying the agent's error *kind*, so callers never
+match message text to tell a bad candidate from a broken link.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact
 from ..errors import AgentError, DataError, DeviceError
@@ -17,13 +27,78 @@ from .bundle import BundleDeployer
 
 PROTOCOL = 2
 AGENT_TIMEOUT_MARGIN_S = 300.0  # on top of max_seconds: load, warmup and the eval pass
+# Error kinds that belong to the model/variant (another candidate may still run on this device).
+VARIANT_FAULTS = frozenset({"model_load_failed", "inference_failed", "runtime_missing", "bad_request"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnergyRequest(_Strict):
+    sources: list[str] = Field(default_factory=list)
+    external_command: list[str] | None = None
+    sysfs_root: str | None = None
+
+
+class EvalRequest(_Strict):
+    path: str | None = None  # the remote .npz
+    shards: list[dict[str, str]] | None = None  # or remote .npy shards: array name -> path
+    x_keys: list[str]
+    batch_size: int = 64
+
+
+class SustainedRequest(_Strict):
+    seconds: float
+    bin_s: float
+    segment_s: float
+
+
+class AgentRequest(_Strict):
+    """What the agent reads (device_agents/edgekit_agent.py ``measure``)."""
+
+    protocol: int = PROTOCOL
+    variant: str
+    model: str
+    model_sha256: str
+    format: str
+    runtime: str
+    threads: int = 1
+    warmup: int = 10
+    runs: int = 50
+    min_seconds: float = 1.0
+    max_runs: int = 5000
+    max_seconds: float = 120.0
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+    eval: EvalRequest | None = None  # labels stay on the host: the device returns outputs, the host scores
+    outputs_path: str | None = None
+    energy: EnergyRequest = Field(default_factory=EnergyRequest)
+    warmup_mode: Literal["fixed", "auto"] | None = None
+    sustained: SustainedRequest | None = None
+    sysfs_root: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(self.wire(), sort_keys=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON object sent (and hashed by the measurement cache): unset options left out."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @property
+    def timeout_s(self) -> float:
+        return self.max_seconds + AGENT_TIMEOUT_MARGIN_S
 
 
 @dataclass(frozen=True)
-class AgentResult:
-    variant: str
-    doc: dict[str, Any]  # the agent's JSON document, as printed
-    outputs: Any = None  # every eval-set output pulled back from the device (list of arrays) or None
+class MeasureOptions:
+    """The measurement extras beyond the target's measure block (deploy's --warmup-mode,
+    --sustained, --energy-command, max_seconds), checked once by :func:`measure_options`."""
+
+    warmup_mode: str | None = None
+    sustained_seconds: float | None = None
+    energy_command: tuple[str, ...] | None = None
+    max_seconds: float = 120.0
 
 
 def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]:
@@ -36,52 +111,124 @@ def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]
     return ins, outs
 
 
-def build_request(*, variant: str, artifact: Artifact, model_remote: str, source_io, measure: MeasureDefaults,
-                  eval_remote: str | None, x_keys, y_key, outputs_remote: str | None,
-                  energy_sources=(), max_seconds: float = 120.0, runtime: str | None = None) -> dict:
-    ins, outs = tensor_specs(artifact, source_io)
-    return {
-        "protocol": PROTOCOL,
-        "variant": variant,
-        "model": model_remote,
-        "model_sha256": artifact.sha256,
-        "format": artifact.format.value,
-        "runtime": runtime or RUNTIME_FOR_FORMAT[artifact.format],
-        "threads": measure.threads,
-        "warmup": measure.warmup,
-        "runs": measure.runs,
-        "min_seconds": measure.min_seconds,
-        "max_runs": measure.max_runs,
-        "max_seconds": max_seconds,
-        "inputs": ins,
-        "outputs": outs,
-        # labels stay on the host: the device returns outputs, the host scores them
-        "eval": _eval_request(eval_remote, x_keys),
-        "outputs_path": outputs_remote,
-        "energy": {"sources": list(energy_sources)},
-    }
-
-
-def _eval_request(eval_remote, x_keys) -> dict | None:
+def eval_request(eval_remote, x_keys) -> EvalRequest | None:
     """``eval_remote``: the remote .npz, or a list of shards (array name -> remote .npy)."""
     if not eval_remote:
         return None
     if isinstance(eval_remote, str):
-        return {"path": eval_remote, "x_keys": list(x_keys), "batch_size": 64}
-    return {"shards": [{k: sh[k] for k in x_keys} for sh in eval_remote], "x_keys": list(x_keys), "batch_size": 64}
+        return EvalRequest(path=eval_remote, x_keys=list(x_keys))
+    return EvalRequest(shards=[{k: sh[k] for k in x_keys} for sh in eval_remote], x_keys=list(x_keys))
 
 
-def run_request(deployer: BundleDeployer, request: dict, *, timeout: float | None = None) -> AgentResult:
+def build_request(*, variant: str, artifact: Artifact, model_remote: str, source_io, measure: MeasureDefaults,
+                  eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
+                  options: MeasureOptions | None = None, runtime: str | None = None) -> AgentRequest:
+    from ..measure.sustained import request_fields
+
+    o = options or MeasureOptions()
+    ins, outs = tensor_specs(artifact, source_io)
+    sources = list(energy_sources)
+    if o.energy_command and "external_command" not in sources:
+        sources.append("external_command")
+    max_seconds = max(o.max_seconds, o.sustained_seconds or 0.0)  # the host waits for the whole sustained run
+    return AgentRequest(
+        variant=variant, model=model_remote, model_sha256=artifact.sha256, format=artifact.format.value,
+        runtime=runtime or RUNTIME_FOR_FORMAT[artifact.format], threads=measure.threads, warmup=measure.warmup,
+        runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs, max_seconds=max_seconds,
+        inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys), outputs_path=outputs_remote,
+        energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
+        warmup_mode=o.warmup_mode,
+        sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
+    )
+
+
+# --- the agent's answer ---------------------------------------------------------------------------
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class LatencyDoc(_Open):
+    warmup: int
+    runs: int
+    raw: list[float]
+    raw_decimation: int | None = None
+
+
+class RuntimeDoc(_Open):
+    name: str
+    version: str | None = None
+    threads: int | None = None
+    delegate: str | None = None
+
+
+class AgentDoc(_Open):
+    """The agent's JSON document for one measured variant."""
+
+    protocol: int
+    ok: bool
+    agent_version: str | None = None
+    variant: str | None = None
+    device: dict[str, Any] = Field(default_factory=dict)
+    device_state: dict[str, Any] = Field(default_factory=dict)
+    runtime: RuntimeDoc
+    load_ms: float | None = None
+    latency_ms: LatencyDoc
+    sustained: dict[str, Any] | None = None
+    memory: dict[str, Any] = Field(default_factory=dict)
+    energy: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    eval: dict[str, Any] | None = None
+    outputs_path: str | None = None
+
+    def warmup_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in (self.latency_ms.model_extra or {}).items() if k.startswith("warmup_")}
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    variant: str
+    doc: dict[str, Any]  # the agent's JSON document, as printed (what the measurement cache stores)
+    outputs: Any = None  # every eval-set output pulled back from the device (list of arrays) or None
+
+    @property
+    def parsed(self) -> AgentDoc:
+        return parse_result_doc(self.doc, self.variant)
+
+
+def parse_result_doc(doc: dict, variant: str) -> AgentDoc:
+    from pydantic import ValidationError
+
+    try:
+        return AgentDoc.model_validate(doc)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise AgentError(f"the agent's answer for variant '{variant}' is malformed: {'.'.join(map(str, e['loc']))} "
+                         f"{e['msg']}", hint="the agent on the device may be from another edgekit version") from exc
+
+
+class AgentRunFailed(DeviceError):
+    """The agent ran and reported that it could not measure this variant (``kind`` from the agent)."""
+
+    def __init__(self, message: str, *, kind: str, variant: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.kind = kind
+        self.variant = variant
+
+    @property
+    def variant_fault(self) -> bool:
+        """True when the failure belongs to the model (another variant may run on this device)."""
+        return self.kind in VARIANT_FAULTS
+
+
+def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: float | None = None) -> AgentResult:
     """Send one request, run the agent on it, parse its single JSON document, pull its outputs."""
-    import numpy as np
-
     t: Transport = deployer.t
     with tempfile.TemporaryDirectory(prefix="edgekit-req-") as td:
         req_path = Path(td) / "request.json"
-        req_path.write_text(json.dumps(request, sort_keys=True), encoding="utf-8")
+        req_path.write_text(request.to_json(), encoding="utf-8")
         remote_req = deployer.deliver([req_path])[req_path]
-        res = t.run([t.python, deployer.agent, remote_req],
-                    timeout=timeout or request.get("max_seconds", 120.0) + AGENT_TIMEOUT_MARGIN_S)
+        res = t.run([t.python, deployer.agent, remote_req], timeout=timeout or request.timeout_s)
         doc = parse_agent_stdout(res.stdout, res.stderr, res.returncode)
         if not doc.get("ok"):
             err = doc.get("error") or {}
@@ -91,13 +238,15 @@ def run_request(deployer: BundleDeployer, request: dict, *, timeout: float | Non
             hint = None
             if kind == "runtime_missing":
                 hint = "install the runtime on the device (edgekit provisions it from a wheelhouse over SSH)"
-            raise DeviceError(f"agent failed on variant '{request['variant']}' ({kind}): {msg}", hint=hint)
+            raise AgentRunFailed(f"agent failed on variant '{request.variant}' ({kind}): {msg}", kind=kind,
+                                 variant=request.variant, hint=hint)
+        parse_result_doc(doc, request.variant)  # a malformed answer fails here, once
         outputs = None
-        if request.get("outputs_path") and doc.get("outputs_path"):
+        if request.outputs_path and doc.get("outputs_path"):
             local = Path(td) / "outputs.npz"
             t.pull(doc["outputs_path"], local)
             outputs = load_outputs(local)
-    return AgentResult(variant=request["variant"], doc=doc, outputs=outputs)
+    return AgentResult(variant=request.variant, doc=doc, outputs=outputs)
 
 
 def load_outputs(path: Path) -> list:
@@ -126,3 +275,9 @@ def parse_agent_stdout(stdout: str, stderr: str, returncode: int) -> dict:
     if doc.get("protocol") != PROTOCOL:
         raise AgentError(f"agent protocol {doc.get('protocol')} does not match the host's {PROTOCOL}")
     return doc
+
+
+def split_command(cmd: list[str] | str | None) -> tuple[str, ...] | None:
+    if not cmd:
+        return None
+    return tuple(shlex.split(cmd)) if isinstance(cmd, str) else tuple(str(a) for a in cmd)

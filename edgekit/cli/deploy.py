@@ -115,32 +115,27 @@ def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, 
     from ..errors import BadInputError
     from ..variant_search import SearchOptions
     from ..variant_search import search as run_search
-    from ..targets import MeasureDefaults, load_target
 
     if objective not in ("p50", "p99", "energy", "size"):
         raise BadInputError(f"--objective {objective!r} is not one of p50, p99, energy, size")
     if recipe is not None:
         raise BadInputError("--search builds its own candidates; it does not take --recipe",
                             hint="drop --recipe, or drop --search to measure the recipe's variants")
-    spec = load_target(target)
-    m = spec.measure.model_dump()
-    m.update({k: getattr(opts, k) for k in ("warmup", "runs", "min_seconds", "threads") if getattr(opts, k) is not None})
-    sopts = SearchOptions(objective=objective, time_budget_s=time_budget, measure=MeasureDefaults(**m),
-                          remeasure=bool(getattr(opts, "remeasure", False)))
-    from ..metrics import MetricSpec
-
-    metric_spec = MetricSpec(name=opts.metric or "top1", outputs=opts.outputs, postprocess=opts.postprocess)
+    sopts = SearchOptions(objective=objective, time_budget_s=time_budget)
     with progress_display(not as_json) as progress:
         report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
-                            max_accuracy_drop=opts.max_accuracy_drop if opts.max_accuracy_drop is not None else 1.0,
-                            options=sopts, arch=arch, x_key=x_key, y_key=y_key, progress=progress,
-                            baseline_report=opts.baseline_report, metric=metric_spec,
-                            eval_samples=opts.eval_samples)
+                            options=sopts, deploy_options=opts, arch=arch, x_key=x_key, y_key=y_key,
+                            progress=progress)
     if not as_json:
-        sel = report.search.get("selected")
-        out_console.print(f"search: selected {sel or 'nothing'} by {objective} in {report.search['seconds']:.0f} s"
-                          + (f"; shipping file {report.search['shipped']['file']}" if report.search.get("shipped") else ""))
-        for c in report.search["candidates"]:
+        s = report.search
+        sel = s.get("selected") if isinstance(s, dict) else s.selected
+        shipped = s.get("shipped") if isinstance(s, dict) else s.shipped
+        out_console.print(f"search: selected {sel or 'nothing'} by {objective} in "
+                          f"{(s['seconds'] if isinstance(s, dict) else s.seconds):.0f} s"
+                          + (f"; shipping file {shipped['file'] if isinstance(shipped, dict) else shipped.file}"
+                             if shipped else ""))
+        for c in (s["candidates"] if isinstance(s, dict) else s.candidates):
+            c = c if isinstance(c, dict) else c.model_dump()
             if c["status"] == "dropped":
                 out_console.print(f"  dropped {c['name']} at {c['dropped_at']}: {c['reason']}", highlight=False)
     return report

@@ -46,8 +46,9 @@ def device_identity(probe_doc: dict, device_name: str | None, transport_kind: st
             **{k: facts.get(k) for k in ("hostname", "machine_id", "cpu", "arch", "cores", "os", "os_release")}}
 
 
-def measurement_key(request: dict, *, runtime_version: str | None, identity: dict, agent: dict) -> str:
-    req = {k: v for k, v in request.items() if k != "variant"}  # the name does not change a number
+def measurement_key(request: Any, *, runtime_version: str | None, identity: dict, agent: dict) -> str:
+    wire = request.wire() if hasattr(request, "wire") else dict(request)
+    req = {k: v for k, v in wire.items() if k != "variant"}  # the name does not change a number
     doc = {"format": FORMAT, "request": req, "runtime_version": runtime_version, "device": identity, "agent": agent}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -138,21 +139,21 @@ class DeviceMeasurements:
             self._probe = doc
         return self._probe
 
-    def key(self, request: dict) -> str:
+    def key(self, request) -> str:
         from ..agent.bundle import agent_source
         from ..fsutil import sha256_file
 
         probe = self._probe_doc()
-        runtime_version = (probe.get("runtimes") or {}).get(request.get("runtime"))
+        runtime_version = (probe.get("runtimes") or {}).get(request.runtime)
         identity = device_identity(probe, self.device_name, self.deployer.t.kind)
         agent = {"version": probe.get("agent_version"), "sha256": sha256_file(agent_source())}
         return measurement_key(request, runtime_version=runtime_version, identity=identity, agent=agent)
 
-    def measure(self, request: dict, run: Callable[[], Any]):
+    def measure(self, request, run: Callable[[], Any]):
         """``run()`` (-> AgentResult) unless a valid cached result exists; returns an AgentResult."""
         from ..agent.protocol import AgentResult
 
-        name = request["variant"]
+        name = request.variant
         if self.cache is None:
             self.info[name] = {"reused": False, "cache": "off"}
             return run()

@@ -7,7 +7,6 @@ import shlex
 from typing import Any
 
 from ..errors import BadInputError
-from .sustained import request_fields
 
 WARMUP_MODES = ("fixed", "auto")
 
@@ -30,22 +29,12 @@ def check_measure_options(opts: Any) -> None:
                                 hint="quote it like a shell command line") from exc
 
 
-def apply_measure_options(req: dict, opts: Any) -> dict:
-    """Add the deploy options' measurement extras to an agent request (in place; returned)."""
+def measure_options(opts: Any):
+    """The deploy options' measurement extras, checked once, as the request builder takes them."""
+    from ..agent.protocol import MeasureOptions, split_command
+
     check_measure_options(opts)
-    mode = getattr(opts, "warmup_mode", None)
-    if mode is not None:
-        req["warmup_mode"] = mode
-    seconds = getattr(opts, "sustained_seconds", None)
-    if seconds is not None:
-        req["sustained"] = request_fields(seconds)
-        # the host waits max_seconds (+ a margin) for the agent: cover the whole sustained run
-        req["max_seconds"] = max(float(req.get("max_seconds") or 0), float(seconds))
-    cmd = getattr(opts, "energy_command", None)
-    if cmd:
-        argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
-        energy = req.setdefault("energy", {})
-        energy["external_command"] = argv
-        if "external_command" not in (energy.get("sources") or []):
-            energy["sources"] = [*(energy.get("sources") or []), "external_command"]
-    return req
+    return MeasureOptions(warmup_mode=getattr(opts, "warmup_mode", None),
+                          sustained_seconds=getattr(opts, "sustained_seconds", None),
+                          energy_command=split_command(getattr(opts, "energy_command", None)),
+                          max_seconds=float(getattr(opts, "max_seconds", None) or 120.0))

@@ -17,8 +17,6 @@ The chosen file is written to ``out/ship/`` with its lineage; the report lists e
 
 from __future__ import annotations
 
-import datetime as _dt
-import importlib.util
 import json
 import shutil
 import time
@@ -26,25 +24,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import __version__
-from ..agent.bundle import BundleDeployer, agent_source
-from ..agent.protocol import build_request, run_request
 from ..artifact import Artifact
-from ..data import check_fits, load_npz
+from ..device_session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
-from ..formats import Format
-from ..fsutil import atomic_path, atomic_write_text, ensure_writable_dir
+from ..fsutil import atomic_path, atomic_write_text
+from ..options import DeployOptions, refused_by_search
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
+from ..prepare import PreparedRun, prepare_run, target_spec
 from ..recipe import Recipe, VariantSpec
 from ..report.gate import evaluate_gate
 from ..report.model import Check, Gate, Report, VariantResult
-from ..source import load_source
-from ..targets import MeasureDefaults, load_target
+from ..targets import MeasureDefaults
 from .candidates import candidate_variants
 from .racing import clearly_slower, race_entry
 
 Objective = Literal["p50", "p99", "energy", "size"]
+BASE = "fp32"
 
 
 @dataclass
@@ -56,8 +52,8 @@ class SearchOptions:
     host_filter: bool = True
     host_slack: float = 0.5  # accuracy points of leeway for host-vs-device differences
     candidates: list[VariantSpec] | None = None  # None = every candidate the target can run
-    remeasure: bool = False  # False: reuse measurements from the cache (same model, settings, device, agent)
-    measure: MeasureDefaults | None = None  # final measurement settings (None = the target's)
+    remeasure: bool = False  # kept for callers; the same as DeployOptions.remeasure
+    measure: MeasureDefaults | None = None  # final measurement settings (None = the target's with the options')
 
 
 @dataclass
@@ -69,6 +65,11 @@ class Candidate:
     artifact: Artifact | None = None
     host_accuracy: float | None = None
     screening: dict[str, Any] = field(default_factory=dict)
+    build_seconds: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     def drop(self, stage: str, reason: str) -> None:
         self.status, self.stage, self.reason = "dropped", stage, reason
@@ -79,7 +80,7 @@ class Candidate:
                 "dropped_at": self.stage if self.status == "dropped" else None, "reason": self.reason,
                 "format": a.format.value if a else None, "precision": a.precision if a else None,
                 "size_bytes": a.size_bytes if a else None, "host_accuracy": self.host_accuracy,
-                "screening": self.screening or None}
+                "build_seconds": self.build_seconds, "screening": self.screening or None}
 
 
 def _objective_value(v: VariantResult, objective: Objective) -> float | None:
@@ -93,28 +94,139 @@ def _objective_value(v: VariantResult, objective: Objective) -> float | None:
 
 
 def _load_agent_module():
-    spec = importlib.util.spec_from_file_location("edgekit_agent_host", agent_source())
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    try:
+        from ..agent.inprocess import load_agent
+    except ImportError:  # pragma: no cover - older layout
+        import importlib.util
+
+        from ..agent.bundle import agent_source
+
+        spec = importlib.util.spec_from_file_location("edgekit_agent_host", agent_source())
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        return mod
+    return load_agent()
 
 
-def _host_accuracy(agent, art: Artifact, source_io, eval_ds, eval_file, plan, workdir: Path) -> float | None:
+def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
+           device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float | None = None,
+           options: SearchOptions | None = None, deploy_options: DeployOptions | None = None,
+           example_inputs: tuple | None = None, arch: str | None = None, x_key: str | tuple[str, ...] = "x",
+           y_key: str = "y", transport=None, progress=None, baseline_report: str | Path | None = None, metric=None,
+           eval_samples: int | None = None) -> Report:
+    """Build, screen, race and measure every candidate; ship the best inside the gate.
+
+    ``deploy_options`` carries every deploy option (gate, budgets, measurement, lock, cache,
+    baseline report); the keyword arguments ``max_accuracy_drop``, ``baseline_report``, ``metric``
+    (a name or MetricSpec) and ``eval_samples`` are shorthands for the same fields."""
+    sopts = options or SearchOptions()
+    opts, recipe = _options(deploy_options, sopts, max_accuracy_drop, baseline_report, metric, eval_samples)
+    progress = progress or (lambda _m: None)
+    spec = target_spec(target)
+    run = prepare_run(model, eval_data=eval_data, target=spec, recipe=recipe, opts=opts, calib_data=calib_data,
+                      out=out, example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
+    if sopts.measure is not None:
+        run.measure = sopts.measure
+    deadline = run.started + sopts.time_budget_s
+    specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
+        candidate_variants(spec, has_calib=run.calib_ds is not None)
+    cands = [Candidate(s) for s in specs]
+    _build(run, cands, deadline, progress)
+    _host_filter(run, cands, sopts, progress)
+
+    from ..pipeline import run_settings
+
+    final_settings = run_settings(run, opts)
+    screen_settings = _screening(final_settings, sopts)
+    with DeviceSession(spec, device, source_io=run.source.artifact.io, plan=run.plan, transport=transport,
+                       lock_wait=opts.lock_wait, lock_timeout=opts.lock_timeout, remeasure=opts.remeasure,
+                       progress=progress) as session:
+        session.use_eval(run.eval_ds, run.art_dir)
+        session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
+        base_screen = _screen(session, run, cands, screen_settings, sopts, deadline, progress)
+        final = _finals(session, run, cands, final_settings, deadline, progress)
+        chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
+        release = None
+        if chosen is not None and run.previous is not None:
+            from ..pipeline import _judge_release
+
+            release = _judge_release(session, run, final, [chosen.name], final_settings, opts, progress)
+    ship = _write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
+    section = {"objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
+               "seconds": round(time.perf_counter() - run.started, 2), "time_budget_s": sopts.time_budget_s,
+               "candidates": [{"name": BASE, "status": "selected" if chosen and chosen.name == BASE else "baseline",
+                               "format": run.fp32.format.value, "precision": "fp32", "size_bytes": run.fp32.size_bytes,
+                               "screening": {"p50": base_screen.latency_ms.p50, "ci95": base_screen.latency_ms.ci95}}]
+                             + [c.summary() for c in cands]
+                             + [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]}
+    ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
+    from ..report.assemble import assemble_report
+
+    report = assemble_report(run, ordered, session, baseline=BASE, warnings=list(opts.extra_warnings),
+                             judged=[chosen.name] if chosen else None, gate=nogate, search=section, release=release,
+                             settings={"screening": screen_settings.measure.model_dump()})
+    report.write(run.out_dir)
+    return report
+
+
+def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_report, metric, eval_samples):
+    from dataclasses import replace
+
+    opts = replace(deploy_options) if deploy_options is not None else DeployOptions()
+    if max_accuracy_drop is not None:
+        opts.max_accuracy_drop = max_accuracy_drop
+    if baseline_report is not None:
+        opts.baseline_report = baseline_report
+    if eval_samples is not None:
+        opts.eval_samples = eval_samples
+    opts.remeasure = opts.remeasure or sopts.remeasure
+    refused_by_search(opts)
+    recipe = Recipe(baseline=BASE)
+    if metric is not None:
+        from ..metrics import MetricSpec
+
+        ms = MetricSpec(name=metric) if isinstance(metric, str) else metric
+        recipe = Recipe(baseline=BASE, metric=ms)
+    return opts, recipe
+
+
+def _build(run: PreparedRun, cands: list[Candidate], deadline: float, progress) -> None:
+    """Every candidate's passes (through the pass cache); a failed build drops only that candidate."""
+    ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds,
+                      extras={"source": run.source, "metric_plan": run.plan})
+    for c in cands:
+        if time.perf_counter() > deadline:
+            c.drop("build", "time budget exhausted before this candidate was built")
+            continue
+        progress(f"building candidate {c.name}")
+        started = time.perf_counter()
+        try:
+            art = run.fp32
+            for i, step in enumerate(c.spec.passes):
+                p, stem = get_pass(step.name), f"{c.name}-{i}-{step.name}"
+                art = run.cache.run(p, art, step.config, ctx, stem) if run.cache else p(art, step.config, ctx, out_name=stem)
+            c.artifact, c.status = art, "built"
+        except EdgekitError as exc:
+            c.drop("build", f"build failed: {exc.message}")
+        c.build_seconds = round(time.perf_counter() - started, 3)
+
+
+def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float | None:
     """The metric with the candidate's runtime on this host, through the agent's own code."""
-    from ..agent.protocol import load_outputs
+    from ..agent.protocol import build_request, load_outputs
     from ..formats import RUNTIME_FOR_FORMAT
 
     if RUNTIME_FOR_FORMAT.get(art.format) not in agent.RUNNERS:
         return None
-    out = workdir / f".host-{art.sha256[:12]}.npz"
-    req = build_request(variant="host", artifact=art, model_remote=str(art.path), source_io=source_io,
+    out = run.art_dir / f".host-{art.sha256[:12]}.npz"
+    req = build_request(variant="host", artifact=art, model_remote=str(art.path), source_io=run.source.artifact.io,
                         measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0),
                         eval_remote=str(eval_file) if isinstance(eval_file, Path) else
                         [{k: str(f) for k, f in sh.items()} for sh in eval_file],
-                        x_keys=eval_ds.x_keys, y_key=eval_ds.y_key, outputs_remote=str(out))
+                        x_keys=run.eval_ds.x_keys, outputs_remote=str(out))
     try:
-        agent.measure(req)
-        return plan.score(load_outputs(out)).value
+        agent.measure(req.wire())
+        return run.plan.score(load_outputs(out)).value
     except agent.AgentFailure as exc:
         if exc.kind == "runtime_missing":
             return None
@@ -123,226 +235,150 @@ def _host_accuracy(agent, art: Artifact, source_io, eval_ds, eval_file, plan, wo
         out.unlink(missing_ok=True)
 
 
-def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
-           device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float = 1.0,
-           options: SearchOptions | None = None, example_inputs: tuple | None = None, arch: str | None = None,
-           x_key: str | tuple[str, ...] = "x", y_key: str = "y", transport=None, progress=None,
-           baseline_report: str | Path | None = None, metric=None, eval_samples: int | None = None) -> Report:
-    """``metric``: a MetricSpec (or a metric name) scoring the eval pass; default top1 on the first output."""
-    from ..metrics import MetricSpec
-    from ..metrics.evaluate import eval_plan, score_drops
-    from ..pipeline import (DeployOptions, _device_info, _emulation, _eval_bundle_file, _metric_settings,
-                            _variant_result, eval_files, eval_remote, open_transport, resolve_gate)
+def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions, progress) -> None:
+    """Drop candidates whose accuracy with the same runtime on this host is already far outside."""
+    if not sopts.host_filter:
+        return
+    from ..data import eval_bundle
 
-    opts = options or SearchOptions()
-    progress = progress or (lambda _m: None)
-    started = time.perf_counter()
-    deadline = started + opts.time_budget_s
-    if not 0 <= max_accuracy_drop <= 100:
-        raise BadInputError(f"--max-accuracy-drop {max_accuracy_drop} is outside 0..100 (accuracy points)")
-
-    spec = load_target(target)
-    out_dir = ensure_writable_dir(out)
-    previous = Report.load(baseline_report) if baseline_report is not None else None
-    metric_spec = MetricSpec(name=metric) if isinstance(metric, str) else metric
-    from ..metrics import resolve_metric
-
-    resolve_metric(metric_spec)  # an unknown metric fails before any work
-    from ..data import take_subset
-
-    eval_ds = take_subset(load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval"),
-                          eval_samples)
-    calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
-    art_dir = out_dir / "artifacts"
-    art_dir.mkdir(exist_ok=True)
-    recipe = Recipe(gate={"max_accuracy_drop": max_accuracy_drop})
-    gate_cfg = resolve_gate(spec, recipe, DeployOptions())
-    measure = opts.measure or spec.measure
-    screen = MeasureDefaults(**{**measure.model_dump(), "runs": min(opts.screening_runs, measure.runs),
-                                "min_seconds": 0.0, "max_runs": min(opts.screening_runs, measure.runs)})
-
-    # --- 1. build -------------------------------------------------------------------------------
-    progress("loading the model")
-    source = load_source(model, example_inputs=example_inputs or tuple(x[0:1] for x in eval_ds.xs), arch=arch,
-                         workdir=art_dir)
-    eval_ds = check_fits(eval_ds, source.artifact.io, "eval")
-    if calib_ds is not None:
-        calib_ds = check_fits(calib_ds, source.artifact.io, "calib")
-    progress("computing reference outputs (and checking the metric fits them)")
-    plan = eval_plan(metric_spec, source, eval_ds)
-    if source.artifact.format == Format.TORCH:
-        from ..convert.torch_to_onnx import export_onnx
-
-        progress("exporting to ONNX")
-        fp32 = export_onnx(source, art_dir / "fp32.onnx", list(eval_ds.xs))
-    else:
-        fp32 = source.artifact
-    specs, skipped = (opts.candidates, []) if opts.candidates is not None else \
-        candidate_variants(spec, has_calib=calib_ds is not None)
-    cands = [Candidate(s) for s in specs]
-    skipped_summ = [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]
-    ctx = PassContext(workdir=art_dir, calib=calib_ds, eval=eval_ds, extras={"source": source, "metric_plan": plan})
-    for c in cands:
-        if time.perf_counter() > deadline:
-            c.drop("build", "time budget exhausted before this candidate was built")
-            continue
-        progress(f"building candidate {c.spec.name}")
-        try:
-            art = fp32
-            for i, step in enumerate(c.spec.passes):
-                art = get_pass(step.name)(art, step.config, ctx, out_name=f"{c.spec.name}-{i}-{step.name}")
-            c.artifact, c.status = art, "built"
-        except EdgekitError as exc:
-            c.drop("build", f"build failed: {exc.message}")
-
-    # --- 2. host filter -------------------------------------------------------------------------
     agent = _load_agent_module()
-    eval_file = _eval_bundle_file(eval_ds, art_dir)  # what the device (and the host check) reads
-    score_metric = plan.metric
-    base_host = _host_accuracy(agent, fp32, source.artifact.io, eval_ds, eval_file, plan, art_dir) if opts.host_filter else None
-    if opts.host_filter and base_host is not None:
-        for c in [c for c in cands if c.status == "built"]:
-            progress(f"host {score_metric.label()} of {c.spec.name}")
-            try:
-                c.host_accuracy = _host_accuracy(agent, c.artifact, source.artifact.io, eval_ds, eval_file, plan, art_dir)
-            except Exception as exc:  # a candidate that cannot run on the host is measured on the device
-                c.reason = f"host check skipped: {str(exc)[:200]}"
-                continue
-            if c.host_accuracy is not None and score_metric.worse_by(base_host, c.host_accuracy) > max_accuracy_drop + opts.host_slack:
-                c.drop("host", f"host {score_metric.label()} {c.host_accuracy:.4g} vs fp32 {base_host:.4g}: worse by "
-                               f"{score_metric.worse_by(base_host, c.host_accuracy):.4g} > tolerance {max_accuracy_drop:g} "
-                               f"(+{opts.host_slack:g} slack)")
+    eval_file = eval_bundle(run.eval_ds, run.art_dir)
+    base = _host_accuracy(agent, run, run.fp32, eval_file)
+    if base is None:
+        return
+    metric = run.plan.metric
+    tol = run.gate.max_accuracy_drop * (abs(base) / 100.0 if run.gate.relative_accuracy_drop else 1.0)
+    for c in [c for c in cands if c.status == "built"]:
+        progress(f"host {metric.label()} of {c.name}")
+        try:
+            c.host_accuracy = _host_accuracy(agent, run, c.artifact, eval_file)
+        except Exception as exc:  # a candidate that cannot run on the host is measured on the device
+            c.reason = f"host check skipped: {str(exc)[:200]}"
+            continue
+        if c.host_accuracy is not None and metric.worse_by(base, c.host_accuracy) > tol + sopts.host_slack:
+            c.drop("host", f"host {metric.label()} {c.host_accuracy:.4g} vs fp32 {base:.4g}: worse by "
+                           f"{metric.worse_by(base, c.host_accuracy):.4g} > tolerance {tol:g} (+{sopts.host_slack:g} slack)")
 
-    # --- 3/4. device: screening, racing, finals -------------------------------------------------
-    own = transport is None
-    t = transport or open_transport(spec, device)
-    final: dict[str, VariantResult] = {}
-    docs: dict[str, dict] = {}
-    final_outputs: dict[str, list] = {}
-    try:
-        deployer = BundleDeployer(t)
-        from ..measure.cache import open_device_measurements
 
-        measurements = open_device_measurements(deployer, device_name=device, remeasure=opts.remeasure)
-        alive = [c for c in cands if c.status == "built"]
-        remotes = deployer.deliver([*eval_files(eval_file), fp32.path, *{c.artifact.path for c in alive}])
+def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
+    """A short measurement: few runs, no minimum time, no sustained run (that is for the finals)."""
+    m = final.measure
+    runs = min(sopts.screening_runs, m.runs)
+    from dataclasses import replace
 
-        def measure_one(name: str, art: Artifact, m: MeasureDefaults) -> VariantResult:
-            req = build_request(variant=name, artifact=art, model_remote=remotes[art.path],
-                                source_io=source.artifact.io, measure=m, eval_remote=eval_remote(eval_file, remotes),
-                                x_keys=eval_ds.x_keys, y_key=eval_ds.y_key,
-                                outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
-                                energy_sources=spec.energy_sources)
-            res = measurements.measure(req, lambda: run_request(deployer, req))
-            docs[name] = res.doc
-            if m is measure and res.outputs is not None:
-                final_outputs[name] = res.outputs
-            return _variant_result(name, art, res, plan)
+    return final.but(measure=MeasureDefaults(**{**m.model_dump(), "runs": runs, "min_seconds": 0.0, "max_runs": runs}),
+                     options=replace(final.options, sustained_seconds=None), benchmark_binary=None)
 
-        progress("screening the fp32 baseline on the device")
-        base_screen = measure_one("fp32", fp32, screen)
-        base_acc = base_screen.accuracy.value if base_screen.accuracy else None
-        entries = [race_entry("fp32", base_screen.latency_ms.raw or [])] if opts.objective in ("p50", "p99") else []
-        for c in alive:
-            if time.perf_counter() > deadline:
-                c.drop("screening", "time budget exhausted before screening")
-                continue
-            progress(f"screening {c.spec.name} on the device ({opts.screening_runs} runs)")
-            try:
-                r = measure_one(c.spec.name, c.artifact, screen)
-            except EdgekitError as exc:
-                if exc.exit_code == 3 and "agent failed" not in exc.message:
-                    raise  # the device or the link failed: not this candidate's fault
-                c.drop("screening", f"failed on the device: {exc.message}")
-                continue
-            acc = r.accuracy.value if r.accuracy else None
-            c.screening = {"p50": r.latency_ms.p50, "ci95": r.latency_ms.ci95, "accuracy": acc,
-                           "peak_memory_mb": r.peak_memory_mb, "energy_mj_per_inference": r.energy_mj_per_inference}
-            if acc is None or base_acc is None or score_metric.worse_by(base_acc, acc) > max_accuracy_drop + 1e-9:
-                c.drop("screening", f"device {score_metric.label()} {acc} vs fp32 {base_acc}: outside the "
-                                    f"{max_accuracy_drop:g} tolerance ({score_metric.direction} is better)")
-                continue
-            if gate_cfg.peak_memory_mb is not None and r.peak_memory_mb and r.peak_memory_mb > gate_cfg.peak_memory_mb:
-                c.drop("screening", f"peak memory {r.peak_memory_mb:.1f} MB > budget {gate_cfg.peak_memory_mb:g} MB")
-                continue
-            if opts.objective in ("p50", "p99"):
-                entries.append(race_entry(c.spec.name, r.latency_ms.raw or []))
-        for name, why in clearly_slower(entries, opts.race_margin).items():
-            if name != "fp32":  # the baseline is measured in the finals anyway: it is the reference
-                next(c for c in cands if c.spec.name == name).drop("racing", why)
 
-        progress("final measurement of the fp32 baseline")
-        final["fp32"] = measure_one("fp32", fp32, measure)
-        for c in [c for c in cands if c.status == "built"]:
-            progress(f"final measurement of {c.spec.name}")
-            final[c.spec.name] = measure_one(c.spec.name, c.artifact, measure)
-            c.status = "finalist"
-    finally:
-        if own:
-            t.close()
+_WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "over the memory budget",
+        "latency_p50_budget": "over the p50 latency budget", "latency_p90_budget": "over the p90 latency budget",
+        "model_size_budget": "over the model size budget", "min_speedup": "below the minimum speed-up"}
 
-    # --- 5. select -----------------------------------------------------------------------------
-    base = final["fp32"]
-    stat_warnings = score_drops(list(final.values()), final_outputs, plan, "fp32", tolerance=max_accuracy_drop)
-    for v in final.values():
-        if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
-            v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
-    # the fp32 baseline may ship too: when nothing compressed beats it, it is the honest answer
-    finalists = [v for n, v in final.items() if v.accuracy_drop is not None and v.accuracy_drop <= max_accuracy_drop + 1e-9]
-    for v in final.values():
-        if v.name != "fp32" and v not in finalists:
-            c = next(c for c in cands if c.spec.name == v.name)
-            c.drop("finals", f"final {score_metric.label()} worse by {v.accuracy_drop} > {max_accuracy_drop:g}")
-    if opts.objective == "energy" and finalists and all(v.energy_mj_per_inference is None for v in finalists):
+
+def _reasons(failed) -> str:
+    return "; ".join(f"{_WHY.get(f.name, f.name)}: {f.message}" for f in failed)
+
+
+def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[str] | None, representative: bool):
+    """The gate's failed checks for ``cand`` against ``base`` (the same checks deploy's gate makes)."""
+    from ..report.assemble import score
+
+    score({BASE: base, cand.name: cand}, run.plan, BASE, run.gate)
+    g = evaluate_gate([base.result, cand.result], BASE, run.gate, judged=[cand.name],
+                      latency_representative=representative)
+    return [c for c in g.checks if not c.passed and (names is None or c.name in names)]
+
+
+def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings, sopts: SearchOptions,
+            deadline: float, progress) -> VariantResult:
+    """Short measurement of the baseline and every survivor; drops on accuracy, memory, racing."""
+    progress("screening the fp32 baseline on the device")
+    base = session.measure(BASE, run.fp32, settings)
+    if isinstance(base, MeasureFailure):
+        raise base.error()
+    latency = sopts.objective in ("p50", "p99")
+    entries = [race_entry(BASE, base.result.latency_ms.raw or [])] if latency else []
+    for c in [c for c in cands if c.status == "built"]:
+        if time.perf_counter() > deadline:
+            c.drop("screening", "time budget exhausted before screening")
+            continue
+        progress(f"screening {c.name} on the device ({settings.measure.runs} runs)")
+        r = session.measure(c.name, c.artifact, settings)
+        if isinstance(r, MeasureFailure):
+            c.drop("screening", f"failed on the device ({r.kind}): {r.message}")
+            continue
+        v = r.result
+        failed = _failed_checks(run, base, r, {"accuracy_drop", "peak_memory_budget"}, session.emulation is None)
+        c.screening = {"p50": v.latency_ms.p50, "ci95": v.latency_ms.ci95,
+                       "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
+                       "peak_memory_mb": v.peak_memory_mb, "energy_mj_per_inference": v.energy_mj_per_inference}
+        if failed:
+            c.drop("screening", _reasons(failed))
+            continue
+        if latency:
+            entries.append(race_entry(c.name, v.latency_ms.raw or []))
+    for name, why in clearly_slower(entries, sopts.race_margin).items():
+        if name != BASE:  # the baseline is measured in the finals anyway: it is the reference
+            next(c for c in cands if c.name == name).drop("racing", why)
+    return base.result
+
+
+def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings, deadline: float,
+            progress) -> dict[str, Measured]:
+    progress("final measurement of the fp32 baseline")
+    base = session.measure(BASE, run.fp32, settings)
+    if isinstance(base, MeasureFailure):
+        raise base.error()
+    final = {BASE: base}
+    for c in [c for c in cands if c.status == "built"]:
+        if time.perf_counter() > deadline:
+            c.drop("finals", "time budget exhausted before the final measurement")
+            continue
+        progress(f"final measurement of {c.name}")
+        r = session.measure(c.name, c.artifact, settings)
+        if isinstance(r, MeasureFailure):
+            c.drop("finals", f"failed on the device ({r.kind}): {r.message}")
+            continue
+        final[c.name] = r
+        c.status = "finalist"
+    return final
+
+
+def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate], sopts: SearchOptions,
+            representative: bool):
+    """The finalists that pass the gate (every check deploy's gate makes), then the best by the
+    objective. fp32 may ship too: when nothing compressed beats it, it is the honest answer."""
+    from ..report.assemble import score
+
+    score(final, run.plan, BASE, run.gate)
+    base = final[BASE].result
+    qualified = [base]
+    for name, m in final.items():
+        if name == BASE:
+            continue
+        g = evaluate_gate([base, m.result], BASE, run.gate, judged=[name], latency_representative=representative)
+        failed = [c for c in g.checks if not c.passed]
+        if failed:
+            next(c for c in cands if c.name == name).drop("finals", _reasons(failed))
+        else:
+            qualified.append(m.result)
+    if sopts.objective == "energy" and all(v.energy_mj_per_inference is None for v in qualified):
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
-                            f"({finalists[0].energy_reason})", hint="use --objective p50, or add an energy source")
-    chosen = _choose(finalists, opts.objective)
-    warnings: list[str] = ([measurements.warning()] if measurements.warning() else []) + stat_warnings
+                            f"({qualified[0].energy_reason})", hint="use --objective p50, or add an energy source")
+    chosen = _choose(qualified, sopts.objective)
     if chosen is not None:
         chosen.selected = True
-        chosen_art = fp32
         for c in cands:
-            if c.spec.name == chosen.name:
-                c.status, chosen_art = "selected", c.artifact
-        ship = _write_ship(out_dir, chosen, chosen_art)
-        gate = evaluate_gate([base, chosen] if chosen is not base else [base], "fp32", gate_cfg,
-                             latency_representative=_emulation(device) is None)
-    else:
-        best = max((v for n, v in final.items() if n != "fp32"), key=lambda v: -(v.accuracy_drop or 1e9), default=None)
-        msg = f"no candidate stays inside the {score_metric.label()} tolerance and the budgets"
-        if best is not None:
-            msg += f"; the best found was {best.name}, worse by {best.accuracy_drop}"
-        gate = Gate(passed=False, checks=[Check(name="search", passed=False, limit=max_accuracy_drop, message=msg)])
-        ship = None
-    variants = [base] + sorted((v for n, v in final.items() if n != "fp32"), key=lambda v: v.name)
-    report = Report(
-        edgekit_version=__version__,
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        target=spec.name,
-        device=_device_info(docs["fp32"], t, device, spec, variants, _emulation(device)),
-        model={"source": str(model), "sha256": source.artifact.sha256, "format": source.artifact.format.value},
-        settings={"measure": measure.model_dump(), "screening": screen.model_dump(), "gate": gate_cfg.model_dump(),
-                  "metric": _metric_settings(plan), "eval_inputs": list(eval_ds.x_keys),
-                  "eval_data": str(eval_ds.path), "eval_samples": eval_ds.n, "eval_subset": eval_ds.sample, "calib_data": str(calib_ds.path) if calib_ds else None},
-        baseline="fp32",
-        variants=variants,
-        gate=gate,
-        warnings=warnings,
-    )
-    report.search = {  # type: ignore[attr-defined]  (Report keeps extra fields)
-        "objective": opts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
-        "seconds": round(time.perf_counter() - started, 2), "time_budget_s": opts.time_budget_s,
-        "candidates": [{"name": "fp32", "status": "selected" if chosen is base else "baseline",
-                        "format": fp32.format.value, "precision": "fp32", "size_bytes": fp32.size_bytes,
-                        "screening": {"p50": base_screen.latency_ms.p50, "ci95": base_screen.latency_ms.ci95}}]
-                      + [c.summary() for c in cands] + skipped_summ,
-    }
-    if previous is not None and chosen is not None:
-        from ..report.gate import compare_with_baseline
-
-        compare_with_baseline(report, previous, baseline_report, gate_cfg)
-    report.write(out_dir)
-    return report
+            if c.name == chosen.name:
+                c.status = "selected"
+        return chosen, None
+    others = [m.result for n, m in final.items() if n != BASE]
+    best = min(others, key=lambda v: v.accuracy_drop if v.accuracy_drop is not None else 1e9, default=None)
+    msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets"
+    if best is not None:
+        msg += f"; the best found was {best.name}, worse by {best.accuracy_drop}"
+    return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
+                                                  message=msg)])
 
 
 def _choose(finalists: list[VariantResult], objective: Objective) -> VariantResult | None:

@@ -1,0 +1,325 @@
+"""The one device stage: everything between "the variants are built" and "here are their numbers".
+
+A :class:`DeviceSession` opens the transport (its own, or the caller's), takes the device's lock with
+the user's lock options, delivers the eval data and the models by content, opens the measurement
+cache, reads the device's facts before and after, and measures one variant at a time:
+``measure(name, artifact, settings) -> Measured | MeasureFailure``. A variant the agent could not
+run comes back as a typed :class:`MeasureFailure` (the agent's error kind), so a search drops that
+candidate and goes on, while a broken link or device still raises. ``deploy`` and ``search`` are
+orchestrations over this one class; ``measure_ab`` serves the release gate's A/B re-measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .agent.bundle import BundleDeployer
+from .agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
+from .artifact import Artifact
+from .data import Dataset
+from .errors import BadInputError, DeviceError
+from .formats import Format
+from .measure.stats import latency_stats
+from .report.model import VariantResult
+from .targets import MeasureDefaults, TargetSpec
+from .transport.base import Transport
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How one variant is measured: the target's measure block with the user's overrides, plus the
+    extras (warmup mode, sustained run, energy command), and whether the eval pass runs."""
+
+    measure: MeasureDefaults
+    options: MeasureOptions = MeasureOptions()
+    energy_sources: tuple[str, ...] = ()
+    with_eval: bool = True
+    benchmark_binary: str | Path | None = None  # also run TFLite's benchmark_model on .tflite variants
+    cached: bool = True  # False: always measure (the A/B blocks of the release gate)
+
+    def but(self, **changes: Any) -> "RunSettings":
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+@dataclass
+class Measured:
+    """One variant's numbers: the report's VariantResult and the eval outputs the host scores."""
+
+    result: VariantResult
+    artifact: Artifact
+    outputs: list | None
+    doc: dict  # the agent's document (warnings, device facts)
+
+    @property
+    def name(self) -> str:
+        return self.result.name
+
+
+@dataclass(frozen=True)
+class MeasureFailure:
+    """The agent ran but could not measure this variant; ``kind`` is the agent's error kind."""
+
+    variant: str
+    kind: str
+    message: str
+    hint: str | None = None
+
+    def error(self, measured: list[str] = (), pending: list[str] = ()) -> DeviceError:
+        msg = self.message
+        if measured or pending:
+            msg += (f" (measured before the failure: {', '.join(measured) or 'none'}; not measured: "
+                    f"{', '.join(pending) or 'none'}; no report written)")
+        return AgentRunFailed(msg, kind=self.kind, variant=self.variant, hint=self.hint)
+
+
+@dataclass
+class ABBlocks:
+    """Alternating-block timings of two models measured in one session (raw ms per block)."""
+
+    a: list[list[float]] = field(default_factory=list)
+    b: list[list[float]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+
+
+def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = True,
+                   lock_timeout: float | None = None) -> Transport:
+    if device is None:
+        if target.transport == "local":
+            from .transport.local import LocalTransport
+
+            return LocalTransport()
+        raise BadInputError(f"target '{target.name}' is reached over {target.transport}: name the device",
+                            hint="pass --device NAME (see `edgekit devices list`), or use --target local")
+    from .devices import open_device_transport
+
+    return open_device_transport(device, target, wait=lock_wait, lock_timeout=lock_timeout)
+
+
+def emulation_of(device: str | None) -> str | None:
+    """How the device is emulated (an arm64 twin under qemu, from its inventory entry); None = real."""
+    if device is None:
+        return None
+    from .devices import get_device
+
+    try:
+        entry = get_device(device)
+    except BadInputError:
+        return None
+    return (entry.notes or "CPU emulation") if entry.emulated else None
+
+
+class DeviceSession:
+    def __init__(self, target: TargetSpec, device: str | None, *, source_io, plan, transport: Transport | None = None,
+                 lock_wait: bool = True, lock_timeout: float | None = None, remeasure: bool = False,
+                 progress: Progress | None = None):
+        self.target, self.device = target, device
+        self.source_io, self.plan = source_io, plan
+        self._given = transport
+        self._lock = (lock_wait, lock_timeout)
+        self.remeasure = remeasure
+        self.progress = progress or (lambda _m: None)
+        self.transport: Transport | None = None
+        self.facts_before: dict | None = None
+        self.facts_after: dict | None = None
+        self.emulation = emulation_of(device)
+        self._remotes: dict[Path, str] = {}
+        self._eval_bundle = None
+        self._eval_keys: tuple[str, ...] = ()
+
+    # --- lifetime --------------------------------------------------------------------------------
+    def __enter__(self) -> "DeviceSession":
+        t = self._given or open_transport(self.target, self.device, lock_wait=self._lock[0], lock_timeout=self._lock[1])
+        self.transport = t
+        try:
+            self.progress(f"deploying the bundle to {t.describe()}")
+            self.deployer = BundleDeployer(t)
+            # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
+            self.facts_before = t.device_facts() if hasattr(t, "device_facts") else None
+            from .measure.cache import open_device_measurements
+
+            self.measurements = open_device_measurements(self.deployer, device_name=self.device,
+                                                         remeasure=self.remeasure)
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None and self.facts_before is not None:
+                self.facts_after = self.transport.device_facts()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._given is None and self.transport is not None:
+            self.transport.close()  # releases the device's lock
+
+    # --- delivery --------------------------------------------------------------------------------
+    def use_eval(self, ds: Dataset, art_dir: Path) -> None:
+        """Deliver the eval set (by content) that every measurement with ``with_eval`` reads."""
+        from .data import eval_bundle
+
+        self._eval_bundle = eval_bundle(ds, art_dir)
+        self._eval_keys = ds.x_keys
+        self._deliver(self._eval_files())
+
+    def deliver(self, artifacts) -> None:
+        self._deliver([Path(a.path) for a in artifacts])
+
+    def _deliver(self, files: list[Path]) -> None:
+        todo = [f for f in dict.fromkeys(files) if f not in self._remotes]
+        if todo:
+            self._remotes.update(self.deployer.deliver(todo))
+
+    def _eval_files(self) -> list[Path]:
+        b = self._eval_bundle
+        return [] if b is None else ([b] if isinstance(b, Path) else [f for sh in b for f in sh.values()])
+
+    def _eval_remote(self):
+        b = self._eval_bundle
+        if b is None:
+            return None
+        if isinstance(b, Path):
+            return self._remotes[b]
+        return [{k: self._remotes[f] for k, f in sh.items()} for sh in b]
+
+    @property
+    def delivery(self):
+        return self.deployer.stats
+
+    # --- measuring -------------------------------------------------------------------------------
+    def request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
+        self.deliver([art])
+        t = self.transport
+        with_eval = settings.with_eval and self._eval_bundle is not None
+        return build_request(
+            variant=name, artifact=art, model_remote=self._remotes[Path(art.path)], source_io=self.source_io,
+            measure=settings.measure, eval_remote=self._eval_remote() if with_eval else None, x_keys=self._eval_keys,
+            outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
+            energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options)
+
+    def run(self, req: AgentRequest, settings: RunSettings) -> AgentResult | MeasureFailure:
+        """One agent run (or its cached result). A variant's own failure is returned; a broken
+        transport or device raises."""
+        try:
+            if settings.cached:
+                return self.measurements.measure(req, lambda: run_request(self.deployer, req))
+            return run_request(self.deployer, req)
+        except AgentRunFailed as exc:
+            if not exc.variant_fault:
+                raise
+            return MeasureFailure(variant=req.variant, kind=exc.kind, message=exc.message, hint=exc.hint)
+
+    def measure(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
+        req = self.request(name, art, settings)
+        res = self.run(req, settings)
+        if isinstance(res, MeasureFailure):
+            return res
+        result = variant_result(name, art, res, self.plan)
+        result.measurement = self.measurements.info.get(name, {})
+        if settings.benchmark_binary is not None and art.format == Format.TFLITE:
+            self.progress(f"measuring {name} with benchmark_model")
+            result.benchmark_model = self._benchmark_model(art, settings)
+        return Measured(result=result, artifact=art, outputs=res.outputs, doc=res.doc)
+
+    def measure_ab(self, a: Artifact, b: Artifact, settings: RunSettings, blocks: int) -> ABBlocks:
+        """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...), never from the cache,
+        so slow drift of a shared device (load, clocks, heat) hits both sides alike."""
+        s = settings.but(with_eval=False, cached=False)
+        out = ABBlocks()
+        for i in range(blocks):
+            pair = (("a", a), ("b", b)) if i % 2 == 0 else (("b", b), ("a", a))
+            for side, art in pair:
+                res = self.run(self.request(f"ab-{side}", art, s), s)
+                if isinstance(res, MeasureFailure):
+                    raise res.error()
+                getattr(out, side).append(list(res.parsed.latency_ms.raw))
+                out.order.append(side)
+        return out
+
+    def _benchmark_model(self, art: Artifact, settings: RunSettings) -> dict:
+        from .agent.benchmark_model import run_benchmark_model
+
+        m = settings.measure
+        binary = settings.benchmark_binary
+        exe = None if str(binary) == "device" else Path(binary)
+        r = run_benchmark_model(self.transport, self._remotes[Path(art.path)], binary=exe, threads=m.threads,
+                                warmup=m.warmup, runs=m.runs, min_seconds=m.min_seconds)
+        return r.to_report()
+
+    # --- facts -----------------------------------------------------------------------------------
+    def device_info(self, first_doc: dict, results: list[VariantResult]) -> dict:
+        return platform_facts(self.facts_before, self.facts_after) | device_info(
+            first_doc, self.transport, self.device, self.target, results, self.emulation)
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.measurements.warning():
+            out.append(self.measurements.warning())
+        if self.emulation:
+            out.append(f"device {self.device} is emulated ({self.emulation}): latency and memory figures are NOT "
+                       "representative of real hardware; accuracy, parity and the deploy path are real")
+        return out
+
+
+def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantResult:
+    """The agent's document, parsed once, as the report's VariantResult (statistics, parity and
+    the metric computed here, on the host)."""
+    doc = res.parsed
+    lat = doc.latency_ms
+    stats = latency_stats(lat.raw)
+    parity = parity_outputs = accuracy = None
+    if res.outputs is not None:
+        parity_outputs = plan.parity(res.outputs)
+        parity = next(iter(parity_outputs.values()), None)
+        accuracy = plan.accuracy_dict(plan.score(res.outputs))
+    from .measure.sustained import analyze
+
+    return VariantResult(
+        name=name, format=art.format.value, precision=art.precision, runtime=doc.runtime.model_dump(),
+        size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
+        load_ms=doc.load_ms,
+        latency_ms={"warmup": lat.warmup, "runs": lat.runs, "raw": lat.raw, **stats.to_dict(), **doc.warmup_fields(),
+                    **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {})},
+        peak_memory_mb=doc.memory.get("peak_rss_mb"), memory=doc.memory,
+        energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"), energy_source=doc.energy.get("source"),
+        energy_reason=doc.energy.get("reason"), energy=doc.energy, sustained=analyze(doc.sustained),
+        accuracy=accuracy, parity=parity,
+        parity_outputs=parity_outputs if parity_outputs and len(parity_outputs) > 1 else None,
+        device_state=doc.device_state,
+    )
+
+
+def platform_facts(before: dict | None, after: dict | None) -> dict:
+    """An Android device's facts (model, SoC, version, clocks, battery) from the adb transport."""
+    if before is None:
+        return {}
+    return {"android": before, "battery_temperature_c": {"before": before.get("battery_temperature_c"),
+                                                         "after": (after or {}).get("battery_temperature_c")}}
+
+
+def device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults,
+                emulation: str | None = None) -> dict:
+    facts = dict(doc.get("device") or {})
+    states = [v.device_state for v in vresults if v.device_state]
+    before = states[0].get("before", {}) if states else {}
+    after = states[-1].get("after", {}) if states else {}
+    facts.update({
+        "name": device or ("localhost" if t.kind == "local" else t.describe()),
+        "transport": t.kind,
+        "governor": before.get("governor"),
+        "frequency_mhz": before.get("frequency_mhz"),
+        "temperature_c": {"before": before.get("temperature_c"), "after": after.get("temperature_c")},
+        "loadavg_before": before.get("loadavg"),
+        "target_arch": spec.arch,
+    })
+    if emulation:  # the report's readers (and the gate's users) must know the timings are not the board's
+        facts.update({"emulated": True, "emulation": emulation, "latency_representative": False})
+    return facts

@@ -1,0 +1,146 @@
+"""What a run is asked to do: the user's options (:class:`DeployOptions`) on top of the recipe and
+the target file, resolved once into the measurement settings, the gate and the metric.
+
+``deploy`` and ``search`` read the same options through the same resolvers, so an option works the
+same in both (or the search refuses it with a reason: :func:`refused_by_search`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal
+
+from .errors import BadInputError
+from .recipe import GateConfig, Recipe
+from .targets import MeasureDefaults, TargetSpec
+
+ReleaseMethod = Literal["auto", "ab", "normalized", "direct"]
+
+
+@dataclass
+class DeployOptions:
+    """Command-line / API overrides on top of the recipe and the target file (None = keep)."""
+
+    max_accuracy_drop: float | None = None  # in the metric's units (points for top1); alias max_metric_drop
+    relative_accuracy_drop: bool | None = None
+    metric: str | None = None  # top1 | top5 | miou | map50 | mse ... or module:function (see edgekit.metrics)
+    outputs: list[str] | None = None  # the outputs the metric reads (names or indices)
+    postprocess: str | None = None  # detection: module:function turning raw outputs into boxes
+    strict_stats: bool | None = None  # the accuracy check fails only on a statistically significant drop
+    min_speedup: float | None = None  # fail a variant below this device-measured speed-up over the baseline
+    latency_budget_ms: float | None = None
+    memory_budget_mb: float | None = None
+    warmup: int | None = None
+    runs: int | None = None
+    min_seconds: float | None = None
+    threads: int | None = None
+    max_seconds: float = 120.0
+    extra_warnings: list[str] = field(default_factory=list)
+    remeasure: bool = False  # measure again even when the measurement cache holds a valid result
+    warmup_mode: str | None = None  # "fixed" (warmup runs) or "auto" (until latency stabilizes)
+    sustained_seconds: float | None = None  # run each variant this long and report latency over time
+    energy_command: list[str] | str | None = None  # device-side command printing cumulative joules
+    train_data: str | Path | None = None  # .npz (x, y) for pruning fine-tunes and distillation (else the recipe's)
+    use_cache: bool = True  # reuse pass outputs from edgekit.cache when nothing they depend on changed
+    lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
+    lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
+    # A previous report (the last release) to compare with; the release checks of the gate use it.
+    baseline_report: str | Path | None = None
+    # Where the baseline report's models are, when not at the paths it records (e.g. a CI artifact download).
+    baseline_artifacts: str | Path | None = None
+    # How the release gate judges latency against the baseline report: "ab" re-measures the baseline's
+    # variant interleaved with the new one (needs its model files), "normalized" divides by the reference
+    # variant measured in the same run, "direct" compares raw timings; "auto" takes the first that applies.
+    release_method: ReleaseMethod = "auto"
+    ab_blocks: int = 6  # A/B: alternating blocks per side
+    max_latency_regression: float | None = None  # fraction, e.g. 0.1 (significant and above this fails)
+    max_release_accuracy_drop: float | None = None  # points vs the baseline report
+    max_memory_increase: float | None = None  # fraction
+    max_size_increase: float | None = None  # fraction
+    # also measure each .tflite variant with TFLite's own benchmark_model: the user's binary (pushed by
+    # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
+    benchmark_binary: str | Path | None = None
+    eval_samples: int | None = None  # score a fixed, seeded, stratified subset of the eval set (recorded)
+
+    def update(self, overrides: dict) -> "DeployOptions":
+        known = {f.name for f in fields(self)}
+        for k, v in overrides.items():
+            if k not in known:
+                raise TypeError(f"unexpected keyword argument {k!r} (not a DeployOptions field)")
+            setattr(self, k, v)
+        return self
+
+
+def resolve_measure(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> MeasureDefaults:
+    m = target.measure.model_dump()
+    m.update({k: v for k, v in recipe.measure.model_dump().items() if v is not None})
+    for k in ("warmup", "runs", "min_seconds", "threads"):
+        if getattr(opts, k) is not None:
+            m[k] = getattr(opts, k)
+    return MeasureDefaults(**m)
+
+
+def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> GateConfig:
+    g = recipe.gate.model_dump()
+    # the target's budgets apply unless the recipe sets its own
+    for k in ("latency_ms_p50", "latency_ms_p90", "peak_memory_mb", "model_size_mb"):
+        if g.get(k) is None:
+            g[k] = getattr(target.limits, k)
+    if opts.max_accuracy_drop is not None:
+        g["max_accuracy_drop"] = opts.max_accuracy_drop
+    if opts.relative_accuracy_drop is not None:
+        g["relative_accuracy_drop"] = opts.relative_accuracy_drop
+    if opts.strict_stats is not None:
+        g["strict_stats"] = opts.strict_stats
+    if opts.min_speedup is not None:
+        g["min_speedup"] = opts.min_speedup
+    if opts.latency_budget_ms is not None:
+        g["latency_ms_p50"] = opts.latency_budget_ms
+    if opts.memory_budget_mb is not None:
+        g["peak_memory_mb"] = opts.memory_budget_mb
+    for k in ("max_latency_regression", "max_release_accuracy_drop", "max_memory_increase", "max_size_increase"):
+        if getattr(opts, k) is not None:
+            g[k] = getattr(opts, k)
+    from .config import validate
+
+    return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
+
+
+def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
+    """The recipe's metric section with --metric / --output / --postprocess on top."""
+    from .metrics import MetricSpec, get_metric
+
+    spec = recipe.metric.model_copy() if recipe.metric is not None else MetricSpec()
+    if opts.metric is not None:
+        spec = spec.model_copy(update={"name": opts.metric})
+    if opts.outputs:
+        spec = spec.model_copy(update={"outputs": list(opts.outputs)})
+    if opts.postprocess is not None:
+        spec = spec.model_copy(update={"postprocess": opts.postprocess})
+    get_metric(spec.name, spec.options, spec.postprocess)  # an unknown name fails here, before any work
+    return spec
+
+
+def check_release_options(opts: DeployOptions) -> None:
+    if opts.release_method not in ("auto", "ab", "normalized", "direct"):
+        raise BadInputError(f"release method {opts.release_method!r} is not one of auto, ab, normalized, direct")
+    if opts.ab_blocks < 2:
+        raise BadInputError(f"ab_blocks {opts.ab_blocks} must be >= 2 (alternating blocks per side)")
+    if opts.baseline_report is None and (opts.baseline_artifacts is not None or opts.release_method != "auto"):
+        raise BadInputError("--baseline-artifacts / --release-method only apply with --baseline",
+                            hint="pass --baseline previous/report.json")
+
+
+# Deploy options the search cannot honour, and why (every other option reaches it).
+_SEARCH_REFUSES = {
+    "train_data": "--search builds quantize and convert candidates only; --train-data feeds pruning and "
+                  "distillation, which need a --recipe (drop --search to run that recipe)",
+}
+
+
+def refused_by_search(opts: DeployOptions) -> None:
+    defaults = DeployOptions()
+    for name, why in _SEARCH_REFUSES.items():
+        if getattr(opts, name) != getattr(defaults, name):
+            raise BadInputError(f"--search does not take {name.replace('_', '-')}: {why}")

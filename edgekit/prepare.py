@@ -1,0 +1,114 @@
+"""Everything a run checks and loads before any pass or device time: the target, the options, the
+output folder, the data, the previous report, the model, the metric plan and the fp32 ONNX model.
+``deploy`` and ``search`` both start here, so a bad input fails the same way (exit 2) in both."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .artifact import Artifact
+from .data import Dataset, check_fits, load_npz, take_subset
+from .formats import Format
+from .fsutil import ensure_writable_dir
+from .options import DeployOptions, check_release_options, resolve_gate, resolve_measure, resolve_metric_spec
+from .recipe import GateConfig, Recipe
+from .report.model import Report
+from .source import Source, load_source
+from .targets import MeasureDefaults, TargetSpec, load_target
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class PreparedRun:
+    model: Any
+    target: TargetSpec
+    recipe: Recipe
+    measure: MeasureDefaults
+    gate: GateConfig
+    out_dir: Path
+    art_dir: Path
+    eval_ds: Dataset
+    calib_ds: Dataset | None
+    train_ds: Dataset | None
+    previous: Report | None
+    previous_path: Path | None
+    source: Source
+    plan: Any  # edgekit.metrics.evaluate.EvalPlan
+    fp32: Artifact
+    cache: Any  # edgekit.cache.PassCache | None
+    started: float = field(default_factory=time.perf_counter)
+    arch: str | None = None  # module:Class of a state-dict model (structured pruning rebuilds it)
+
+    def model_facts(self) -> dict:
+        m = self.model
+        return {"source": str(m) if not hasattr(m, "forward") else type(m).__name__,
+                "sha256": self.source.artifact.sha256, "format": self.source.artifact.format.value,
+                "inputs": [i.model_dump(mode="json") for i in self.source.artifact.io.inputs]}
+
+
+def target_spec(target: str | TargetSpec) -> TargetSpec:
+    return target if isinstance(target, TargetSpec) else load_target(target)
+
+
+def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, opts: DeployOptions,
+                calib_data=None, out="edgekit-out", example_inputs: tuple | None = None, arch: str | None = None,
+                x_key="x", y_key="y", progress: Progress) -> PreparedRun:
+    started = time.perf_counter()
+    from .measure.request import check_measure_options
+
+    measure = resolve_measure(target, recipe, opts)
+    check_measure_options(opts)
+    check_release_options(opts)
+    gate_cfg = resolve_gate(target, recipe, opts)
+    metric_spec = resolve_metric_spec(recipe, opts)
+    out_dir = ensure_writable_dir(out)
+    eval_ds = take_subset(load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval"),
+                          opts.eval_samples)
+    previous = Report.load(opts.baseline_report) if opts.baseline_report is not None else None
+    calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
+    train_path = opts.train_data or recipe.train_data
+    train_ds = load_npz(train_path, x_key=x_key, y_key=y_key, require_labels=True, role="train") if train_path else None
+    art_dir = out_dir / "artifacts"
+    art_dir.mkdir(exist_ok=True)
+    if example_inputs is None:
+        example_inputs = tuple(x[0:1] for x in eval_ds.xs)
+
+    progress("loading the model")
+    source = load_source(model, example_inputs=example_inputs, arch=arch, workdir=art_dir)
+    eval_ds = check_fits(eval_ds, source.artifact.io, "eval")
+    calib_ds = check_fits(calib_ds, source.artifact.io, "calib") if calib_ds is not None else None
+    train_ds = check_fits(train_ds, source.artifact.io, "train") if train_ds is not None else None
+    from .metrics.evaluate import eval_plan
+
+    progress("computing reference outputs (and checking the metric fits them)")
+    plan = eval_plan(metric_spec, source, eval_ds)
+    from .cache import default_cache
+
+    cache = default_cache() if opts.use_cache else None
+    fp32 = _fp32_onnx(source, eval_ds, art_dir, cache, progress)
+    return PreparedRun(model=model, target=target, recipe=recipe, measure=measure, gate=gate_cfg, out_dir=out_dir,
+                       art_dir=art_dir, eval_ds=eval_ds, calib_ds=calib_ds, train_ds=train_ds, previous=previous,
+                       previous_path=Path(opts.baseline_report) if opts.baseline_report is not None else None,
+                       source=source, plan=plan, fp32=fp32, cache=cache, started=started, arch=arch)
+
+
+def _fp32_onnx(source: Source, eval_ds: Dataset, art_dir: Path, cache, progress: Progress) -> Artifact:
+    if source.artifact.format != Format.TORCH:
+        return source.artifact
+    progress("exporting to ONNX (parity check on the eval inputs)")
+    from .convert.torch_to_onnx import export_onnx
+
+    xs = list(eval_ds.xs)
+    if cache is None:
+        return export_onnx(source, art_dir / "fp32.onnx", xs)
+    # the dynamo export is seconds: reuse it when the model and the eval inputs are unchanged
+    from .cache import key_for
+    from .fsutil import sha256_file
+
+    key = key_for({"input": source.artifact.sha256, "convert": "torch->onnx", "eval": sha256_file(eval_ds.path),
+                   "subset": eval_ds.sample})
+    return cache.cached(key, source.artifact, art_dir, "fp32", lambda: export_onnx(source, art_dir / "fp32.onnx", xs))

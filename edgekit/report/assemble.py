@@ -1,0 +1,103 @@
+"""One report from one run's measurements, for ``deploy`` and ``search`` alike: metric drops with
+their paired statistics, speed-ups over the baseline, the baseline-report comparison, the gate and
+every warning (unstable latency, a slower "compressed" variant, reused measurements, emulation)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from .gate import evaluate_gate, slower_warnings
+from .model import Gate, Report, VariantResult
+
+if TYPE_CHECKING:
+    from ..device_session import DeviceSession, Measured
+    from ..prepare import PreparedRun
+    from .release import ReleaseJudgement
+
+
+def tolerance(cfg, base: VariantResult) -> float | None:
+    """The accuracy tolerance in the metric's units (relative: percent of the baseline's value)."""
+    if base.accuracy is None:
+        return None
+    return cfg.max_accuracy_drop * (abs(base.accuracy.value) / 100.0 if cfg.relative_accuracy_drop else 1.0)
+
+
+def score(measured: dict[str, "Measured"], plan, baseline: str, cfg) -> list[str]:
+    """Fill accuracy drops (paired statistics) and speed-ups of every measured variant in place."""
+    from ..metrics.evaluate import score_drops
+
+    results = [m.result for m in measured.values()]
+    base = measured[baseline].result
+    warnings = score_drops(results, {n: m.outputs for n, m in measured.items() if m.outputs is not None}, plan,
+                           baseline, tolerance=tolerance(cfg, base))
+    for v in results:
+        if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
+            v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
+    return warnings
+
+
+def metric_settings(plan) -> dict:
+    return {"name": plan.metric.label(), "direction": plan.metric.direction, "units": plan.metric.units,
+            "outputs": [plan.output_names[i] for i in plan.output_idx], "against": plan.against,
+            "all_outputs": plan.output_names, **({"postprocess": plan.spec.postprocess} if plan.spec.postprocess else {}),
+            **({"options": plan.spec.options} if plan.spec.options else {})}
+
+
+def run_warnings(measured: dict[str, "Measured"], baseline: str, session: "DeviceSession") -> list[str]:
+    results = [m.result for m in measured.values()]
+    out = slower_warnings(results, baseline)
+    for m in measured.values():
+        v = m.result
+        if v.latency_ms and not v.latency_ms.stable:
+            out.append(f"{v.name}: latency is unstable (robust CoV {v.latency_ms.robust_cov or 0:.1%}, "
+                       f"CoV {v.latency_ms.cov:.1%}); the device may be busy")
+        out += [f"{v.name}: {w}" for w in m.doc.get("warnings") or []]
+        out += [f"{v.name}: {w}" for w in (v.sustained or {}).get("warnings", [])]
+    return out + session.warnings()
+
+
+def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session: "DeviceSession", *,
+                    baseline: str, warnings: list[str], settings: dict[str, Any] | None = None,
+                    judged: list[str] | None = None, gate: Gate | None = None, search: dict | None = None,
+                    release: "ReleaseJudgement | None" = None, scored: bool = False) -> Report:
+    """``measured``: the variants in report order (the baseline among them). ``judged``: the names
+    the gate judges (default: every non-baseline variant). ``gate``: a verdict decided by the caller
+    (a search where nothing qualified). ``release``: the A/B or normalized latency judgement."""
+    warnings = list(warnings)
+    if not scored:
+        warnings += score(measured, run.plan, baseline, run.gate)
+    warnings += run_warnings(measured, baseline, session)
+    results = [m.result for m in measured.values()]
+    ds, delivery = run.eval_ds, session.delivery
+    report = Report(
+        edgekit_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        target=run.target.name,
+        device=session.device_info(measured[baseline].doc, results),
+        model=run.model_facts(),
+        settings={"measure": run.measure.model_dump(), "gate": run.gate.model_dump(),
+                  "recipe": run.recipe.model_dump(mode="json"), "metric": metric_settings(run.plan),
+                  "eval_data": str(ds.path), "eval_samples": ds.n, "eval_inputs": list(ds.x_keys),
+                  "eval_subset": ds.sample, "calib_data": str(run.calib_ds.path) if run.calib_ds else None,
+                  "train_data": str(run.train_ds.path) if run.train_ds else None,
+                  "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
+                               "bytes_sent": delivery.bytes_sent},
+                  "wall_seconds": round(time.perf_counter() - run.started, 2), **(settings or {})},
+        baseline=baseline, variants=results, gate=gate or Gate(passed=False), warnings=warnings,
+        **({"search": search} if search is not None else {}),
+    )
+    diff = None
+    if run.previous is not None:
+        from .release import compare_reports
+
+        diff = compare_reports(report, run.previous, run.previous_path, run.gate,
+                               judgements=release.judgements if release else None,
+                               method=release.method if release else "direct",
+                               method_detail=release.detail if release else None)
+    if gate is None:
+        report.gate = evaluate_gate(results, baseline, run.gate, diff, judged=judged,
+                                    latency_representative=session.emulation is None)
+    return report
