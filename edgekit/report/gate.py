@@ -23,12 +23,19 @@ if TYPE_CHECKING:
 
 
 def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
-                  diff: "ReportDiff | None" = None, *, latency_representative: bool = True) -> Gate:
+                  diff: "ReportDiff | None" = None, *, latency_representative: bool = True,
+                  judged: list[str] | None = None) -> Gate:
     """``latency_representative=False`` (an emulated device): latency budgets are not applicable and
-    say so, instead of failing a release on emulation speed."""
+    say so, instead of failing a release on emulation speed. ``judged``: the names of the variants
+    that could ship (default: every non-baseline variant, else the baseline); a search judges only
+    the one it selected."""
     checks: list[Check] = []
     base = next((v for v in variants if v.name == baseline), None)
-    judged = [v for v in variants if v.name != baseline] or ([base] if base else [])
+    if judged is not None:
+        judged_v = [v for v in variants if v.name in set(judged)]
+    else:
+        judged_v = [v for v in variants if v.name != baseline] or ([base] if base else [])
+    judged = judged_v
 
     if cfg.check_parity:
         seen: set[tuple] = set()
@@ -58,6 +65,8 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
     if diff is not None:
+        from .release import release_checks
+
         for v in judged:
             checks.extend(release_checks(v.name, diff, cfg))
     return Gate(passed=all(c.passed for c in checks), checks=checks)
@@ -133,68 +142,5 @@ def _budget(checks: list[Check], v: VariantResult, name: str, value: float | Non
                         message=f"{value:.3f} {unit} {'<=' if ok else '>'} budget {limit:g} {unit}"))
 
 
-def release_checks(variant: str, diff: "ReportDiff", cfg: GateConfig) -> list[Check]:
-    """The checks of one variant against its namesake in the previous release's report."""
-    vd = diff.variant(variant)
-    if vd is None:
-        return [Check(name="release_baseline", variant=variant, passed=True,
-                      message="no variant of this name in the baseline report: nothing to compare")]
-    checks: list[Check] = []
-    lat = vd.get("latency_p50_ms")
-    if cfg.max_latency_regression is not None and lat is not None:
-        limit = cfg.max_latency_regression
-        if lat.change_rel is None:
-            checks.append(Check(name="latency_regression", variant=variant, limit=limit, passed=False,
-                                message=f"cannot be compared: {lat.message}"))
-        else:
-            bad = bool(lat.significant) and lat.change_rel > limit
-            if bad:
-                msg = f"significant regression above {limit:.0%}: {lat.message}"
-            else:
-                msg = lat.message
-            checks.append(Check(name="latency_regression", variant=variant, value=round(lat.change_rel, 4),
-                                limit=limit, passed=not bad, message=msg, p_value=lat.p_value,
-                                ratio_ci95=lat.ratio_ci95, significant=lat.significant))
-    acc = vd.get("accuracy")
-    acc_limit = cfg.max_release_accuracy_drop if cfg.max_release_accuracy_drop is not None else cfg.max_accuracy_drop
-    if acc is not None:
-        if acc.change is None:
-            checks.append(Check(name="release_accuracy_drop", variant=variant, limit=acc_limit, passed=False,
-                                message=f"cannot be compared: {acc.message}"))
-        else:
-            drop = (acc.worse_by if acc.worse_by is not None else -acc.change) + 0.0  # no "-0.00"
-            ok = drop <= acc_limit + 1e-9
-            checks.append(Check(name="release_accuracy_drop", variant=variant, value=round(drop, 4), limit=acc_limit,
-                                passed=ok, p_value=acc.p_value,
-                                message=f"worse by {drop:+.4g} {'<=' if ok else '>'} {acc_limit:g} vs the baseline "
-                                        f"report: {acc.message}"))
-    for name, metric, limit in (("memory_increase", "peak_memory_mb", cfg.max_memory_increase),
-                                ("size_increase", "size_bytes", cfg.max_size_increase)):
-        ch = vd.get(metric)
-        if limit is None or ch is None:
-            continue
-        if ch.change_rel is None:
-            # memory the device could not report in one of the runs: say so, do not guess
-            checks.append(Check(name=name, variant=variant, limit=limit, passed=ch.before is None and ch.after is None,
-                                message=f"cannot be compared: {ch.message}"))
-            continue
-        ok = ch.change_rel <= limit + 1e-12
-        checks.append(Check(name=name, variant=variant, value=round(ch.change_rel, 4), limit=limit, passed=ok,
-                            message=f"{ch.change_rel:+.1%} {'<=' if ok else '>'} {limit:.0%}: {ch.message}"))
-    return checks
-
-
-def compare_with_baseline(report, baseline_report, baseline_path, cfg: GateConfig) -> None:
-    """Compare ``report`` with a previous report, record which one, and re-judge the gate with the
-    release checks. Mutates ``report`` (it is being assembled, not yet written)."""
-    from ..fsutil import sha256_file
-    from .diff import diff_reports
-
-    min_effect = cfg.max_latency_regression if cfg.max_latency_regression is not None else 0.10
-    d = diff_reports(baseline_report, report, alpha=cfg.significance_alpha, min_effect=min_effect)
-    report.compared_with = {"path": str(baseline_path), "sha256": sha256_file(baseline_path) if baseline_path else None,
-                            **d.baseline}
-    report.comparison = d.model_dump(mode="json")
-    report.gate = evaluate_gate(report.variants, report.baseline, cfg, d,
-                                latency_representative=report.device.get("latency_representative") is not False)
-    report.warnings.extend(f"baseline comparison: {w}" for w in d.warnings)
+# The checks against a previous release's report live in release.py (kept importable from here).
+from .release import compare_with_baseline, release_checks  # noqa: E402
