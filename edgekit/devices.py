@@ -268,8 +268,12 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
         problems.append(f"arch is {dev.get('arch')}, target {spec.name} is {spec.arch}")
     if dev.get("os") and dev.get("os") != spec.os:
         problems.append(f"os is {dev.get('os')}, target {spec.name} is {spec.os}")
-    missing = [r for r in spec.runtimes if r not in runtimes and r != "coreml"]
-    if len(missing) == len([r for r in spec.runtimes if r != "coreml"]):
+    from .formats import spec_for_runtime
+
+    # runtimes the agent drives (the registry's rows; Core ML is profiled from macOS, not by the agent)
+    on_agent = [r for r in spec.runtimes if (row := spec_for_runtime(r)) is None or row.agent_runs]
+    missing = [r for r in on_agent if r not in runtimes]
+    if len(missing) == len(on_agent):
         problems.append(f"none of the target's runtimes ({', '.join(spec.runtimes)}) is installed"
                         f" (`edgekit devices provision {entry.name}`)")
     if spec.wheels and dev.get("python") and not str(dev["python"]).startswith(spec.wheels.python_version + "."):

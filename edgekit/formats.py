@@ -1,7 +1,19 @@
-"""Model formats edgekit knows, and how a file's format is recognised."""
+"""Model formats edgekit knows, and how a file's format is recognised: the format/runtime registry.
+
+``FORMATS`` is the one table: a row (``FormatSpec``) a format says its file suffixes, the runtime
+that runs it on a device (the agent's runner of that name), the hop that makes it (``module:function``
+taking a ``convert.hops.HopInput``) and from which format, the precisions and hop options it takes,
+the variants it adds to a target's recipe and to the search, the pip extra and packages doctor checks,
+and the loader when edgekit can start from such a file. ``SUFFIXES``, ``RUNTIME_FOR_FORMAT`` and
+the rest are derived from it. Adding a runtime = a ``Format`` member and a row here, the agent's
+runner (``device_agents/edgekit_agent.py``) and the hop module.
+
+This module imports nothing heavy (the hops and loaders are named, imported when used).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -15,20 +27,158 @@ class Format(str, Enum):
     COREML = "coreml"
 
 
-SUFFIXES = {
-    ".pt2": Format.TORCH,
-    ".onnx": Format.ONNX,
-    ".tflite": Format.TFLITE,
-    ".mlpackage": Format.COREML,
-    ".mlmodel": Format.COREML,
-}
+@dataclass(frozen=True)
+class Candidate:
+    """A variant a format contributes: ``passes`` as (pass name, config) pairs. Without calibration
+    data a ``needs_calib`` candidate is skipped, or, with ``without_calib``, made with that update to
+    its last pass's config (e.g. dynamic-range instead of full-integer INT8)."""
+
+    name: str
+    passes: tuple[tuple[str, dict], ...]
+    needs_calib: bool = False
+    without_calib: dict | None = None
+
+
+@dataclass(frozen=True)
+class Package:
+    """A Python distribution a format needs on this host, as `edgekit doctor` reports it."""
+
+    dist: str
+    purpose: str
+    extra: str = "core"  # the pip extra that installs it ("core": edgekit itself)
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    format: Format
+    label: str  # for people: "TFLite", "Core ML"
+    suffixes: tuple[str, ...]  # the first is the one edgekit writes
+    runtime: str | None = None  # the device runtime (the agent's runner name); None: not run on a device
+    agent_runs: bool = True  # the device agent measures it (Core ML is profiled on macOS, not by the agent)
+    hop: str | None = None  # "module:function" (HopInput -> Artifact) making this format; None: not a target
+    hop_from: Format | None = None  # the format that hop reads (earlier hops are chained to reach it)
+    hop_config: str | None = None  # "module:Class": the hop's typed options (built from precision + options)
+    precisions: tuple[str, ...] = ("fp32",)
+    precision_hint: str = ""  # what to do instead of an unsupported precision
+    precision_note: str = ""  # what the precisions mean for this format (error messages)
+    parity_hint: str = ""  # what to check when this hop is out of parity tolerance
+    options: tuple[str, ...] = ()  # format-only options of the `convert` step / `edgekit convert`
+    default_variants: tuple[Candidate, ...] = ()  # added to a recipe without convert steps for targets preferring it
+    search_candidates: tuple[Candidate, ...] = ()
+    search_skip: str | None = None  # why the search cannot measure it ({runtime} is filled in)
+    extra: str | None = None  # pip extra with its converter/runtime
+    packages: tuple[Package, ...] = ()
+    source_loader: str | None = None  # "module:function" (Path -> Source) when edgekit can start from it
+    is_dir: bool = False  # saved as a folder (.mlpackage)
+
+    @property
+    def suffix(self) -> str:
+        return self.suffixes[0]
+
+
+def _q(**cfg) -> tuple[str, dict]:
+    return ("quantize", cfg)
+
+
+def _convert(**cfg) -> tuple[tuple[str, dict], ...]:
+    return (("convert", cfg),)
+
+
+_TFLITE_OPTIONS = ("quantization", "io", "calibration_samples", "allow_float_fallback", "keep_input_layout",
+                   "input_shapes", "pseudo_ops")
+
+FORMATS: tuple[FormatSpec, ...] = (
+    FormatSpec(
+        format=Format.TORCH, label="PyTorch", suffixes=(".pt2",),
+        packages=(Package("torch", "PyTorch models, export"),),
+        source_loader="edgekit.source:load_pt2",
+    ),
+    FormatSpec(
+        format=Format.ONNX, label="ONNX", suffixes=(".onnx",), runtime="onnxruntime",
+        hop="edgekit.convert.hops:torch_to_onnx_hop", hop_from=Format.TORCH,
+        precision_hint="quantize it with a `quantize` step (`edgekit deploy` recipe), or convert to tflite",
+        parity_hint="an op exports with different numerics; check the model in eval() mode and the opset",
+        # ONNX Runtime INT8 encodings differ a lot in speed by CPU (VNNI or not, QDQ fusion or not):
+        # the search tries the common ones (see variant_search/candidates.py)
+        search_candidates=(
+            Candidate("ort-int8-default", (_q(mode="static", format="qdq", per_channel=False),), True),
+            Candidate("ort-int8-qdq-s8s8", (_q(mode="static", format="qdq", per_channel=True),), True),
+            Candidate("ort-int8-qdq-u8s8", (_q(mode="static", format="qdq", per_channel=True,
+                                               activation_type="uint8"),), True),
+            Candidate("ort-int8-qop-u8s8", (_q(mode="static", format="qoperator", per_channel=True,
+                                               activation_type="uint8"),), True),
+            Candidate("ort-int8-dynamic", (_q(mode="dynamic"),), False),
+        ),
+        packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
+                  Package("onnxscript", "torch -> ONNX exporter")),
+        source_loader="edgekit.source:load_onnx",
+    ),
+    FormatSpec(
+        format=Format.TFLITE, label="TFLite", suffixes=(".tflite",), runtime="litert",
+        hop="edgekit.convert.hops:to_tflite_hop", hop_from=Format.ONNX,
+        hop_config="edgekit.convert.onnx_to_tflite:TfliteConfig",
+        precisions=("fp32", "fp16", "int8"), options=_TFLITE_OPTIONS,
+        default_variants=(
+            Candidate("tflite-fp32", _convert(to="tflite", precision="fp32")),
+            Candidate("tflite-int8", _convert(to="tflite", precision="int8", io="float"), True,
+                      without_calib={"quantization": "dynamic"}),
+        ),
+        search_candidates=(
+            Candidate("tflite-fp32", _convert(to="tflite", precision="fp32")),
+            Candidate("tflite-fp16", _convert(to="tflite", precision="fp16")),
+            Candidate("tflite-int8", _convert(to="tflite", precision="int8", io="float"), True),
+            Candidate("tflite-dynamic", _convert(to="tflite", precision="int8", quantization="dynamic")),
+        ),
+        extra="tflite",
+        packages=(Package("tensorflow", "onnx2tf conversion", "tflite"), Package("onnx2tf", "ONNX -> TFLite", "tflite"),
+                  Package("ai-edge-litert", "LiteRT interpreter", "tflite")),
+        source_loader="edgekit.source:load_tflite",
+    ),
+    FormatSpec(
+        format=Format.COREML, label="Core ML", suffixes=(".mlpackage", ".mlmodel"), runtime="coreml",
+        agent_runs=False, hop="edgekit.convert.hops:torch_to_coreml_hop", hop_from=Format.TORCH,
+        hop_config="edgekit.convert.torch_to_coreml:CoremlConfig",
+        precisions=("fp32", "fp16", "int8"), precision_note="Core ML int8 is 8-bit weight compression",
+        default_variants=tuple(Candidate(f"coreml-{p}", _convert(to="coreml", precision=p))
+                               for p in ("fp32", "fp16", "int8")),
+        search_skip="profiling {runtime} needs its own host (e.g. Core ML needs macOS)",
+        extra="coreml", packages=(Package("coremltools", "Core ML conversion", "coreml"),),
+        is_dir=True,
+    ),
+)
+
+_BY_FORMAT = {s.format: s for s in FORMATS}
+_BY_RUNTIME = {s.runtime: s for s in FORMATS if s.runtime}
+
+
+def format_spec(fmt: Format | str) -> FormatSpec:
+    """The registry row of ``fmt`` (a Format or its value); KeyError for an unknown one."""
+    return _BY_FORMAT[Format(fmt)]
+
+
+def spec_for_runtime(runtime: str) -> FormatSpec | None:
+    """The row whose device runtime is ``runtime`` (None for a runtime edgekit has no row for)."""
+    return _BY_RUNTIME.get(runtime)
+
+
+def convert_targets() -> tuple[str, ...]:
+    """Formats a model can be converted to (`edgekit convert --to`, the recipe's `convert: {to: ...}`)."""
+    return tuple(s.format.value for s in FORMATS if s.hop)
+
+
+def all_precisions() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for s in FORMATS if s.hop for p in s.precisions))
+
+
+def all_options() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(o for s in FORMATS for o in s.options))
+
+
+# Derived views (kept importable with their old meaning).
+SUFFIXES = {sfx: s.format for s in FORMATS for sfx in s.suffixes}
 
 # Which runtime on the device runs which format.
-RUNTIME_FOR_FORMAT = {
-    Format.ONNX: "onnxruntime",
-    Format.TFLITE: "litert",
-    Format.COREML: "coreml",
-}
+RUNTIME_FOR_FORMAT = {s.format: s.runtime for s in FORMATS if s.runtime}
 
 
 def detect_format(path: str | Path) -> Format:
@@ -47,3 +197,7 @@ def detect_format(path: str | Path) -> Format:
             "or a pickled state dict (.pt/.pth) with --arch module:Class",
         )
     return fmt
+
+
+__all__ = ["Format", "FormatSpec", "Candidate", "Package", "FORMATS", "format_spec", "spec_for_runtime",
+           "convert_targets", "all_precisions", "all_options", "SUFFIXES", "RUNTIME_FOR_FORMAT", "detect_format"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from .artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from .errors import ModelLoadError
-from .formats import Format, detect_format
+from .formats import Format, detect_format, format_spec
 
 
 @dataclass
@@ -418,12 +418,10 @@ def load_source(model: Any, *, example_inputs: tuple | None = None, arch: str | 
                                  hint="give --eval-data (its first sample is used) or --input-shape 1,3,224,224")
         return load_state_dict_model(path, arch, example_inputs, workdir)
     fmt = detect_format(path)
-    if fmt == Format.TORCH:
-        return load_pt2(path)
-    if fmt == Format.ONNX:
-        return load_onnx(path)
-    if fmt == Format.TFLITE:
-        return load_tflite(path)
+    loader = format_spec(fmt).source_loader  # the format registry names the loader of each format
+    if loader is not None:
+        mod, _, name = loader.partition(":")
+        return getattr(importlib.import_module(mod), name)(path)
     raise ModelLoadError(f"{path.name}: edgekit starts from PyTorch, ONNX or (to profile as is) TFLite, not {fmt.value}",
                          hint="give the .pt2 or .onnx the model was converted from")
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..formats import all_precisions, convert_targets, format_spec
 from .common import out_console, progress_display
 
 HELP = """Convert a model to ONNX, TFLite or Core ML and check parity at every hop.
@@ -29,19 +30,9 @@ Exit codes: 0 converted within tolerance, 2 bad input or no converter route with
 (nothing is written at --out).
 """
 
-_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "coreml": ".mlpackage"}
-
-
-class To(str, Enum):
-    onnx = "onnx"
-    tflite = "tflite"
-    coreml = "coreml"
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    int8 = "int8"
+# --to and --precision come from the format registry (edgekit/formats.py): a new row is a new --to
+To = Enum("To", {t: t for t in convert_targets()}, type=str)
+Precision = Enum("Precision", {p: p for p in all_precisions()}, type=str)
 
 
 def _parse_shapes(values: list[str]) -> dict[str, list[int]]:
@@ -63,7 +54,7 @@ def _parse_shapes(values: list[str]) -> dict[str, list[int]]:
 def convert_cmd(
     model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
     to: To = typer.Option(..., "--to", help="Target format."),
-    precision: Precision = typer.Option(Precision.fp32, "--precision", "-p",
+    precision: Precision = typer.Option(Precision("fp32"), "--precision", "-p",
                                         help="fp32 | fp16 | int8 (TFLite: full-integer with --calib-data; "
                                         "Core ML: 8-bit weights)."),
     calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for INT8 calibration."),
@@ -80,7 +71,7 @@ def convert_cmd(
     from ..convert.api import convert
 
     shapes = _parse_shapes(input_shape)
-    target = out or Path(f"{model.stem}-{precision.value}{_SUFFIX[to.value]}")
+    target = out or Path(f"{model.stem}-{precision.value}{format_spec(to.value).suffix}")
     with progress_display(not as_json) as progress:
         art = convert(model, to=to.value, precision=precision.value, out=target, calib_data=calib_data,
                       eval_data=eval_data, io=io, quantization=quantization, route=route, input_shapes=shapes or None,

@@ -9,6 +9,7 @@ from importlib import metadata
 
 import typer
 
+from ..formats import FORMATS
 from .common import EXIT_BAD_INPUT, out_console
 
 HELP = """Check this host: Python packages per extra, system tools, the local agent, target files.
@@ -18,12 +19,10 @@ Example: edgekit doctor --json
 Exit codes: 0 the core works, 2 a core dependency is missing or the local agent does not run.
 """
 
-# (distribution, extra or "core", what it is for)
+# (distribution, extra or "core", what it is for): each format's packages from the format registry
+# (edgekit/formats.py), then the extras that are not a format's
 PACKAGES = [
-    ("torch", "core", "PyTorch models, export"), ("onnx", "core", "ONNX models"),
-    ("onnxruntime", "core", "ONNX Runtime (host and local agent)"), ("onnxscript", "core", "torch -> ONNX exporter"),
-    ("tensorflow", "tflite", "onnx2tf conversion"), ("onnx2tf", "tflite", "ONNX -> TFLite"),
-    ("ai-edge-litert", "tflite", "LiteRT interpreter"), ("coremltools", "coreml", "Core ML conversion"),
+    *((p.dist, p.extra, p.purpose) for row in FORMATS for p in row.packages),
     ("neural-compressor", "inc", "INC quantization"), ("paramiko", "ssh", "SSH devices"),
     ("torch-pruning", "prune", "structured pruning"), ("polars", "train", "Parquet training data"),
     ("matplotlib", "report", "plots in report.html"),

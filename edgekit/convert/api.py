@@ -16,10 +16,11 @@ from typing import Any, Callable
 
 from ..artifact import Artifact
 from ..data import check_fits, load_npz
-from ..errors import BadInputError, ConversionError, DataError, OutputError
-from ..formats import Format
+from ..errors import BadInputError, DataError, OutputError
+from ..formats import all_options, format_spec
+from .hops import check_parity, convert_to, hop_config, target_spec
 
-_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "coreml": ".mlpackage"}
+_DEFAULTS = {"io": "float", "quantization": "full"}
 SYNTHETIC_WARNING = ("parity was checked on synthetic inputs (seeded: float standard normal, integer 0/1): it shows "
                      "the converted model computes what the source computes on such inputs, not on yours; "
                      "pass --eval-data EVAL.npz (real inputs) for a stronger check")
@@ -39,10 +40,11 @@ def _mark_parity_inputs(art: Artifact, since: int, kind: str) -> Artifact:
 
 
 def _check_out(out: Path, to: str) -> Path:
-    if out.suffix.lower() != _SUFFIX[to]:
-        raise OutputError(f"--out {out}: a {to} model is written as {_SUFFIX[to]}", hint=f"e.g. --out model{_SUFFIX[to]}")
-    if out.exists() and out.is_dir() and to != "coreml":
-        raise OutputError(f"--out {out} is a folder", hint=f"give a file name ending in {_SUFFIX[to]}")
+    suffix = target_spec(to).suffix
+    if out.suffix.lower() != suffix:
+        raise OutputError(f"--out {out}: a {to} model is written as {suffix}", hint=f"e.g. --out model{suffix}")
+    if out.exists() and out.is_dir() and not format_spec(to).is_dir:
+        raise OutputError(f"--out {out} is a folder", hint=f"give a file name ending in {suffix}")
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -98,27 +100,26 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
             eval_data: str | Path | None = None, io: str = "float", quantization: str = "full", route: str = "auto",
             input_shapes: dict[str, list[int]] | None = None, arch: str | None = None, x_key: str = "x",
             progress: Callable[[str], None] | None = None) -> Artifact:
-    from ..convert.onnx_to_tflite import TfliteConfig
-    from ..config import validate
-
     progress = progress or (lambda _m: None)
     out = _check_out(Path(out).absolute(), to)  # converters change the working directory: no relative path
+    row = format_spec(to)
     # --- validate the cheap things first ------------------------------------------------------
-    if to == "coreml" and (io != "float" or quantization != "full"):
-        raise BadInputError("--io and --quantization are TFLite options; Core ML int8 is 8-bit weight compression",
-                            hint="for Core ML use --precision fp32 | fp16 | int8")
-    if to == "onnx" and precision != "fp32":
-        raise BadInputError(f"--to onnx --precision {precision}: the ONNX hop makes the fp32 model",
-                            hint="quantize ONNX with `edgekit deploy` (recipe `quantize` step), or --to tflite")
-    tcfg = None
-    if to == "tflite":
-        tcfg = validate(TfliteConfig, {"precision": precision, "io": io, "quantization": quantization,
-                                       "input_shapes": input_shapes}, "convert options",
-                        hint="--io int8 needs --precision int8 --quantization full")
+    given = {"io": io, "quantization": quantization}  # --input-shape also sizes synthetic parity inputs: any format
+    foreign = [k for k in given if k in all_options() and k not in row.options]
+    if any(given[k] != _DEFAULTS[k] for k in foreign):
+        owners = " / ".join(s.label for s in _owners(foreign))
+        raise BadInputError(f"--{' and --'.join(foreign)} are {owners} options"
+                            + (f"; {row.precision_note}" if row.precision_note else ""),
+                            hint=f"for {row.label} use --precision {' | '.join(row.precisions)}")
+    if precision not in row.precisions:
+        raise BadInputError(f"--to {to} --precision {precision}: the {row.label} hop makes the "
+                            f"{' / '.join(row.precisions)} model", hint=row.precision_hint or None)
+    options = {k: v for k, v in {**given, "input_shapes": input_shapes}.items() if k in row.options}
+    hcfg = hop_config(to, precision, options, context="convert options",
+                      hint="--io int8 needs --precision int8 --quantization full")
     calib, calib_whole = _load_data(calib_data, x_key, "calib")
     ev, ev_whole = _load_data(eval_data, x_key, "eval")
-    if tcfg is not None and tcfg.precision == "int8" and tcfg.quantization == "full" and calib is None \
-            and calib_whole is None:
+    if getattr(hcfg, "needs_calibration", False) and calib is None and calib_whole is None:
         raise DataError("full-integer INT8 needs a calibration set",
                         hint="pass --calib-data CALIB.npz, or --quantization dynamic (weights only)")
     data = ev or calib
@@ -150,37 +151,38 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
             xs = list(data.xs)
             kind = "data"
         since = len(source.artifact.lineage)
-        if to == "coreml":
-            from .torch_to_coreml import CoremlConfig, torch_to_coreml
-
-            progress("converting PyTorch -> Core ML")
-            return _mark_parity_inputs(torch_to_coreml(source, out, CoremlConfig(precision=precision),
-                                                       parity_inputs=xs), since, kind)
-        if source.artifact.format == Format.TORCH:
-            from .torch_to_onnx import export_onnx
-
-            progress("exporting PyTorch -> ONNX (parity check)")
-            onnx_art = export_onnx(source, (out if to == "onnx" else work / "model.onnx"), xs)
-            violations = onnx_art.lineage[-1].metrics.get("parity_violations")
-            if violations:
-                if to == "onnx":
-                    out.unlink(missing_ok=True)
-                raise ConversionError("ONNX export is out of parity tolerance: " + "; ".join(violations),
-                                      hop="torch->onnx", hint="an op exports with different numerics; "
-                                      "check the model in eval() mode and the opset")
-        else:
-            onnx_art = source.artifact
-            if to == "onnx":
-                raise BadInputError(f"{model} is already ONNX", hint="use --to tflite or --to coreml")
-        if to == "onnx":
-            return _mark_parity_inputs(onnx_art, since, kind)
-        from .chain import convert_to_tflite
-
-        progress(f"converting ONNX -> TFLite ({tcfg.label})")
-        art = convert_to_tflite(onnx_art, out, tcfg, source=source, calib=calib, parity_inputs=xs, route=route)
+        if source.artifact.format == row.format:
+            raise BadInputError(f"{model} is already {row.label}",
+                                hint=f"use --to {' or --to '.join(t for t in _targets() if t != to)}")
+        art = convert_to(source.artifact, to, out, source=source, precision=precision, config=hcfg, calib=calib,
+                         parity_inputs=xs, route=route, workdir=work, progress=progress)
+        try:
+            check_parity(art, row)  # `edgekit convert` writes nothing out of tolerance
+        except Exception:
+            _remove(out)
+            raise
         return _mark_parity_inputs(art, since, kind)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _owners(options: list[str]):
+    from ..formats import FORMATS
+
+    return [s for s in FORMATS if any(k in s.options for k in options)]
+
+
+def _targets() -> tuple[str, ...]:
+    from ..formats import convert_targets
+
+    return convert_targets()
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 __all__ = ["convert"]

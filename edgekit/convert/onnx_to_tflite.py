@@ -81,6 +81,11 @@ class TfliteConfig(BaseModel):
         return self
 
     @property
+    def needs_calibration(self) -> bool:
+        """Full-integer INT8 calibrates activation ranges on representative inputs."""
+        return self.precision == "int8" and self.quantization == "full"
+
+    @property
     def label(self) -> str:
         if self.precision != "int8":
             return self.precision

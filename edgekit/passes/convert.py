@@ -18,19 +18,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..artifact import Artifact
 from ..config import validate
-from ..errors import ConversionError, PassError
-from ..formats import Format
+from ..errors import PassError
+from ..formats import FORMATS, Format, all_options, all_precisions, convert_targets, format_spec, spec_for_runtime
 from .base import Pass, PassContext, PassOutput
 
-_TFLITE_ONLY = ("quantization", "io", "calibration_samples", "allow_float_fallback", "keep_input_layout",
-                "input_shapes", "pseudo_ops")
+_TFLITE_ONLY = format_spec(Format.TFLITE).options  # kept for importers; every row names its own options
 
 
 class ConvertConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    to: Literal["onnx", "tflite", "coreml"]
-    precision: Literal["fp32", "fp16", "int8"] = "fp32"
+    to: Literal[convert_targets()]  # type: ignore[valid-type]  (the registry's conversion targets)
+    precision: Literal[all_precisions()] = "fp32"  # type: ignore[valid-type]
     route: Literal["auto", "onnx2tf", "litert-torch"] = Field("auto", description="tflite: which converter; "
                                                               "auto tries onnx2tf, then litert-torch")
     # TFLite options (see convert/onnx_to_tflite.py: TfliteConfig)
@@ -44,18 +43,24 @@ class ConvertConfig(BaseModel):
 
     @model_validator(mode="after")
     def _fits_target(self):
-        if self.to != "tflite":
-            set_ = [k for k in _TFLITE_ONLY if k in self.model_fields_set]
-            if set_:
-                raise ValueError(f"{', '.join(set_)} apply to to: tflite only")
-        if self.to == "onnx" and self.precision != "fp32":
-            raise ValueError("to: onnx makes the fp32 ONNX model; quantize it with a `quantize` step")
+        row = format_spec(self.to)
+        set_ = [k for k in all_options() if k in self.model_fields_set and k not in row.options]
+        if set_:
+            owners = [s.format.value for s in FORMATS if any(k in s.options for k in set_)]
+            raise ValueError(f"{', '.join(set_)} apply to to: {' | '.join(owners)} only")
+        if self.precision not in row.precisions:
+            raise ValueError(f"to: {self.to} makes the {' / '.join(row.precisions)} {row.label} model"
+                             + (f"; {row.precision_hint}" if row.precision_hint else ""))
         return self
 
-    def tflite(self):
-        from ..convert.onnx_to_tflite import TfliteConfig
+    def options(self) -> dict:
+        """The options of this step's target format (its row's ``options``)."""
+        return {k: getattr(self, k) for k in format_spec(self.to).options}
 
-        return TfliteConfig(precision=self.precision, **{k: getattr(self, k) for k in _TFLITE_ONLY})
+    def tflite(self):
+        from ..convert.hops import hop_config
+
+        return hop_config(Format.TFLITE, self.precision, self.options())
 
 
 class Convert(Pass):
@@ -66,6 +71,8 @@ class Convert(Pass):
     def __call__(self, artifact: Artifact, config: dict | BaseModel | None, ctx: PassContext,
                  *, out_name: str | None = None) -> Artifact:
         # A conversion records its own `convert` lineage step (hop name + parity), not a `pass` step.
+        from ..convert.hops import convert_to
+
         cfg = config if isinstance(config, ConvertConfig) else validate(
             ConvertConfig, config or {}, "config of pass 'convert'",
             hint="e.g. convert: {to: tflite, precision: int8, io: float}")
@@ -73,29 +80,12 @@ class Convert(Pass):
             raise PassError(f"convert takes the fp32 ONNX or PyTorch model, got {artifact.format.value}",
                             hint="put the convert step first in the variant's passes")
         ctx.workdir.mkdir(parents=True, exist_ok=True)
+        row = format_spec(cfg.to)
         stem = out_name or f"convert-{cfg.to}-{cfg.precision}-{artifact.sha256[:12]}"
-        source = ctx.extras.get("source")
         parity = list(ctx.eval.xs) if ctx.eval is not None else None
-        if cfg.to == "onnx":
-            if artifact.format == Format.ONNX:
-                return artifact
-            from ..convert.torch_to_onnx import export_onnx
-
-            return export_onnx(source, ctx.workdir / f"{stem}.onnx", parity or list(ctx.calib.xs))
-        if cfg.to == "coreml":
-            from ..convert.torch_to_coreml import CoremlConfig, torch_to_coreml
-
-            if source is None or source.program is None:
-                raise ConversionError("Core ML conversion needs the PyTorch model; this run started from ONNX",
-                                      hop="torch->coreml", hint="give edgekit the .pt2 (or .pth with --arch)")
-            return torch_to_coreml(source, ctx.workdir / f"{stem}.mlpackage", CoremlConfig(precision=cfg.precision),
-                                   parity_inputs=parity)
-        from ..convert.chain import convert_to_tflite
-
-        if artifact.format != Format.ONNX:
-            raise PassError("convert to tflite starts from the ONNX model", hint="the pipeline exports it first")
-        return convert_to_tflite(artifact, ctx.workdir / f"{stem}.tflite", cfg.tflite(), source=source,
-                                 calib=ctx.calib, parity_inputs=parity, route=cfg.route)
+        return convert_to(artifact, row.format, ctx.workdir / f"{stem}{row.suffix}", source=ctx.extras.get("source"),
+                          precision=cfg.precision, options=cfg.options(), calib=ctx.calib, parity_inputs=parity,
+                          route=cfg.route, workdir=ctx.workdir)
 
     def run(self, artifact: Artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:  # pragma: no cover
         raise NotImplementedError("Convert overrides __call__")
@@ -106,24 +96,28 @@ def has_convert_steps(recipe) -> bool:
 
 
 def variants_for_target(recipe, target, has_calib: bool):
-    """The recipe with the variants the target's preferred runtime needs, when the recipe has no
-    convert steps of its own: LiteRT targets (rpi4, Android) get TFLite fp32 + INT8 (float I/O;
-    full-integer with calibration data, else dynamic-range); Core ML targets get Core ML fp32/fp16/
-    int8-weights. ONNX Runtime targets keep the recipe as it is."""
+    """The recipe with the variants the target's preferred runtime needs (its registry row's
+    ``default_variants``), when the recipe has no convert steps of its own: LiteRT targets (rpi4,
+    Android) get TFLite fp32 + INT8 (float I/O; full-integer with calibration data, else
+    dynamic-range); Core ML targets get Core ML fp32/fp16/int8-weights. ONNX Runtime targets keep
+    the recipe as it is."""
     from ..recipe import PassStep, VariantSpec
 
     if has_convert_steps(recipe) or not target.runtimes:
         return recipe
-    first = target.runtimes[0]
-    names = {v.name for v in recipe.variants} | {recipe.baseline}
-    if first == "litert":
-        int8 = {"to": "tflite", "precision": "int8", "io": "float"}
-        if not has_calib:
-            int8["quantization"] = "dynamic"
-        new = [("tflite-fp32", {"to": "tflite", "precision": "fp32"}), ("tflite-int8", int8)]
-    elif first == "coreml":
-        new = [(f"coreml-{p}", {"to": "coreml", "precision": p}) for p in ("fp32", "fp16", "int8")]
-    else:
+    row = spec_for_runtime(target.runtimes[0])
+    if row is None or not row.default_variants:
         return recipe
-    extra = [VariantSpec(name=n, passes=[PassStep(name="convert", config=c)]) for n, c in new if n not in names]
+    names = {v.name for v in recipe.variants} | {recipe.baseline}
+    extra = []
+    for cand in row.default_variants:
+        passes = [list(p) for p in cand.passes]
+        if cand.needs_calib and not has_calib:
+            if cand.without_calib is None:
+                continue
+            passes[-1][1] = {**passes[-1][1], **cand.without_calib}
+        if cand.name not in names:
+            extra.append(VariantSpec(name=cand.name, passes=[PassStep(name=n, config=dict(c)) for n, c in passes]))
+    if not extra:
+        return recipe
     return recipe.model_copy(update={"variants": [*recipe.variants, *extra]})

@@ -8,57 +8,49 @@ search tries the common ones rather than trusting one default:
   - ort-int8-qop-u8s8 : operator-fused QLinear ops, U8 activations, S8 weights
   - ort-int8-dynamic  : weights only, activations quantized at run time
 LiteRT candidates come from the `convert` pass when it is installed: fp32, fp16, full-integer INT8
-with float I/O, and dynamic-range INT8.
+with float I/O, and dynamic-range INT8. Both lists are rows of the format registry
+(``formats.FORMATS``: ``search_candidates``); a runtime added there brings its own.
 """
 
 from __future__ import annotations
 
+from ..formats import Candidate, Format, format_spec, spec_for_runtime
 from ..passes.registry import known_passes
 from ..recipe import PassStep, VariantSpec
 from ..targets import TargetSpec
 
 
-def _q(**cfg) -> PassStep:
-    return PassStep(name="quantize", config=cfg)
+def _steps(cand: Candidate) -> list[PassStep]:
+    return [PassStep(name=name, config=dict(cfg)) for name, cfg in cand.passes]
 
 
-ORT_CANDIDATES: list[tuple[str, list[PassStep], bool]] = [  # (name, passes, needs calibration data)
-    ("ort-int8-default", [_q(mode="static", format="qdq", per_channel=False)], True),
-    ("ort-int8-qdq-s8s8", [_q(mode="static", format="qdq", per_channel=True)], True),
-    ("ort-int8-qdq-u8s8", [_q(mode="static", format="qdq", per_channel=True, activation_type="uint8")], True),
-    ("ort-int8-qop-u8s8", [_q(mode="static", format="qoperator", per_channel=True, activation_type="uint8")], True),
-    ("ort-int8-dynamic", [_q(mode="dynamic")], False),
-]
-
+# (name, passes, needs calibration data): the registry's rows, kept under their old names
+ORT_CANDIDATES: list[tuple[str, list[PassStep], bool]] = [
+    (c.name, _steps(c), c.needs_calib) for c in format_spec(Format.ONNX).search_candidates]
 TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
-    ("tflite-fp32", {"to": "tflite", "precision": "fp32"}, False),
-    ("tflite-fp16", {"to": "tflite", "precision": "fp16"}, False),
-    ("tflite-int8", {"to": "tflite", "precision": "int8", "io": "float"}, True),
-    ("tflite-dynamic", {"to": "tflite", "precision": "int8", "quantization": "dynamic"}, False),
-]
+    (c.name, dict(c.passes[0][1]), c.needs_calib) for c in format_spec(Format.TFLITE).search_candidates]
 
 
 def candidate_variants(target: TargetSpec, *, has_calib: bool) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
-    """Candidates for ``target`` (the fp32 ONNX baseline is always measured besides these), and the
-    candidates skipped with the reason."""
+    """Candidates for ``target`` (the fp32 ONNX baseline is always measured besides these): the
+    ``search_candidates`` of each of its runtimes' registry rows, and the candidates skipped with
+    the reason."""
     out: list[VariantSpec] = []
     skipped: list[tuple[str, str]] = []
+    known = set(known_passes())
     for runtime in target.runtimes:
-        if runtime == "onnxruntime":
-            for name, passes, needs_calib in ORT_CANDIDATES:
-                if needs_calib and not has_calib:
-                    skipped.append((name, "needs --calib-data"))
-                    continue
-                out.append(VariantSpec(name=name, passes=passes))
-        elif runtime == "litert":
-            if "convert" not in known_passes():
-                skipped += [(n, "the TFLite converter is not installed in this edgekit") for n, _, _ in TFLITE_CANDIDATES]
+        row = spec_for_runtime(runtime)
+        if row is None or row.search_skip or not row.search_candidates:
+            why = (row.search_skip if row is not None and row.search_skip
+                   else "profiling {runtime} needs its own host (e.g. Core ML needs macOS)")
+            skipped.append((runtime, why.format(runtime=runtime)))
+            continue
+        for cand in row.search_candidates:
+            if any(name not in known for name, _ in cand.passes):
+                skipped.append((cand.name, f"the {row.label} converter is not installed in this edgekit"))
                 continue
-            for name, cfg, needs_calib in TFLITE_CANDIDATES:
-                if needs_calib and not has_calib:
-                    skipped.append((name, "needs --calib-data"))
-                    continue
-                out.append(VariantSpec(name=name, passes=[PassStep(name="convert", config=cfg)]))
-        else:
-            skipped.append((runtime, f"profiling {runtime} needs its own host (e.g. Core ML needs macOS)"))
+            if cand.needs_calib and not has_calib:
+                skipped.append((cand.name, "needs --calib-data"))
+                continue
+            out.append(VariantSpec(name=cand.name, passes=_steps(cand)))
     return out, skipped
