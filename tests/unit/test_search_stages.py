@@ -1,0 +1,173 @@
+"""The variant search's stages and objectives on `local`, asserted on what the search reports
+(report.search candidates with status/stage/reason, the selection, the gate), not on its internals:
+the time budget running out (at build and at screening), a target's memory budget dropping candidates at
+screening, the size and p99 objectives, the energy objective on a device without an energy reading,
+and every variant outside the budgets.
+
+The model is the digits CNN exported once to ONNX (the search then starts from ONNX: no export per test,
+so the time-budget tests control when the budget runs out)."""
+
+from __future__ import annotations
+
+import time
+
+import onnx
+import pytest
+
+from edgekit.errors import BadInputError
+from edgekit.passes.base import Pass, PassOutput
+from edgekit.passes.registry import register
+from edgekit.recipe import PassStep, VariantSpec
+from edgekit.targets import MeasureDefaults
+from edgekit.variant_search import SearchOptions, search
+
+from test_search import _NoConfig
+
+MEASURE = MeasureDefaults(warmup=1, runs=5, min_seconds=0, max_runs=5, threads=1)
+DYN = VariantSpec(name="int8-dyn", passes=[PassStep(name="quantize", config={"mode": "dynamic"})])
+STATIC = VariantSpec(name="int8", passes=[PassStep(name="quantize", config={"mode": "static"})])
+SLEEP_UNTIL: list[float] = []  # perf_counter() time the sleeping pass waits for (set by its test)
+
+
+class SleepPastDeadline(Pass):
+    """A 'compression' that takes long to build: it returns the model unchanged (a new file) once the
+    clock has passed SLEEP_UNTIL."""
+
+    name = "sleep_past_deadline"
+    Config = _NoConfig
+    from edgekit.formats import Format as _F
+
+    input_formats = (_F.ONNX,)
+
+    def run(self, artifact, config, ctx, stem):
+        while time.perf_counter() < SLEEP_UNTIL[-1]:
+            time.sleep(0.05)
+        m = onnx.load(str(artifact.path))
+        m.doc_string = "slow to build"
+        out = ctx.workdir / f"{stem}.onnx"
+        onnx.save(m, out)
+        return PassOutput(path=out, precision="fp32")
+
+
+@pytest.fixture(scope="module")
+def digits_onnx(digits, tmp_path_factory):
+    from edgekit.convert.torch_to_onnx import export_onnx
+    from edgekit.data import load_npz
+    from edgekit.source import load_source
+
+    d = tmp_path_factory.mktemp("digits-onnx")
+    src = load_source(digits.pt2, workdir=d)
+    return export_onnx(src, d / "digits.onnx", list(load_npz(digits.eval).xs)).path
+
+
+def _search(model, digits, out, *, target="local", max_drop=1.0, **opts):
+    opts.setdefault("measure", MEASURE)
+    opts.setdefault("screening_runs", 5)
+    return search(model, eval_data=digits.eval, calib_data=digits.calib, target=target, out=out,
+                  max_accuracy_drop=max_drop, options=SearchOptions(**opts))
+
+
+def _cands(rep) -> dict[str, dict]:
+    return {c["name"]: c for c in rep.search["candidates"]}
+
+
+def _target(tmp_path, limits: str):
+    from edgekit.targets import targets_dirs
+
+    local = next(d / "local.yaml" for d in targets_dirs() if (d / "local.yaml").is_file()).read_text()
+    p = tmp_path / "small-board.yaml"
+    p.write_text(local.replace("name: local", "name: small-board").replace("limits: {}", f"limits: {limits}"))
+    return p
+
+
+def test_no_time_budget_drops_every_candidate_before_building(digits_onnx, digits, tmp_path):
+    rep = _search(digits_onnx, digits, tmp_path, candidates=[DYN, STATIC], time_budget_s=0)
+    c = _cands(rep)
+    for name in ("int8-dyn", "int8"):
+        assert c[name]["status"] == "dropped" and c[name]["dropped_at"] == "build", c[name]
+        assert "time budget exhausted" in c[name]["reason"]
+        assert c[name]["screening"] is None and c[name]["size_bytes"] is None  # never built, never measured
+    assert rep.search["time_budget_s"] == 0
+    # the fp32 baseline is still measured, and is the honest answer
+    assert rep.search["selected"] == "fp32" and [v.name for v in rep.variants] == ["fp32"]
+    assert rep.gate.passed
+
+
+def test_time_budget_running_out_mid_search(digits_onnx, digits, tmp_path):
+    """The first candidate is built in time but its build outlasts the budget: it is dropped before
+    screening, and the next one is never built; both say why."""
+    register("sleep_past_deadline", f"{__name__}:SleepPastDeadline")
+    budget = 6.0  # ample for loading an ONNX model and its reference outputs before the first build
+    slow = VariantSpec(name="slow-build", passes=[PassStep(name="sleep_past_deadline")])
+    SLEEP_UNTIL.append(time.perf_counter() + budget + 0.5)
+    rep = _search(digits_onnx, digits, tmp_path, candidates=[slow, STATIC], time_budget_s=budget, host_filter=False)
+    c = _cands(rep)
+    assert c["slow-build"]["size_bytes"], f"built after the budget had run out: {c['slow-build']}"
+    assert c["slow-build"]["status"] == "dropped" and c["slow-build"]["dropped_at"] == "screening"
+    assert "time budget exhausted before screening" in c["slow-build"]["reason"]
+    assert c["int8"]["status"] == "dropped" and c["int8"]["dropped_at"] == "build"
+    assert "time budget exhausted before this candidate was built" in c["int8"]["reason"]
+    assert rep.search["selected"] == "fp32" and rep.search["seconds"] >= budget
+
+
+def test_target_memory_budget_drops_candidates_at_screening(digits_onnx, digits, tmp_path):
+    target = _target(tmp_path, "{peak_memory_mb: 1}")  # no process fits in 1 MB
+    rep = _search(digits_onnx, digits, tmp_path / "out", target=target, candidates=[DYN])
+    c = _cands(rep)["int8-dyn"]
+    assert c["status"] == "dropped" and c["dropped_at"] == "screening", c
+    assert c["reason"].startswith("peak memory") and "MB > budget 1 MB" in c["reason"]
+    assert c["screening"]["peak_memory_mb"] > 1
+    # the budget holds for what remains too: the fp32 model is over it, so the release fails
+    assert not rep.gate.passed
+    failed = {(ch.name, ch.variant) for ch in rep.gate.failed_checks}
+    assert ("peak_memory_budget", "fp32") in failed or ("search", None) in failed, failed
+
+
+@pytest.mark.xfail(strict=True, reason="bug: when no variant (the fp32 baseline included) meets the budgets, "
+                   "search still selects and ships fp32 (ship/ written, search.selected == 'fp32'); only the "
+                   "memory check of the gate fails. Budgets are applied at screening to compressed candidates "
+                   "only, so the 'no candidate stays inside the tolerance and the budgets' search check is "
+                   "unreachable")
+def test_nothing_inside_the_budgets_selects_and_ships_nothing(digits_onnx, digits, tmp_path):
+    target = _target(tmp_path, "{peak_memory_mb: 1}")
+    out = tmp_path / "out"
+    rep = _search(digits_onnx, digits, out, target=target, candidates=[DYN])
+    assert not rep.gate.passed
+    assert rep.search["selected"] is None and rep.search["shipped"] is None
+    assert not (out / "ship").exists()
+    search_check = [ch for ch in rep.gate.checks if ch.name == "search"]
+    assert search_check and "no candidate stays inside" in search_check[0].message
+
+
+def test_size_objective_picks_the_smallest_qualifying_file(digits_onnx, digits, tmp_path):
+    rep = _search(digits_onnx, digits, tmp_path, candidates=[DYN, STATIC], objective="size", host_filter=False)
+    assert rep.search["objective"] == "size"
+    ok = [v for v in rep.variants if v.accuracy_drop is not None and v.accuracy_drop <= 1.0]
+    chosen = [v for v in rep.variants if v.selected]
+    assert len(chosen) == 1 and chosen[0].name == rep.search["selected"]
+    assert chosen[0].size_bytes == min(v.size_bytes for v in ok)
+    assert chosen[0].name != "fp32" or len(ok) == 1  # an INT8 file is ~4x smaller than fp32
+    assert _cands(rep)[chosen[0].name]["status"] == "selected"
+    assert rep.search["shipped"]["file"].endswith(f"{chosen[0].name}.onnx")
+
+
+def test_p99_objective_chooses_by_the_tail(digits_onnx, digits, tmp_path):
+    rep = _search(digits_onnx, digits, tmp_path, candidates=[DYN, STATIC], objective="p99", host_filter=False)
+    assert rep.search["objective"] == "p99"
+    ok = [v for v in rep.variants if v.accuracy_drop is not None and v.accuracy_drop <= 1.0]
+    chosen = next(v for v in rep.variants if v.selected)
+    assert chosen in ok and chosen.name == rep.search["selected"]
+    best = min(ok, key=lambda v: v.latency_ms.p99)
+    # the lowest p99, or one statistically tied with it (overlapping p50 CIs: then the smaller file wins)
+    assert chosen is best or (chosen.latency_ms.ci95[0] <= best.latency_ms.ci95[1]
+                              and chosen.latency_ms.ci95[1] >= best.latency_ms.ci95[0]
+                              and chosen.size_bytes <= best.size_bytes)
+
+
+def test_energy_objective_without_an_energy_reading_is_bad_input(digits_onnx, digits, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(BadInputError) as e:
+        _search(digits_onnx, digits, out, candidates=[DYN], objective="energy")
+    assert "energy objective needs an energy reading" in e.value.message and "has none" in e.value.message
+    assert e.value.exit_code == 2 and "--objective p50" in e.value.hint
+    assert not (out / "report.json").exists()
