@@ -16,9 +16,13 @@ from edgekit.formats import (FORMATS, RUNTIME_FOR_FORMAT, SUFFIXES, Format, all_
 
 def test_one_row_per_format_and_the_derived_views():
     assert [r.format for r in FORMATS] == list(Format)
-    assert SUFFIXES == {".pt2": Format.TORCH, ".onnx": Format.ONNX, ".tflite": Format.TFLITE,
-                        ".mlpackage": Format.COREML, ".mlmodel": Format.COREML}
-    assert RUNTIME_FOR_FORMAT == {Format.ONNX: "onnxruntime", Format.TFLITE: "litert", Format.COREML: "coreml"}
+    legacy = {".pt2": Format.TORCH, ".onnx": Format.ONNX, ".tflite": Format.TFLITE,
+              ".mlpackage": Format.COREML, ".mlmodel": Format.COREML}
+    assert SUFFIXES.items() >= legacy.items()
+    assert SUFFIXES == {sfx: r.format for r in FORMATS for sfx in r.suffixes}
+    legacy_rt = {Format.ONNX: "onnxruntime", Format.TFLITE: "litert", Format.COREML: "coreml"}
+    assert RUNTIME_FOR_FORMAT.items() >= legacy_rt.items()
+    assert RUNTIME_FOR_FORMAT == {r.format: r.runtime for r in FORMATS if r.runtime}
     for row in FORMATS:
         assert format_spec(row.format) is row is format_spec(row.format.value)
         for sfx in row.suffixes:
@@ -26,7 +30,8 @@ def test_one_row_per_format_and_the_derived_views():
         if row.runtime:
             assert spec_for_runtime(row.runtime) is row
     assert spec_for_runtime("no-such-runtime") is None
-    assert convert_targets() == ("onnx", "tflite", "coreml")
+    assert convert_targets()[:3] == ("onnx", "tflite", "coreml")
+    assert convert_targets() == tuple(r.format.value for r in FORMATS if r.hop)
 
 
 def test_named_hops_configs_and_loaders_resolve():
