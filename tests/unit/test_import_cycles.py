@@ -16,7 +16,7 @@ PKG = ROOT / "edgekit"
 # modules that must sit in no cycle even through imports inside functions
 FOUNDATION = ("edgekit.paths", "edgekit.errors", "edgekit.formats", "edgekit.fsutil", "edgekit.devices",
               "edgekit.lock", "edgekit.provision", "edgekit.sim.device", "edgekit.sim.state",
-              "edgekit.runtimes", "edgekit.convert.hops", "edgekit.agent.inprocess")
+              "edgekit.convert.hops", "edgekit.agent.inprocess")
 
 
 def _modules() -> dict[str, Path]:
