@@ -232,7 +232,9 @@ class DeviceSession:
     def measure_ab(self, a: Artifact, b: Artifact, settings: RunSettings, blocks: int) -> ABBlocks:
         """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...), never from the cache,
         so slow drift of a shared device (load, clocks, heat) hits both sides alike."""
-        s = settings.but(with_eval=False, cached=False)
+        m = settings.measure  # blocks of half the usual length: many short blocks track drift better
+        half = m.model_copy(update={"runs": max(10, m.runs // 2), "min_seconds": max(0.25, m.min_seconds / 2)})
+        s = settings.but(measure=half, with_eval=False, cached=False)
         out = ABBlocks()
         for i in range(blocks):
             pair = (("a", a), ("b", b)) if i % 2 == 0 else (("b", b), ("a", a))

@@ -143,11 +143,8 @@ def deploy(
     progress("writing the report")
     from .report.assemble import assemble_report
 
-    cache = run.cache
     report = assemble_report(run, measured, session, baseline=rec.baseline, warnings=opts.extra_warnings + warnings,
-                             release=release, settings={"passes": {
-                                 "seconds": passes_seconds, "cache": None if cache is None else
-                                 {"hits": cache.hits, "misses": cache.misses, "root": str(cache.root)}}})
+                             release=release, settings=recorded_settings(run, settings, passes_seconds))
     report.write(run.out_dir)
     return report
 
@@ -157,6 +154,18 @@ def run_settings(run: PreparedRun, opts: DeployOptions) -> RunSettings:
 
     return RunSettings(measure=run.measure, options=measure_options(opts),
                        energy_sources=tuple(run.target.energy_sources), benchmark_binary=opts.benchmark_binary)
+
+
+def recorded_settings(run: PreparedRun, settings: RunSettings, passes_seconds: float) -> dict:
+    """What the report records beyond the resolved measure/gate/metric: the measurement extras and the
+    passes' time and cache use."""
+    from dataclasses import asdict
+
+    cache = run.cache
+    return {"measure_options": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings.options).items()},
+            "benchmark_binary": str(settings.benchmark_binary) if settings.benchmark_binary is not None else None,
+            "passes": {"seconds": passes_seconds, "cache": None if cache is None else
+                       {"hits": cache.hits, "misses": cache.misses, "root": str(cache.root)}}}
 
 
 def measure_all(session: DeviceSession, variants: dict[str, Artifact], settings: RunSettings, measure,

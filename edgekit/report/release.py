@@ -7,8 +7,7 @@ failed 1 run in 3 here). So the latency check is judged, in this order of prefer
 * ``ab``: the baseline report's own model file of each judged variant (found at the path it records,
   beside the report, in ``--baseline-artifacts``, or in the pass cache, always checked by sha256) is
   re-measured in this device session, in alternating blocks with the new one (A B, B A, A B ...);
-  the ratio is the geometric mean of the per-block ratios of medians, with a bootstrap CI over the
-  blocks. Drift hits both sides alike and cancels.
+  the ratio is the median of the per-block ratios of medians, with a bootstrap CI over the blocks. Drift hits both sides alike and cancels.
 * ``normalized``: each variant's p50 divided by the reference variant (the baseline, e.g. fp32)
   measured in the same run, compared with the same ratio in the previous report. Valid only when the
   reference is the same file in both runs (same sha256), else the ratio would hide a change in it.
@@ -66,11 +65,12 @@ def _bootstrap(stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int 
 
 
 def judge_ab(blocks: "ABBlocks") -> LatencyJudgement:
-    """B (new) relative to A (the baseline's model): geometric mean of the per-block median ratios,
+    """B (new) relative to A (the baseline's model): the median of the per-block median ratios,
     bootstrap CI over blocks (a block pair is the unit that shares the device's state)."""
     logs = np.array([math.log(np.median(b) / np.median(a)) for a, b in zip(blocks.a, blocks.b)])
-    ratio = float(np.exp(logs.mean()))
-    lo, hi = _bootstrap(lambda x: float(np.exp(x.mean())), [logs])
+    # the median block ratio: one block disturbed by a burst of other load does not move it
+    ratio = float(np.exp(np.median(logs)))
+    lo, hi = _bootstrap(lambda x: float(np.exp(np.median(x))), [logs])
     return LatencyJudgement("ab", ratio, (lo, hi), lo > 1.0 or hi < 1.0,
                             {"blocks": len(logs), "block_ratios": [round(float(np.exp(x)), 4) for x in logs],
                              "runs_per_block": [len(a) for a in blocks.a], "order": "".join(blocks.order).upper()})

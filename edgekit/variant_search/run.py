@@ -160,11 +160,14 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                              + [c.summary() for c in cands]
                              + [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]}
     ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
+    from ..pipeline import recorded_settings
     from ..report.assemble import assemble_report
 
+    builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)
     report = assemble_report(run, ordered, session, baseline=BASE, warnings=list(opts.extra_warnings),
                              judged=[chosen.name] if chosen else None, gate=nogate, search=section, release=release,
-                             settings={"screening": screen_settings.measure.model_dump()})
+                             settings={"screening": screen_settings.measure.model_dump(),
+                                       **recorded_settings(run, final_settings, builds)})
     report.write(run.out_dir)
     return report
 
