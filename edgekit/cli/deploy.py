@@ -57,6 +57,8 @@ def deploy_cmd(
     runs: Optional[int] = typer.Option(None, "--runs", help="Minimum timed runs (default: the target's)."),
     min_seconds: Optional[float] = typer.Option(None, "--min-seconds", help="Minimum timed seconds (default: the target's)."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="A previous report.json (the last release) to compare with; the gate fails on a significant regression."),
+    baseline_artifacts: Optional[Path] = typer.Option(None, "--baseline-artifacts", help="With --baseline: the folder holding the baseline run's models (its out/artifacts) when they are not at the paths its report records; they are re-measured A/B against this run's."),
+    release_method: str = typer.Option("auto", "--release-method", help="With --baseline: how latency is judged: ab (re-measure the baseline's models interleaved with the new ones, in this session), normalized (each variant relative to the unchanged reference variant of its own run), direct (raw timings of the two runs), auto (the first that applies)."),
     max_latency_regression: Optional[float] = typer.Option(None, "--max-latency-regression", help="With --baseline: allowed p50 slowdown as a fraction (default 0.1); fails only when also significant."),
     max_release_accuracy_drop: Optional[float] = typer.Option(None, "--max-release-accuracy-drop", help="With --baseline: allowed accuracy drop in points vs the baseline report (default: --max-accuracy-drop)."),
     max_memory_increase: Optional[float] = typer.Option(None, "--max-memory-increase", help="With --baseline: allowed peak memory increase as a fraction (default 0.1)."),
@@ -79,7 +81,7 @@ def deploy_cmd(
     opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
                          runs=runs, min_seconds=min_seconds, threads=threads)
-    opts.baseline_report = baseline
+    opts.baseline_report, opts.baseline_artifacts, opts.release_method = baseline, baseline_artifacts, release_method
     opts.metric, opts.postprocess, opts.strict_stats = metric, postprocess, strict_stats or None
     opts.eval_samples, opts.min_speedup = eval_samples, min_speedup
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None

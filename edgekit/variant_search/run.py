@@ -273,7 +273,7 @@ def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
                      options=replace(final.options, sustained_seconds=None), benchmark_binary=None)
 
 
-_WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "over the memory budget",
+_WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "peak memory over the budget",
         "latency_p50_budget": "over the p50 latency budget", "latency_p90_budget": "over the p90 latency budget",
         "model_size_budget": "over the model size budget", "min_speedup": "below the minimum speed-up"}
 
@@ -355,17 +355,17 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
 
     score(final, run.plan, BASE, run.gate)
     base = final[BASE].result
-    qualified = [base]
+    qualified, why_not = [], {}
     for name, m in final.items():
-        if name == BASE:
-            continue
         g = evaluate_gate([base, m.result], BASE, run.gate, judged=[name], latency_representative=representative)
         failed = [c for c in g.checks if not c.passed]
-        if failed:
-            next(c for c in cands if c.name == name).drop("finals", _reasons(failed))
-        else:
+        if not failed:
             qualified.append(m.result)
-    if sopts.objective == "energy" and all(v.energy_mj_per_inference is None for v in qualified):
+            continue
+        why_not[name] = _reasons(failed)
+        if name != BASE:
+            next(c for c in cands if c.name == name).drop("finals", why_not[name])
+    if sopts.objective == "energy" and qualified and all(v.energy_mj_per_inference is None for v in qualified):
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({qualified[0].energy_reason})", hint="use --objective p50, or add an energy source")
     chosen = _choose(qualified, sopts.objective)
@@ -375,11 +375,8 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
             if c.name == chosen.name:
                 c.status = "selected"
         return chosen, None
-    others = [m.result for n, m in final.items() if n != BASE]
-    best = min(others, key=lambda v: v.accuracy_drop if v.accuracy_drop is not None else 1e9, default=None)
-    msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets"
-    if best is not None:
-        msg += f"; the best found was {best.name}, worse by {best.accuracy_drop}"
+    msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets (fp32 included)"
+    msg += "".join(f"; {n}: {w}" for n, w in why_not.items())
     return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
                                                   message=msg)])
 
