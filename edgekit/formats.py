@@ -25,6 +25,7 @@ class Format(str, Enum):
     ONNX = "onnx"
     TFLITE = "tflite"
     COREML = "coreml"
+    EXECUTORCH = "executorch"
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,18 @@ FORMATS: tuple[FormatSpec, ...] = (
         search_skip="profiling {runtime} needs its own host (e.g. Core ML needs macOS)",
         extra="coreml", packages=(Package("coremltools", "Core ML conversion", "coreml"),),
         is_dir=True,
+    ),
+    FormatSpec(
+        format=Format.EXECUTORCH, label="ExecuTorch", suffixes=(".pte",), runtime="executorch",
+        hop="edgekit.convert.torch_to_executorch:executorch_hop", hop_from=Format.TORCH,
+        precisions=("fp32", "int8"), precision_hint="ExecuTorch's XNNPACK delegate gets fp32 or int8 here",
+        precision_note="ExecuTorch int8 is PT2E static quantization (XNNPACK quantizer, per-channel weights), "
+        "calibrated on --calib-data",
+        parity_hint="an op lowers with different numerics; the hop's lineage lists which ops XNNPACK took",
+        search_candidates=(Candidate("executorch-fp32", _convert(to="executorch", precision="fp32")),
+                           Candidate("executorch-int8", _convert(to="executorch", precision="int8"), True)),
+        extra="executorch",
+        packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
     ),
 )
 

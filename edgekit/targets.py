@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .config import load_model_file
 from .errors import TargetError
 
-RuntimeName = Literal["onnxruntime", "litert", "coreml"]
+RuntimeName = Literal["onnxruntime", "litert", "coreml", "executorch"]
 EnergySource = Literal["rapl", "hwmon", "android_battery", "external_command"]
 
 

@@ -1,0 +1,172 @@
+"""PyTorch -> ExecuTorch (.pte, XNNPACK delegate): fp32 and PT2E int8 lowered with parity checked
+by the agent's own ExecuTorchRunner, and both measured by the real agent on the local target beside
+the ONNX baseline. The tests that need the `executorch` package skip without it; .ci/executorch.sh
+installs it and fails if any of them is skipped."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+HAS_EXECUTORCH = importlib.util.find_spec("executorch") is not None
+needs_executorch = pytest.mark.skipif(not HAS_EXECUTORCH, reason="executorch is not installed "
+                                      "(pip install 'edgekit[executorch]'; CI: bash .ci/executorch.sh)")
+
+
+@pytest.fixture(scope="module")
+def digits_source(digits, tmp_path_factory):
+    from edgekit.source import load_source
+
+    return load_source(digits.pt2, workdir=tmp_path_factory.mktemp("et-src"))
+
+
+def _xs(path) -> list[np.ndarray]:
+    return [np.load(path)["x"]]
+
+
+@needs_executorch
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_lowered_to_xnnpack_within_parity(digits, digits_source, tmp_path, precision):
+    from edgekit.convert.torch_to_executorch import HOP, torch_to_executorch
+    from edgekit.formats import Format
+
+    out = tmp_path / f"digits-{precision}.pte"
+    art = torch_to_executorch(digits_source, out, precision=precision, parity_inputs=_xs(digits.eval),
+                              calib=_xs(digits.calib))
+    assert art.format == Format.EXECUTORCH and art.path == out.resolve() and art.precision == precision
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically, parity run on the staged file
+    step = art.lineage[-1]
+    assert step.kind == "convert" and step.name == HOP and step.input_sha256 == digits_source.artifact.sha256
+    m = step.metrics
+    assert m["route"] == "xnnpack" and m["parity_violations"] == []
+    # the whole graph runs in XNNPACK: at most the tuple unpacking of the delegate's outputs stays portable
+    assert m["delegation"]["delegated_subgraphs"] >= 1 and set(m["delegation"]["portable_ops"]) <= {"getitem"}
+    p = m["parity"]
+    assert p["n"] == 64 and p["reference"] == "pytorch"
+    if precision == "fp32":
+        assert p["max_abs_err"] < 1e-4 and p["top1_agreement"] == 1.0
+    else:
+        assert p["cosine"] > 0.99 and p["top1_agreement"] >= 0.95
+        assert m["calibration_samples"] == min(200, len(_xs(digits.calib)[0]))
+        assert "XNNPACKQuantizer" in step.config["quantizer"] and "per-channel" in step.config["quantizer"]
+        assert art.size_bytes < 0.5 * digits_source.artifact.size_bytes  # int8 weights, not fp32
+    assert art.io.inputs[0].shape == (1, 1, 8, 8) and art.io.inputs[0].dtype == "float32"
+
+
+@needs_executorch
+def test_the_agent_runs_pte_variants_beside_onnx(digits, tmp_path):
+    import edgekit
+    from edgekit.recipe import Recipe
+
+    recipe = Recipe.model_validate({
+        "baseline": "fp32",
+        "variants": [
+            {"name": "et-fp32", "passes": [{"convert": {"to": "executorch", "precision": "fp32"}}]},
+            {"name": "et-int8", "passes": [{"convert": {"to": "executorch", "precision": "int8"}}]},
+        ],
+        "measure": {"warmup": 2, "runs": 10, "min_seconds": 0.05},
+    })
+    rep = edgekit.deploy(digits.pt2, eval_data=digits.eval, calib_data=digits.calib, target="local",
+                         recipe=recipe, out=tmp_path / "out")
+    by = {v.name: v for v in rep.variants}
+    assert list(by) == ["fp32", "et-fp32", "et-int8"]
+    assert by["fp32"].format == "onnx" and by["fp32"].runtime.name == "onnxruntime"
+    for name, prec in (("et-fp32", "fp32"), ("et-int8", "int8")):
+        v = by[name]
+        assert v.format == "executorch" and v.precision == prec and v.runtime.name == "executorch"
+        assert v.runtime.version.startswith("1.") and v.runtime.threads >= 1
+        # measured by the agent: real timings, and every eval sample scored on the host
+        assert v.latency_ms.runs >= 10 and v.latency_ms.p50 > 0 and v.accuracy.n == 360
+        assert v.accuracy.value > 90 and v.parity.top1_agreement > 0.95
+        hop = next(s for s in v.lineage if s["name"] == "torch->executorch")
+        assert hop["kind"] == "convert" and hop["metrics"]["parity_violations"] == []
+        assert any(c.name == "parity[torch->executorch]" and c.variant == name for c in rep.gate.checks)
+    assert abs(by["et-fp32"].accuracy.value - by["fp32"].accuracy.value) < 0.5
+    assert by["et-int8"].size_bytes < 0.5 * by["et-fp32"].size_bytes
+
+
+@needs_executorch
+def test_agent_runner_matches_pytorch_and_probes(digits, digits_source, tmp_path):
+    from edgekit.agent.inprocess import load_agent
+    from edgekit.convert.torch_to_executorch import torch_to_executorch
+
+    art = torch_to_executorch(digits_source, tmp_path / "m.pte", parity_inputs=_xs(digits.eval))
+    agent = load_agent()
+    assert agent.available_runtimes()["executorch"].startswith("1.")
+    runner = agent.RUNNERS["executorch"](str(art.path), 1)
+    assert runner.static_batch() == 1 and runner.input_dtypes == ["float32"]
+    x = _xs(digits.eval)[0][:1]
+    got = runner.run([x])
+    assert len(got) == 1 and got[0].shape == (1, 10)
+    np.testing.assert_allclose(got[0], digits_source.reference([x]), atol=1e-4)
+
+
+def test_a_missing_runtime_is_an_agent_failure(monkeypatch, tmp_path):
+    import sys
+
+    from edgekit.agent.inprocess import load_agent
+
+    agent = load_agent()
+    monkeypatch.setitem(sys.modules, "executorch.extension.pybindings", None)  # the import raises ImportError
+    with pytest.raises(agent.AgentFailure) as err:
+        agent.RUNNERS["executorch"].open(str(tmp_path / "m.pte"), {"threads": 1})
+    assert err.value.kind == "runtime_missing" and "pip install executorch" in str(err.value)
+
+
+def test_without_executorch_the_hint_names_the_extra(digits_source, tmp_path, monkeypatch):
+    from edgekit.convert import torch_to_executorch as hop
+    from edgekit.errors import MissingExtraError
+
+    monkeypatch.setattr(hop, "available", lambda: False)
+    with pytest.raises(MissingExtraError) as err:
+        hop.torch_to_executorch(digits_source, tmp_path / "m.pte", parity_inputs=[np.zeros((1, 1, 8, 8), "float32")])
+    assert "edgekit[executorch]" in err.value.hint
+
+
+def test_int8_needs_calibration_data(digits_source, tmp_path, monkeypatch):
+    from edgekit.convert import torch_to_executorch as hop
+    from edgekit.errors import ConversionError
+
+    monkeypatch.setattr(hop, "available", lambda: True)
+    with pytest.raises(ConversionError, match="calibrated on your data") as err:
+        hop.torch_to_executorch(digits_source, tmp_path / "m.pte", precision="int8",
+                                parity_inputs=[np.zeros((1, 1, 8, 8), "float32")])
+    assert "--calib-data" in err.value.hint
+    with pytest.raises(ConversionError, match="fp32 and int8"):
+        hop.torch_to_executorch(digits_source, tmp_path / "m.pte", precision="fp16",
+                                parity_inputs=[np.zeros((1, 1, 8, 8), "float32")])
+
+
+def test_arm_targets_list_executorch():
+    from edgekit.targets import load_target
+
+    for name in ("rpi4", "jetson-orin-nano", "pixel-arm64"):
+        runtimes = load_target(name).runtimes
+        assert "executorch" in runtimes and runtimes[0] != "executorch", name  # listed, not the default
+
+
+@needs_executorch
+@pytest.mark.slow
+def test_zoo_mobilenet_v2_lowers_fp32_and_int8(tmp_path):
+    """A real MobileNetV2 (transformers, trained on the zoo's hue task): every op in XNNPACK, fp32
+    parity at float rounding, int8 agreeing with PyTorch's top-1 on the eval inputs."""
+    from tests import zoo
+
+    from edgekit.convert.torch_to_executorch import torch_to_executorch
+    from edgekit.source import load_source
+
+    z = zoo.get("cnn")
+    src = load_source(z.pt2, workdir=tmp_path)
+    ev, cal = np.load(z.eval), np.load(z.calib)
+    xs, cs = [ev[k] for k in z.input_names], [cal[k] for k in z.input_names]
+    for precision in ("fp32", "int8"):
+        art = torch_to_executorch(src, tmp_path / f"cnn-{precision}.pte", precision=precision, parity_inputs=xs,
+                                  calib=cs, parity_samples=32)
+        m = art.lineage[-1].metrics
+        assert m["parity_violations"] == [] and set(m["delegation"]["portable_ops"]) <= {"getitem"}
+        if precision == "fp32":
+            assert m["parity"]["max_abs_err"] < 1e-4
+        else:
+            assert m["parity"]["top1_agreement"] >= 0.9
