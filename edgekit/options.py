@@ -125,8 +125,9 @@ def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
 def check_release_options(opts: DeployOptions) -> None:
     if opts.release_method not in ("auto", "ab", "normalized", "direct"):
         raise BadInputError(f"release method {opts.release_method!r} is not one of auto, ab, normalized, direct")
-    if opts.ab_blocks < 2:
-        raise BadInputError(f"ab_blocks {opts.ab_blocks} must be >= 2 (alternating blocks per side)")
+    if opts.ab_blocks < 6:
+        raise BadInputError(f"ab_blocks {opts.ab_blocks} is too few: the A/B test needs >= 6 block pairs to be "
+                            "able to call a change significant (exact signed-rank p >= 0.0625 below that)")
     if opts.baseline_report is None and (opts.baseline_artifacts is not None or opts.release_method != "auto"):
         raise BadInputError("--baseline-artifacts / --release-method only apply with --baseline",
                             hint="pass --baseline previous/report.json")

@@ -130,14 +130,9 @@ def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, 
                             progress=progress)
     if not as_json:
         s = report.search
-        sel = s.get("selected") if isinstance(s, dict) else s.selected
-        shipped = s.get("shipped") if isinstance(s, dict) else s.shipped
-        out_console.print(f"search: selected {sel or 'nothing'} by {objective} in "
-                          f"{(s['seconds'] if isinstance(s, dict) else s.seconds):.0f} s"
-                          + (f"; shipping file {shipped['file'] if isinstance(shipped, dict) else shipped.file}"
-                             if shipped else ""))
-        for c in (s["candidates"] if isinstance(s, dict) else s.candidates):
-            c = c if isinstance(c, dict) else c.model_dump()
-            if c["status"] == "dropped":
-                out_console.print(f"  dropped {c['name']} at {c['dropped_at']}: {c['reason']}", highlight=False)
+        out_console.print(f"search: selected {s.selected or 'nothing'} by {objective} in {s.seconds:.0f} s"
+                          + (f"; shipping file {s.shipped.file}" if s.shipped else ""))
+        for c in s.candidates:
+            if c.status == "dropped":
+                out_console.print(f"  dropped {c.name} at {c.dropped_at}: {c.reason}", highlight=False)
     return report

@@ -48,11 +48,17 @@ class LatencyJudgement:
     ci95: tuple[float, float]
     significant: bool
     detail: dict
+    p_value: float | None = None
+    test: str = ""
 
     def describe(self) -> str:
+        from ..measure.compare import format_p
+
         lo, hi = self.ci95
+        p = f", {self.test} p={format_p(self.p_value)}" if self.test else ""
         return (f"{abs(self.ratio - 1):.1%} {'slower' if self.ratio > 1 else 'faster'} by {self.method} "
-                f"(ratio {self.ratio:.3f}, 95% CI {lo:.3f}-{hi:.3f}, {'significant' if self.significant else 'not significant'})")
+                f"(ratio {self.ratio:.3f}, 95% CI {lo:.3f}-{hi:.3f}{p}, "
+                f"{'significant' if self.significant else 'not significant'})")
 
 
 def _bootstrap(stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
@@ -64,16 +70,31 @@ def _bootstrap(stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int 
     return float(lo), float(hi)
 
 
-def judge_ab(blocks: "ABBlocks") -> LatencyJudgement:
+def judge_ab(blocks: "ABBlocks", alpha: float = 0.05) -> LatencyJudgement:
     """B (new) relative to A (the baseline's model): the median of the per-block median ratios,
     bootstrap CI over blocks (a block pair is the unit that shares the device's state)."""
     logs = np.array([math.log(np.median(b) / np.median(a)) for a, b in zip(blocks.a, blocks.b)])
     # the median block ratio: one block disturbed by a burst of other load does not move it
     ratio = float(np.exp(np.median(logs)))
     lo, hi = _bootstrap(lambda x: float(np.exp(np.median(x))), [logs])
-    return LatencyJudgement("ab", ratio, (lo, hi), lo > 1.0 or hi < 1.0,
+    # two tests must agree, as for raw timings: the CI excludes 1 and the block ratios are
+    # consistently on one side (exact Wilcoxon signed-rank; 6 block pairs can reach p = 0.031)
+    p = _signed_rank_p(logs)
+    significant = (lo > 1.0 or hi < 1.0) and p is not None and p < alpha
+    return LatencyJudgement("ab", ratio, (lo, hi), significant,
                             {"blocks": len(logs), "block_ratios": [round(float(np.exp(x)), 4) for x in logs],
-                             "runs_per_block": [len(a) for a in blocks.a], "order": "".join(blocks.order).upper()})
+                             "runs_per_block": [len(a) for a in blocks.a], "order": "".join(blocks.order).upper()},
+                            p_value=p, test="Wilcoxon signed-rank over blocks")
+
+
+def _signed_rank_p(logs: np.ndarray) -> float | None:
+    try:
+        from scipy.stats import wilcoxon
+    except ImportError:
+        return None
+    if len(logs) < 2 or np.all(logs == 0):
+        return 1.0
+    return float(wilcoxon(logs, alternative="two-sided", method="exact" if len(logs) <= 25 else "auto").pvalue)
 
 
 def judge_normalized(old_v: VariantResult, old_ref: VariantResult, new_v: VariantResult,
@@ -90,7 +111,8 @@ def judge_normalized(old_v: VariantResult, old_ref: VariantResult, new_v: Varian
     lo, hi = _bootstrap(stat, raws, resamples=1000)
     return LatencyJudgement("normalized", ratio, (lo, hi), lo > 1.0 or hi < 1.0,
                             {"reference": new_ref.name, "reference_sha256": new_ref.sha256[:16],
-                             "reference_ratio_raw": round(float(np.median(raws[3]) / np.median(raws[1])), 4)})
+                             "reference_ratio_raw": round(float(np.median(raws[3]) / np.median(raws[1])), 4)},
+                            test="")
 
 
 def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir: Path | None) -> Path | None:
@@ -154,7 +176,7 @@ def latency_change(j: LatencyJudgement, old: VariantResult, new: VariantResult, 
     after = new.latency_ms.p50 if new.latency_ms else None
     return MetricChange(metric="latency_p50_ms", before=before, after=after,
                         change=(after - before) if before is not None and after is not None else None,
-                        change_rel=j.ratio - 1.0, significant=j.significant, ratio_ci95=list(j.ci95),
+                        change_rel=j.ratio - 1.0, significant=j.significant, ratio_ci95=list(j.ci95), p_value=j.p_value,
                         test=METHOD_TEXT[j.method], verdict=verdict, message=j.describe())
 
 
@@ -197,7 +219,7 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
             # the baseline's model through the new variant's interface; the agent checks its sha256
             old_art = Artifact.from_file(ab_files[v.name], new_art.format, new_art.io, precision=new_art.precision)
             try:
-                j = judge_ab(session.measure_ab(old_art, new_art, settings, blocks))
+                j = judge_ab(session.measure_ab(old_art, new_art, settings, blocks), run.gate.significance_alpha)
             except AgentRunFailed as exc:  # e.g. the model's interface changed: judged directly instead
                 detail[v.name] = {"baseline_file": str(ab_files[v.name]), "ab_failed": exc.message}
                 continue
@@ -284,7 +306,7 @@ def compare_reports(report: Report, previous: Report, previous_path, cfg: GateCo
                           "no common reference variant): a busy device can make this a false alarm; pass "
                           "--baseline-artifacts to re-measure the baseline A/B in the same session")
     report.compared_with = {"path": str(previous_path) if previous_path else None,
-                            "sha256": sha256_file(previous_path) if previous_path else None, **d.baseline,
+                            "sha256": sha256_file(previous_path) if previous_path else None, **d.baseline.model_dump(),
                             "method": method, "method_text": METHOD_TEXT[method], "method_detail": method_detail}
     report.comparison = d.model_dump(mode="json")
     report.warnings.extend(f"baseline comparison: {w}" for w in d.warnings)
@@ -297,12 +319,6 @@ def compare_with_baseline(report, baseline_report, baseline_path, cfg: GateConfi
     from .gate import evaluate_gate
 
     d = compare_reports(report, baseline_report, baseline_path, cfg)
-    judged = sorted({c.variant for c in report.gate.checks if c.variant}) or None
+    judged = sorted({c.variant for c in report.gate.checks if c.variant and not c.name.startswith("parity[")}) or None
     report.gate = evaluate_gate(report.variants, report.baseline, cfg, d, judged=judged,
-                                latency_representative=representative(report))
-
-
-def representative(report: Report) -> bool:
-    dev = report.device
-    flag = dev.get("latency_representative") if isinstance(dev, dict) else getattr(dev, "latency_representative", None)
-    return flag is not False
+                                latency_representative=report.device.is_latency_representative)

@@ -107,14 +107,14 @@ def test_every_deploy_option_reaches_search_or_is_refused(data, tmp_path):
 
     # the same search against the first one's report: the selection is judged A/B, only it
     r2 = search(model, eval_data=ev, out=tmp_path / "b", options=SearchOptions(**SOPTS),
-                deploy_options=_opts(tmp_path, baseline_report=tmp_path / "a" / "report.json", ab_blocks=3,
+                deploy_options=_opts(tmp_path, baseline_report=tmp_path / "a" / "report.json", ab_blocks=6,
                                      release_method="ab", baseline_artifacts=tmp_path / "a" / "artifacts",
                                      sustained_seconds=None))
     assert r2.compared_with.method == "ab"
     lat = [c for c in r2.gate.checks if c.name == "latency_regression"]
     assert [c.variant for c in lat] == [r2.search.selected], r2.gate.checks
     detail = r2.compared_with.method_detail[r2.search.selected]
-    assert detail["blocks"] == 3 and detail["same_file"] is True
+    assert detail["blocks"] == 6 and detail["same_file"] is True
 
 
 def test_search_refuses_train_data_with_the_reason(data, tmp_path):
