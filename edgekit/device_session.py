@@ -246,6 +246,17 @@ class DeviceSession:
                 out.order.append(side)
         return out
 
+    def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict | None:
+        """The agent's per-op profile of ``art`` (a separate short run, so profiling never touches
+        the timed figures): its ``op_profile`` document, or None when the agent returned none."""
+        m = settings.measure.model_copy(update={"runs": runs, "min_seconds": 0.0, "max_runs": runs})
+        s = settings.but(measure=m, with_eval=False, cached=False)
+        req = self.request(f"{name}-profile", art, s).model_copy(update={"profile": {"runs": runs}})
+        res = self.run(req, s)
+        if isinstance(res, MeasureFailure):
+            return {"source": None, "reason": f"the profiling run failed ({res.kind}): {res.message}", "ops": []}
+        return res.doc.get("op_profile")
+
     def _benchmark_model(self, art: Artifact, settings: RunSettings) -> dict:
         from .agent.benchmark_model import run_benchmark_model
 

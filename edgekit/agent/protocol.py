@@ -77,6 +77,9 @@ class AgentRequest(_Strict):
     warmup_mode: Literal["fixed", "auto"] | None = None
     sustained: SustainedRequest | None = None
     sysfs_root: str | None = None
+    # per-op profile: the runtime's own profiler over this many extra runs after the timed runs
+    # (agent answer: "op_profile"); None = no profile
+    profile: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.wire(), sort_keys=True)
