@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import field_validator, BaseModel, ConfigDict, Field
 
 from .config import load_model_file
 from .errors import TargetError
 
-RuntimeName = Literal["onnxruntime", "litert", "coreml", "executorch"]
+RuntimeName = str  # one of the format registry's runtimes (edgekit.formats.FORMATS), checked below
 EnergySource = Literal["rapl", "hwmon", "android_battery", "external_command"]
 
 
@@ -59,6 +59,17 @@ class TargetSpec(_Strict):
     cores: int = Field(ge=1)
     memory_mb: int = Field(ge=1)
     runtimes: tuple[RuntimeName, ...] = Field(min_length=1, description="in order of preference")
+
+    @field_validator("runtimes")
+    @classmethod
+    def _known_runtimes(cls, v):
+        from .formats import RUNTIME_FOR_FORMAT
+
+        known = sorted(set(RUNTIME_FOR_FORMAT.values()))
+        bad = [r for r in v if r not in known]
+        if bad:
+            raise ValueError(f"unknown runtime(s) {bad}; known: {known}")
+        return v
     transport: Literal["local", "ssh", "adb"]
     python: str = "python3"
     energy_sources: tuple[EnergySource, ...] = ()

@@ -93,21 +93,6 @@ def _objective_value(v: VariantResult, objective: Objective) -> float | None:
     return v.latency_ms.p50 if objective == "p50" else v.latency_ms.p99
 
 
-def _load_agent_module():
-    try:
-        from ..agent.inprocess import load_agent
-    except ImportError:  # pragma: no cover - older layout
-        import importlib.util
-
-        from ..agent.bundle import agent_source
-
-        spec = importlib.util.spec_from_file_location("edgekit_agent_host", agent_source())
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-        return mod
-    return load_agent()
-
-
 def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
            device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float | None = None,
            options: SearchOptions | None = None, deploy_options: DeployOptions | None = None,
@@ -244,7 +229,9 @@ def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
         return
     from ..data import eval_bundle
 
-    agent = _load_agent_module()
+    from ..agent.inprocess import load_agent
+
+    agent = load_agent()
     eval_file = eval_bundle(run.eval_ds, run.art_dir)
     base = _host_accuracy(agent, run, run.fp32, eval_file)
     if base is None:
