@@ -40,6 +40,7 @@ class RunSettings:
     with_eval: bool = True
     benchmark_binary: str | Path | None = None  # also run TFLite's benchmark_model on .tflite variants
     cached: bool = True  # False: always measure (the A/B blocks of the release gate)
+    runtime_options: dict | None = None  # e.g. {"graph_optimization_level": "basic"} (onnxruntime)
 
     def but(self, **changes: Any) -> "RunSettings":
         from dataclasses import replace
@@ -137,6 +138,10 @@ class DeviceSession:
         t = self._given or open_transport(self.target, self.device, lock_wait=self._lock[0], lock_timeout=self._lock[1])
         self.transport = t
         try:
+            if self._given is None and self.device is not None:  # the device-side lease (other hosts)
+                from .lease import session_lease
+
+                self.lease = session_lease(t, self.device, wait=self._lock[0], timeout=self._lock[1])
             self.progress(f"deploying the bundle to {t.describe()}")
             self.deployer = BundleDeployer(t)
             # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
@@ -158,6 +163,9 @@ class DeviceSession:
             self._close()
 
     def _close(self) -> None:
+        lease, self.lease = getattr(self, "lease", None), None
+        if lease is not None:
+            lease.release()  # before the transport closes; never raises
         if self._given is None and self.transport is not None:
             self.transport.close()  # releases the device's lock
 
@@ -203,7 +211,8 @@ class DeviceSession:
             variant=name, artifact=art, model_remote=self._remotes[Path(art.path)], source_io=self.source_io,
             measure=settings.measure, eval_remote=self._eval_remote() if with_eval else None, x_keys=self._eval_keys,
             outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
-            energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options)
+            energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options,
+            runtime_options=settings.runtime_options)
 
     def run(self, req: AgentRequest, settings: RunSettings) -> AgentResult | MeasureFailure:
         """One agent run (or its cached result). A variant's own failure is returned; a broken
