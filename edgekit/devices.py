@@ -54,9 +54,13 @@ class DeviceEntry(BaseModel):
     emulated: bool = Field(False, description="CPU emulation (e.g. an arm64 twin under qemu): timings "
                            "are not the real board's")
     notes: str = ""
+    labels: list[str] = Field(default_factory=list, description="pool labels (`--pool TARGET:LABEL` selects by them)")
 
     @model_validator(mode="after")
     def _check(self):
+        for label in self.labels:
+            if not NAME_RE.match(label):
+                raise ValueError(f"label {label!r} must be letters, digits, '.', '_' or '-' (max 63)")
         if not NAME_RE.match(self.name):
             raise ValueError(f"device name {self.name!r} must be letters, digits, '.', '_' or '-' (max 63)")
         if self.kind == "ssh" and not self.host:
@@ -131,6 +135,61 @@ def remove_device(name: str) -> DeviceEntry:
     inv.devices = [d for d in inv.devices if d.name != name]
     save_inventory(inv)
     return entry
+
+
+def select_devices(devices: list[str] | None = None, pool: str | None = None) -> list[DeviceEntry]:
+    """The units of a fleet run: named devices (``pi-1,pi-2``), or a pool ``TARGET:LABEL`` (every
+    inventory device of that target class carrying that label; ``TARGET`` alone = all of the class)."""
+    if bool(devices) == bool(pool):
+        raise BadInputError("a fleet run takes --devices A,B,C or --pool TARGET:LABEL (one of them)")
+    if devices:
+        names = list(dict.fromkeys(d.strip() for d in devices if d.strip()))
+        return [get_device(n) for n in names]
+    target, _, label = pool.partition(":")
+    inv = load_inventory()
+    found = [d for d in inv.devices if d.target == target and (not label or label in d.labels)]
+    if not found:
+        have = sorted({f"{d.target}:{lab}" for d in inv.devices for lab in d.labels}) or ["(no labels)"]
+        raise BadInputError(f"pool '{pool}' is empty: no '{target}' device in the inventory"
+                            + (f" has label '{label}'" if label else ""),
+                            hint=f"pools in the inventory: {', '.join(have)}; label a device with "
+                                 "`edgekit devices add NAME ... --label LABEL --replace`")
+    return found
+
+
+def host_lock_holder(name: str) -> dict | None:
+    """The lease record of the deploy on THIS host holding the device's flock, or None when free."""
+    import fcntl
+
+    from .lock import DeviceLock
+
+    lock = DeviceLock(name)
+    if not lock.path.is_file():
+        return None
+    fd = os.open(lock.path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # nobody holds it (a record left by a crashed holder says nothing)
+    except BlockingIOError:
+        return lock.holder() or {}
+    finally:
+        os.close(fd)
+
+
+def device_lease_holder(entry: DeviceEntry, timeout: float = 15.0) -> str:
+    """Who holds the device-side lease, in words (connects to the device)."""
+    from .lease import describe_holder, read_holder
+    from .targets import load_target
+
+    try:
+        t = transport_for(entry, load_target(entry.target).python)
+        try:
+            holder, now = read_holder(t)
+        finally:
+            t.close()
+    except Exception as exc:  # listing: an unreachable device is a row, not a failure
+        return f"unknown ({type(exc).__name__}: {str(getattr(exc, 'message', exc))[:80]})"
+    return "free" if holder is None else describe_holder(holder, now)
 
 
 def known_hosts_files(entry: DeviceEntry) -> tuple[str, ...]:

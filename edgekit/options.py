@@ -62,6 +62,12 @@ class DeployOptions:
     # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
     benchmark_binary: str | Path | None = None
     eval_samples: int | None = None  # score a fixed, seeded, stratified subset of the eval set (recorded)
+    # A fleet run (edgekit/fleet.py): the variants measured on every unit of a pool, in parallel.
+    devices: list[str] | None = None  # the units by name (deploy --devices pi-1,pi-2,pi-3)
+    pool: str | None = None  # TARGET:LABEL, every inventory device of the class with the label
+    shard_eval: bool = False  # each unit scores its part of the eval set (combined into one metric)
+    fleet_gate: Literal["worst", "median"] = "worst"  # which unit's figures the gate judges
+    min_devices: int | None = None  # units that must be measured (default: all of them)
 
     def update(self, overrides: dict) -> "DeployOptions":
         known = {f.name for f in fields(self)}
@@ -137,6 +143,9 @@ def check_release_options(opts: DeployOptions) -> None:
 _SEARCH_REFUSES = {
     "train_data": "--search builds quantize and convert candidates only; --train-data feeds pruning and "
                   "distillation, which need a --recipe (drop --search to run that recipe)",
+    **{k: "--search measures its candidates on one device; a fleet run (--devices/--pool, --shard-eval, "
+          "--fleet-gate, --min-devices) measures a recipe's variants on every unit (drop --search)"
+       for k in ("devices", "pool", "shard_eval", "fleet_gate", "min_devices")},
 }
 
 

@@ -40,6 +40,8 @@ def add_cmd(
     trust: bool = typer.Option(False, "--trust", help="Trust the host key the device offers now (shows its fingerprint)."),
     no_connect: bool = typer.Option(False, "--no-connect", help="Do not contact the device (its key must then be known)."),
     replace: bool = typer.Option(False, "--replace", help="Overwrite a device of the same name."),
+    label: list[str] = typer.Option([], "--label", "-l", help="A pool label (repeatable): `deploy --pool "
+                                    "TARGET:LABEL` measures every device of the class with it."),
     as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON."),
 ):
     from ..devices import DeviceEntry, add_device, edgekit_known_hosts, known_hosts_files
@@ -48,14 +50,14 @@ def add_cmd(
 
     if adb is not None or adb_tcp is not None:
         return _add_adb(name, target, adb, adb_tcp, workdir, python, pin_big_cores, adb_isolated_server,
-                        no_connect, replace, as_json, host)
+                        no_connect, replace, as_json, host, label)
     if host is None:
         from ..errors import BadInputError
 
         raise BadInputError("a device needs --host (SSH) or --adb SERIAL / --adb-tcp HOST:PORT (Android)",
                             hint="e.g. edgekit devices add phone --target pixel-arm64 --adb 0123456789ABCDEF")
     entry = DeviceEntry(name=name, kind="ssh", target=target, host=host, port=port, user=user, key=key,
-                        workdir=workdir, python=python, known_hosts=known_hosts)
+                        workdir=workdir, python=python, known_hosts=known_hosts, labels=list(label))
     if not no_connect:
         import paramiko
 
@@ -86,7 +88,7 @@ def add_cmd(
 
 
 def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated, no_connect, replace, as_json,
-             host):
+             host, labels=()):
     from ..devices import DeviceEntry, add_device, transport_for
     from ..errors import BadInputError
     from ..targets import load_target
@@ -94,7 +96,8 @@ def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated
     if host is not None or (serial is not None and tcp is not None):
         raise BadInputError("give one of --host (SSH), --adb SERIAL (USB) or --adb-tcp HOST:PORT (Wi-Fi)")
     entry = DeviceEntry(name=name, kind="adb", target=target, serial=serial, adb_tcp=tcp, workdir=workdir,
-                        python=python, pin_big_cores=pin_big_cores, adb_isolated_server=isolated)
+                        python=python, pin_big_cores=pin_big_cores, adb_isolated_server=isolated,
+                        labels=list(labels))
     if not no_connect:  # an offline/unauthorized phone or a wrong serial fails here, with what to do
         transport_for(entry, load_target(target).python).close()
     add_device(entry, replace=replace)
@@ -105,24 +108,44 @@ def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated
                           f"`edgekit devices check {name}`", highlight=False)
 
 
-@app.command("list", help="List the devices in the inventory.\n\nExample: edgekit devices list --json")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+@app.command("list", help="List the devices in the inventory with their pool labels and who holds them on this "
+             "host; --leases also asks each device who holds its device-side lease (any host).\n\n"
+             "Example: edgekit devices list --leases --json")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+             leases: bool = typer.Option(False, "--leases", help="Connect to each device and show the holder of its "
+                                         "device-side lease (deploys on other hosts too).")):
+    from concurrent.futures import ThreadPoolExecutor
+
     from rich.table import Table
 
-    from ..devices import inventory_path, load_inventory
+    from ..devices import device_lease_holder, host_lock_holder, inventory_path, load_inventory
 
     inv = load_inventory()
+    held = {}
+    for d in inv.devices:
+        h = host_lock_holder(d.name)
+        held[d.name] = None if h is None else (f"PID {h.get('pid')} on {h.get('host')} since {h.get('started')}"
+                                               if h else "another edgekit process")
+    remote = {}
+    if leases and inv.devices:
+        with ThreadPoolExecutor(max_workers=min(8, len(inv.devices))) as pool:
+            remote = dict(zip([d.name for d in inv.devices], pool.map(device_lease_holder, inv.devices)))
     if as_json:
-        print(json.dumps([d.model_dump(mode="json") for d in inv.devices]))
+        print(json.dumps([d.model_dump(mode="json") | {"held_here_by": held[d.name],
+                                                       **({"lease": remote[d.name]} if leases else {})}
+                          for d in inv.devices]))
         return
     if not inv.devices:
         out_console.print(f"no devices in {inventory_path()}; add one with `edgekit devices add` or `edgekit sim up`")
         return
-    t = Table("name", "kind", "target", "address", "user", "workdir", "notes")
+    t = Table("name", "kind", "target", "address", "user", "workdir", "labels", "held by", "notes")
     for d in inv.devices:
         addr = f"{d.host}:{d.port}" if d.kind == "ssh" else (f"adb {d.serial or d.adb_tcp or '(only device)'}"
                                                               if d.kind == "adb" else "-")
-        t.add_row(d.name, d.kind, d.target, addr, d.user or "-", d.workdir, d.notes)
+        who = held[d.name] or "-"
+        if leases:
+            who = f"{who if held[d.name] else 'free here'}; device lease: {remote[d.name]}"
+        t.add_row(d.name, d.kind, d.target, addr, d.user or "-", d.workdir, ",".join(d.labels) or "-", who, d.notes)
     out_console.print(t)
 
 
