@@ -15,16 +15,13 @@ from edgekit.report.model import Report
 ROOT = Path(__file__).resolve().parents[2]
 # Enough timed runs for the significance tests; short enough for the default test run.
 MEASURE = ("--runs", "100", "--min-seconds", "0.2", "--warmup", "5")
-# The release threshold the latency test judges with: 50%, a real one (a model 1.5x slower than the release
-# fails). The slow model below is ~14x slower than the release (its side branch is real work), so it fails
-# whatever this shared machine does to either run.
-THRESHOLD = "0.5"
-# The unchanged run must pass, and the digits model runs in ~18 us: two processes a few seconds apart were
-# seen at 18 us and 28 us (+55%: the whole process, both variants, i.e. machine state, not the model). This
-# must-pass guard therefore allows 100%; what a threshold decides is shown on the slow model (fails at 50%,
-# passes at a threshold above its measured slowdown), and the 10% default on synthetic timings in
-# test_report_compare.py.
-UNCHANGED_THRESHOLD = "1.0"
+# A real release threshold: a model 25% slower than the release fails. The gate judges latency by A/B
+# interleaved re-measurement of the release's own model file in the same device session, so the machine
+# drift between two runs minutes apart (seen: +55% for the same ~18 us digits model, the whole process)
+# cancels out, and the unchanged model passes this threshold; the slow model below is ~14x slower (real extra
+# work in a side branch) and fails it whatever this shared machine does. The 10% default is exercised on
+# synthetic timings in test_report_compare.py.
+THRESHOLD = "0.25"
 
 
 def _digits_cnn():
@@ -104,14 +101,17 @@ def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_p
     out = tmp_path / "again"
     # --remeasure: the measurement cache would otherwise hand back the release's own timings
     r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--out", out, *MEASURE,
-            "--baseline", release / "report.json", "--max-latency-regression", UNCHANGED_THRESHOLD, "--remeasure")
+            "--baseline", release / "report.json", "--max-latency-regression", THRESHOLD, "--remeasure")
     assert r.exit_code == 0, r.stdout + r.stderr
     rep = Report.load(out / "report.json")
     assert rep.compared_with["path"] == str(release / "report.json") and len(rep.compared_with["sha256"]) == 64
     names = {c.name for c in rep.gate.checks}
     assert {"latency_regression", "release_accuracy_drop", "memory_increase", "size_increase"} <= names
     lat = next(c for c in rep.gate.checks if c.name == "latency_regression")
-    assert lat.passed and "Mann-Whitney" in lat.message
+    # judged A/B against the release's model in this session (what makes a 25% threshold sound here)
+    assert rep.compared_with.method == "ab" and "by ab" in lat.message, (rep.compared_with, lat.message)
+    assert lat.passed and lat.limit == float(THRESHOLD) and lat.value is not None and lat.value < float(THRESHOLD)
+    assert lat.ratio_ci95 and lat.ratio_ci95[0] < 1 + float(THRESHOLD), lat.message
     assert rep.variants[1].latency_ms.raw != Report.load(release / "report.json").variants[1].latency_ms.raw
     assert "Compared with the baseline report" in (out / "report.html").read_text()
 
@@ -133,13 +133,15 @@ def test_slower_model_fails_latency_regression_with_significance(digits, release
     assert failed == {"latency_regression"}, [c.message for c in rep.gate.failed_checks]
     c = rep.gate.failed_checks[0]
     assert c.limit == float(THRESHOLD) and c.variant in {v.name for v in rep.variants}
-    # far beyond the threshold, not just over it: the side branch makes the model several times slower
-    assert c.significant and c.p_value is not None and c.p_value < 0.05 and c.value > 1.0, c.message
-    assert "significant regression above 50%" in c.message and "Mann-Whitney p=" in c.message
+    # far beyond the threshold, not just over it: the side branch makes the model several times slower, and
+    # the whole 95% CI of the slow/fast ratio is above 1 + threshold
+    assert c.significant and c.value > 1.0 and c.ratio_ci95[0] > 1 + float(THRESHOLD), c.message
+    assert "significant regression above 25%" in c.message and "slower" in c.message
+    assert rep.compared_with.method == "ab"
     junit = ET.parse(tmp_path / "slow" / "junit.xml").getroot()
     fail = [tc for tc in junit.iter("testcase") if tc.find("failure") is not None]
     assert [tc.get("name") for tc in fail] == ["latency_regression"]
-    assert "p-value" in fail[0].find("failure").text
+    assert f"limit: {float(THRESHOLD)}" in fail[0].find("failure").text
     # the threshold is what decides: the same two reports pass a threshold above the measured slowdown
     old = Report.load(release / "report.json")
     worst = max(v.latency_ms.p50 / old.variant(v.name).latency_ms.p50 - 1 for v in rep.variants)
@@ -159,7 +161,7 @@ def test_less_accurate_model_fails_release_accuracy_drop(digits, release, tmp_pa
     x = np.load(digits.eval)["x"][:1]
     rep = edgekit.deploy(_less_accurate_model(digits), example_inputs=(torch.from_numpy(x),), eval_data=digits.eval,
                          calib_data=digits.calib, out=tmp_path / "worse", runs=50, min_seconds=0.1, warmup=2,
-                         baseline_report=release / "report.json", max_latency_regression=float(UNCHANGED_THRESHOLD))
+                         baseline_report=release / "report.json", max_latency_regression=float(THRESHOLD))
     failed = {c.name for c in rep.gate.failed_checks}
     # (latency is not asserted here: this model is as fast as the release, but two runs minutes apart on a
     # shared machine can differ by more than any threshold; the latency tests use a model 14x slower)
@@ -168,7 +170,7 @@ def test_less_accurate_model_fails_release_accuracy_drop(digits, release, tmp_pa
     assert c.value > 5 and c.p_value is not None and c.p_value < 0.05
     # the same verdict from the CLI diff of the two reports
     r = cli("report", "diff", release / "report.json", tmp_path / "worse" / "report.json",
-            "--max-latency-regression", UNCHANGED_THRESHOLD)
+            "--max-latency-regression", THRESHOLD)
     assert r.exit_code == 1 and "release_accuracy_drop" in r.stdout and "worse" in r.stdout
 
 

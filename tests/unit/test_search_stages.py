@@ -115,7 +115,7 @@ def test_target_memory_budget_drops_candidates_at_screening(digits_onnx, digits,
     rep = _search(digits_onnx, digits, tmp_path / "out", target=target, candidates=[DYN])
     c = _cands(rep)["int8-dyn"]
     assert c["status"] == "dropped" and c["dropped_at"] == "screening", c
-    assert c["reason"].startswith("peak memory") and "MB > budget 1 MB" in c["reason"]
+    assert "memory" in c["reason"] and "MB > budget 1 MB" in c["reason"], c["reason"]
     assert c["screening"]["peak_memory_mb"] > 1
     # the budget holds for what remains too: the fp32 model is over it, so the release fails
     assert not rep.gate.passed
