@@ -122,6 +122,9 @@ def deploy(
         opts = (options or DeployOptions()).update(overrides)
     except TypeError as exc:
         raise TypeError(f"deploy() got an {exc}") from None
+    if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/fleet.py)
+        from .fleet import deploy_fleet
+        return deploy_fleet(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data, recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, options=opts, progress=progress, transport=transport)  # noqa: E501
     spec = target_spec(target)
     rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(calib_data is not None))
     from .passes.convert import variants_for_target

@@ -73,6 +73,11 @@ def deploy_cmd(
     objective: str = typer.Option("p50", "--objective", help="With --search: what 'best' means: p50, p99, energy or size."),
     time_budget: float = typer.Option(900.0, "--time-budget", help="With --search: total seconds; candidates not reached are dropped with that reason."),
     benchmark_binary: Optional[str] = typer.Option(None, "--benchmark-binary", help="Also measure each .tflite variant with this TFLite benchmark_model binary for the device (pushed, never downloaded), or 'device' for one already on it (e.g. /data/local/tmp/benchmark_model)."),
+    devices: Optional[str] = typer.Option(None, "--devices", help="A fleet run: measure on every one of these inventory devices in parallel (comma-separated, e.g. pi-1,pi-2,pi-3); the gate judges the worst unit."),
+    pool: Optional[str] = typer.Option(None, "--pool", help="A fleet run on every inventory device of TARGET with LABEL (TARGET:LABEL, e.g. rpi4:lab-a; labels: `devices add --label`)."),
+    shard_eval: bool = typer.Option(False, "--shard-eval", help="Fleet: each unit scores its part of the eval set; the parts are combined into one metric (default: every unit scores all of it)."),
+    fleet_gate: str = typer.Option("worst", "--fleet-gate", help="Fleet: judge the worst unit (default) or the median unit."),
+    min_devices: Optional[int] = typer.Option(None, "--min-devices", help="Fleet: units that must be measured for the gate to pass (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -92,6 +97,8 @@ def deploy_cmd(
 
     opts.benchmark_binary = validate_binary_option(benchmark_binary)
     opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
+    opts.devices = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
+    opts.pool, opts.shard_eval, opts.fleet_gate, opts.min_devices = pool, shard_eval, fleet_gate, min_devices
     opts.max_latency_regression, opts.max_release_accuracy_drop = max_latency_regression, max_release_accuracy_drop
     opts.max_memory_increase, opts.max_size_increase = max_memory_increase, max_size_increase
     if search:

@@ -319,6 +319,35 @@ def plot_comparison(r: Report) -> str | None:
     return _svg(fig, "comparison")
 
 
+def plot_fleet(r: Report) -> str | None:
+    """p50 per unit (bars, one group per variant), the judged unit marked; failed units named."""
+    fl = r.fleet
+    if fl is None or not fl.variants:
+        return None
+    units = [u for u in fl.units if u.state == "measured"]
+    fig, ax = _figure((8, 1.2 + 0.35 * len(units) * len(fl.variants)))
+    y, labels = 0, []
+    for vi, v in enumerate(fl.variants):
+        for u in units:
+            p50 = (u.latency_ms.get(v.name) or {}).get("p50")
+            if p50 is None:
+                continue
+            ax.barh(y, p50, color=_PALETTE[vi % len(_PALETTE)], edgecolor="black" if u.name == fl.judged_unit else None,
+                    linewidth=2 if u.name == fl.judged_unit else 0)
+            labels.append(f"{v.name} · {u.name}")
+            y += 1
+        ax.axvline(v.median_of_medians_ms, color=_PALETTE[vi % len(_PALETTE)], ls="--", lw=1)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("p50 latency per inference, ms (dashed: median of the units' p50s)")
+    bad = [u.name for u in fl.units if u.state != "measured"]
+    ax.set_title(f"Per-unit latency: judged unit {fl.judged_unit} outlined"
+                 + (f"; unmeasured: {', '.join(bad)}" if bad else ""), fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig, "fleet-units")
+
+
 _PLOTS = [
     ("plot-latency", "Latency distribution", plot_latency_distribution,
      "Each variant's raw on-device timings (violin, log scale), its p50 with the bootstrap 95% CI, p90 and p99."),
@@ -333,6 +362,8 @@ _PLOTS = [
     ("plot-comparison", "Against the baseline report", plot_comparison,
      "Ratio of p50 latency to the baseline report's, with the 95% bootstrap CI; right of the dashed line "
      "and significant = a regression."),
+    ("plot-fleet", "Per-unit latency (fleet run)", plot_fleet,
+     "p50 of each variant on each unit of the fleet; the unit the gate judged is outlined."),
 ]
 
 
@@ -473,6 +504,28 @@ def _search_section(r: Report) -> str:
             "<th>screening p50 ms</th><th>reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
+def _fleet_table(r: Report) -> str:
+    fl = r.fleet
+    if fl is None:
+        return ""
+    names = [v.name for v in fl.variants]
+    head = "".join(f"<th>{_e(h)}</th>" for h in ["unit", "state", "shard", *[f"{n} p50 ms" for n in names],
+                                                  "unit gate", "error"])
+    rows = []
+    for u in fl.units:
+        bad = u.state != "measured" or u.gate_passed is False
+        cells = [_e(u.name) + (" <b>(judged)</b>" if u.name == fl.judged_unit else ""), _e(u.state),
+                 _e(f"{u.shard[0]}-{u.shard[1]}" if u.shard else "all"),
+                 *[f"<td class=n>{_f((u.latency_ms.get(n) or {}).get('p50'))}</td>" for n in names],
+                 _e("n/a" if u.gate_passed is None else "pass" if u.gate_passed else "FAIL " + ", ".join(u.failed_checks)),
+                 _e(u.error or "")]
+        rows.append(f"<tr{' class=fail' if bad else ''}>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>"
+                                                                     for c in cells) + "</tr>")
+    return (f"<h2 id=fleet>Fleet</h2><p>{fl.measured} of {fl.total} units measured; eval {_e(fl.mode)}; the gate "
+            f"judged the {_e(fl.gate)} unit <b>{_e(fl.judged_unit)}</b>.</p>"
+            f"<table id=fleet-table><tr>{head}</tr>{''.join(rows)}</table>")
+
+
 def _kv_table(d: dict, table_id: str) -> str:
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v if not isinstance(v, (dict, list)) else json.dumps(v))}</td></tr>"
                    for k, v in d.items())
@@ -523,7 +576,7 @@ def render_html(r: Report) -> str:
         "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note, _outputs_table(r),
         "<h2 id=gate>Gate checks</h2>", _checks_table(r),
         _comparison_section(r),
-        _search_section(r),
+        _search_section(r), _fleet_table(r),
         "<h2 id=plots>Plots</h2>", *_plots(r),
         "<h2 id=device>Device state</h2>", _kv_table(dev.model_dump(mode="json", exclude_none=True), "device-table"),
         "<h2 id=lineage>Lineage of each variant</h2>", _lineage(r),

@@ -6,6 +6,7 @@ Test case names are ``<check>`` in class ``edgekit.gate.<variant>``; a failed ch
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 from .model import Report
@@ -13,9 +14,11 @@ from .model import Report
 
 def render_junit(r: Report) -> str:
     checks = r.gate.checks
-    failures = sum(not c.passed for c in checks)
-    suites = ET.Element("testsuites", name="edgekit", tests=str(len(checks)), failures=str(failures), errors="0")
-    suite = ET.SubElement(suites, "testsuite", name=f"edgekit.gate.{r.target}", tests=str(len(checks)),
+    units = r.fleet.units if r.fleet is not None else []
+    failures = sum(not c.passed for c in checks) + sum(u.state != "measured" or u.gate_passed is False for u in units)
+    tests = len(checks) + len(units)
+    suites = ET.Element("testsuites", name="edgekit", tests=str(tests), failures=str(failures), errors="0")
+    suite = ET.SubElement(suites, "testsuite", name=f"edgekit.gate.{r.target}", tests=str(tests),
                           failures=str(failures), errors="0", skipped="0", timestamp=r.created_at,
                           hostname=r.device.name or "")
     props = ET.SubElement(suite, "properties")
@@ -38,6 +41,16 @@ def render_junit(r: Report) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = "\n".join([c.message, *detail])
+    for u in (r.fleet.units if r.fleet is not None else []):  # a fleet run: one case per unit
+        case = ET.SubElement(suite, "testcase", classname="edgekit.fleet", name=u.name, time=str(u.seconds or 0))
+        if u.state != "measured":
+            ET.SubElement(case, "failure", message=f"unit {u.name} unmeasured: {u.error}",
+                          type="UnitFailed").text = f"{u.error_kind}: {u.error}"
+        elif u.gate_passed is False:
+            ET.SubElement(case, "failure", message=f"unit {u.name} fails: {', '.join(u.failed_checks)}",
+                          type="GateCheckFailed").text = json.dumps(u.latency_ms)
+        else:
+            ET.SubElement(case, "system-out").text = json.dumps(u.latency_ms)
     if not checks:
         # An empty suite reads as "nothing ran" in most CIs: say why instead.
         case = ET.SubElement(suite, "testcase", classname="edgekit.gate.report", name="gate", time="0")

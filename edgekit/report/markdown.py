@@ -69,7 +69,7 @@ def render_markdown(r: Report) -> str:
         if cw is not None and cw.method is not None:
             lines.append(f"Release latency judged by: {cw.method_line()}.")
         lines.append(render_diff_markdown(r.comparison).rstrip("\n"))
-    lines += _search_section(r) + _parity_section(r) + _outputs_section(r)
+    lines += _search_section(r) + _fleet_section(r) + _parity_section(r) + _outputs_section(r)
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
         lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]
@@ -92,6 +92,32 @@ def _search_section(r: Report) -> list[str]:
         p50 = c.screening.p50 if c.screening else None
         out.append(f"| {c.name} | {c.status} | {c.dropped_at or ''} | {_f(p50, '{:.4f}')} | "
                    f"{(c.reason or '').replace('|', '/')} |")
+    return out
+
+
+def _fleet_section(r: Report) -> list[str]:
+    """A fleet run: p50 per unit and variant, each unit's state and shard, then across the units."""
+    fl = r.fleet
+    if fl is None:
+        return []
+    names = [v.name for v in fl.variants]
+    out = ["", "## Fleet", "",
+           f"{fl.measured} of {fl.total} units measured; eval {fl.mode}"
+           + (f" ({fl.eval_covered} of {fl.eval_samples} samples scored)" if fl.mode == "sharded" else "")
+           + f"; the gate judged the {fl.gate} unit **{fl.judged_unit}**.", "",
+           "| unit | state | shard | " + " | ".join(f"{n} p50 ms" for n in names) + " | unit gate | error |",
+           "|---|---|---|" + "---:|" * len(names) + "---|---|"]
+    for u in fl.units:
+        p50s = " | ".join(_f((u.latency_ms.get(n) or {}).get("p50")) for n in names)
+        gate = "n/a" if u.gate_passed is None else ("pass" if u.gate_passed else "**FAIL** " + ", ".join(u.failed_checks))
+        shard = f"{u.shard[0]}-{u.shard[1]}" if u.shard else "all"
+        out.append(f"| {u.name}{' (judged)' if u.name == fl.judged_unit else ''} | {u.state} | {shard} | {p50s} | "
+                   f"{gate} | {(u.error or '').replace('|', '/')[:200]} |")
+    out += ["", "| variant | units | median of p50s ms | spread ms | worst unit | best unit |", "|---|---:|---:|---:|---|---|"]
+    for v in fl.variants:
+        out.append(f"| {v.name} | {v.units} | {v.median_of_medians_ms:.3f} | {v.spread_ms:.3f}"
+                   f"{f' ({v.spread_rel:.0%})' if v.spread_rel is not None else ''} | {v.worst_unit} "
+                   f"({v.worst_p50:.3f}) | {v.best_unit} ({v.best_p50:.3f}) |")
     return out
 
 

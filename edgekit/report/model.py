@@ -62,6 +62,7 @@ class RuntimeInfo(_Open):
     version: str | None = None
     threads: int | None = None
     delegate: str | None = None
+    options: dict[str, Any] | None = None  # runtime options applied (e.g. onnxruntime graph_optimization_level)
 
 
 class LatencyMs(_Open):
@@ -398,6 +399,54 @@ class ReportDiff(_Open):
         return [(v.variant, c) for v in self.variants for c in v.changes if c.is_regression]
 
 
+# --- a fleet run (deploy --devices/--pool; edgekit/fleet.py) -------------------------------------------
+class FleetUnit(_Open):
+    """One unit of the fleet: its state (measured | failed, with the error), its eval shard, its
+    per-variant latency and its own gate's verdict."""
+
+    name: str
+    state: str
+    error: str | None = None
+    error_kind: str | None = None
+    exit_code: int | None = None
+    seconds: float | None = None
+    shard: list[int] | None = None  # [start, stop) of the eval set it scored (sharded eval)
+    shard_accuracy: dict[str, float | None] | None = None  # the metric on its shard alone, per variant
+    gate_passed: bool | None = None
+    failed_checks: list[str] = Field(default_factory=list)
+    latency_ms: dict[str, dict[str, float]] = Field(default_factory=dict)  # variant -> p50/p90/p99/mean
+    transport: str | None = None
+    hostname: str | None = None
+
+
+class FleetVariant(_Open):
+    """One variant across the units: median of the units' p50s, spread, worst and best unit."""
+
+    name: str
+    units: int
+    median_of_medians_ms: float
+    spread_ms: float
+    spread_rel: float | None = None
+    worst_unit: str
+    worst_p50: float
+    best_unit: str
+    best_p50: float
+
+
+class FleetSection(_Open):
+    mode: str  # replicated | sharded (the eval set)
+    gate: str  # worst | median: which unit's report the gate judged
+    judged_unit: str
+    judged_variants: list[str] = Field(default_factory=list)
+    min_devices: int
+    measured: int
+    total: int
+    eval_samples: int | None = None
+    eval_covered: int | None = None  # sharded: the samples scored (a failed unit's shard is missing)
+    units: list[FleetUnit] = Field(default_factory=list)
+    variants: list[FleetVariant] = Field(default_factory=list)
+
+
 # --- the report ----------------------------------------------------------------------------------------
 class Report(_Open):
     schema_version: str = SCHEMA_VERSION
@@ -416,6 +465,9 @@ class Report(_Open):
     comparison: ReportDiff | None = None
     # The variant search (`deploy --search`): the objective, what shipped, every candidate.
     search: SearchSection | None = None
+    # A fleet run: every unit's figures and state, the shard assignment, the judged unit (an optional
+    # section, absent from single-device reports: no schema bump needed to read either).
+    fleet: FleetSection | None = None
 
     def metric_label(self) -> str:
         """The metric's column header, e.g. "top1 %", "miou %", "mse", "psnr dB"."""
