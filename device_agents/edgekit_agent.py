@@ -755,6 +755,11 @@ def energy_unavailable_reason(sources, sysfs_root="/"):
 
 
 # --------------------------------------------------------------------------- runners
+def no_op_profile(reason):
+    """The op_profile answer of a runtime that has no per-op profiler here, with the reason."""
+    return {"source": None, "runs": 0, "total_us": None, "ops": [], "reason": reason}
+
+
 class Runner:
     """One runtime on the device. A subclass names its runtime (``name``, the request's ``runtime``),
     says how to find it (``probe``), loads a model (``load``) and runs one batch (``run``); the
@@ -774,8 +779,14 @@ class Runner:
         if model_path is not None:
             self.load(model_path, {"threads": threads, "inputs": input_specs or [], "outputs": output_specs or []})
 
+    OPTIONS = {}  # runtime options this runner takes (request "runtime_options"); none = refuse any
+
     @classmethod
     def open(cls, model_path, request):
+        opts = request.get("runtime_options") or {}
+        if opts and not cls.OPTIONS:
+            raise AgentFailure("bad_request", f"runtime {cls.name} takes no runtime options (got {sorted(opts)})",
+                               EXIT_BAD_REQUEST)
         runner = cls()
         runner.load(model_path, request)
         return runner
@@ -802,6 +813,13 @@ class Runner:
         """The model's fixed batch size (None when the batch axis is dynamic)."""
         return None if self.batch_dynamic() else 1
 
+    def profile(self, feeds, runs):
+        """Per-op times of ``runs`` inferences from the runtime's OWN profiler (one more run first,
+        left out): {"source", "runs", "total_us" (the profiled runs' wall time), "ops": [{"node",
+        "op_type", "calls", "total_us", "provider"}], "reason"}. Without a profiler: source None and
+        the reason (never a figure made up here)."""
+        return no_op_profile(f"the {self.name} runner has no per-op profiler")
+
 
 class OnnxRunner(Runner):
     name = "onnxruntime"
@@ -827,6 +845,7 @@ class OnnxRunner(Runner):
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.log_severity_level = 3
+        self.options = self._apply_options(ort, so, request.get("runtime_options") or {})
         try:
             self.session = ort.InferenceSession(model_path, sess_options=so, providers=["CPUExecutionProvider"])
         except Exception as exc:
@@ -835,6 +854,87 @@ class OnnxRunner(Runner):
         self.threads = int(threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.input_shapes = [list(i.shape) for i in self.session.get_inputs()]
+        self.model_path, self.session_options = model_path, so  # the profiling session is built alike
+
+    def profile(self, feeds, runs):
+        """onnxruntime's own profiler: a second session with ``enable_profiling`` (same options, so
+        the same optimized graph and node names), its JSON trace summed per node."""
+        import shutil
+        import tempfile
+
+        import onnxruntime as ort
+
+        tmp = tempfile.mkdtemp(prefix="edgekit-ort-profile-")
+        try:
+            so = self.session_options  # already copied into the timed session: changing it is safe
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(tmp, "ort")
+            sess = ort.InferenceSession(self.model_path, sess_options=so, providers=["CPUExecutionProvider"])
+            feed = dict(zip(self.input_names, feeds))
+            for _ in range(int(runs) + 1):
+                sess.run(None, feed)
+            with open(sess.end_profiling(), encoding="utf-8") as fh:
+                trace = json.load(fh)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return self.profile_from_trace(trace)
+
+    @staticmethod
+    def profile_from_trace(trace):
+        """Kernel times per node from an onnxruntime trace, the first run (allocations, kernel
+        selection) left out; ``total_us`` is the profiled runs' own wall time (model_run events)."""
+        events = trace if isinstance(trace, list) else trace.get("traceEvents", [])
+        model_runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                            key=lambda e: e["ts"])
+        if not model_runs:
+            return no_op_profile("onnxruntime's trace has no model_run events")
+        start = model_runs[0]["ts"] + model_runs[0]["dur"] if len(model_runs) > 1 else 0
+        ops = {}
+        for e in events:
+            name = e.get("name", "")
+            if e.get("cat") != "Node" or not name.endswith("_kernel_time") or e.get("ts", 0) < start:
+                continue
+            args = e.get("args") or {}
+            node = name[: -len("_kernel_time")]
+            op = ops.setdefault(node, {"node": node, "op_type": args.get("op_name"), "calls": 0, "total_us": 0.0,
+                                       "provider": args.get("provider")})
+            op["calls"] += 1
+            op["total_us"] += float(e.get("dur", 0))
+        timed = model_runs[1:] or model_runs
+        return {"source": "onnxruntime", "runs": len(timed), "total_us": float(sum(e["dur"] for e in timed)),
+                "ops": sorted(ops.values(), key=lambda o: -o["total_us"]), "reason": None}
+
+    # runtime options a search may vary (edgekit's "runtime options as a search dimension")
+    OPTIONS = {"graph_optimization_level": ("disable_all", "basic", "extended", "all"),
+               "execution_mode": ("sequential", "parallel"), "inter_op_threads": None}
+
+    def _apply_options(self, ort, so, opts):
+        unknown = sorted(set(opts) - set(self.OPTIONS))
+        if unknown:
+            raise AgentFailure("bad_request", f"unknown onnxruntime option(s) {unknown}; known: {sorted(self.OPTIONS)}",
+                               EXIT_BAD_REQUEST)
+        levels = {"disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+        applied = {}
+        if "graph_optimization_level" in opts:
+            lvl = opts["graph_optimization_level"]
+            if lvl not in levels:
+                raise AgentFailure("bad_request", f"graph_optimization_level {lvl!r} is not one of {sorted(levels)}",
+                                   EXIT_BAD_REQUEST)
+            so.graph_optimization_level = levels[lvl]
+            applied["graph_optimization_level"] = lvl
+        if opts.get("execution_mode") == "parallel":
+            so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+            applied["execution_mode"] = "parallel"
+        elif opts.get("execution_mode") not in (None, "sequential"):
+            raise AgentFailure("bad_request", f"execution_mode {opts['execution_mode']!r} is not sequential or parallel",
+                               EXIT_BAD_REQUEST)
+        if opts.get("inter_op_threads"):
+            so.inter_op_num_threads = int(opts["inter_op_threads"])
+            applied["inter_op_threads"] = int(opts["inter_op_threads"])
+        return applied
 
     def batch_dynamic(self):
         return all(not isinstance(s[0], int) for s in self.input_shapes if s)
@@ -949,6 +1049,14 @@ class LiteRTRunner(Runner):
             return self._quant(det)
         return None, None
 
+    def profile(self, feeds, runs):
+        # Checked against ai_edge_litert 2.3.0: nothing in its Python API installs or reads a profiler.
+        return no_op_profile(
+            f"{self.version}: LiteRT's Python API exposes no per-op profiler (Interpreter has no profiler hook, "
+            "its experimental_force_delegate_node_profiling only affects a profiler installed from C++; "
+            "CompiledModel has none; profiling_info_pb2 is only the message schema of the C++ benchmark tool's "
+            "output); per-op times need benchmark_model --enable_op_profiling=true")
+
 
 class ExecuTorchRunner(Runner):
     """A .pte program (XNNPACK-delegated or portable kernels) on ExecuTorch's Python runtime. Its
@@ -998,6 +1106,7 @@ class ExecuTorchRunner(Runner):
         self.input_shapes = [list(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
         self.input_dtypes = [self.DTYPES.get(meta.input_tensor_meta(i).dtype()) for i in range(meta.num_inputs())]
         self.threads = threads
+        self.model_path = str(model_path)
 
     def static_batch(self):
         # a .pte's memory plan is sized for its example shapes: the batch is fixed
@@ -1010,6 +1119,76 @@ class ExecuTorchRunner(Runner):
               for x, d in zip(feeds, self.input_dtypes)]
         # the runtime copies outputs out of its memory plan on every call
         return [o.numpy() for o in self.method(xs) if isinstance(o, self.torch.Tensor)]
+
+    def profile(self, feeds, runs):
+        """ExecuTorch's event tracer: the program loaded again with ETDump on, the dump decoded to
+        JSON by the flatc and schema that executorch ships (the devtools Inspector would import the
+        whole exir stack). Without an ETRecord, delegated ops are named by the delegate (XNNPACK)."""
+        import importlib.util
+        import shutil
+        import subprocess
+        import tempfile
+
+        from executorch.extension.pybindings import _C
+
+        program = _C._load_program(self.model_path, enable_etdump=True)
+        if not program.has_etdump():
+            return no_op_profile(f"executorch {self.version} was built without the event tracer (ETDump)")
+        pkg = importlib.util.find_spec("executorch").submodule_search_locations[0]
+        flatc = os.path.join(pkg, "data", "bin", "flatc")
+        schemas = [os.path.join(pkg, "devtools", "etdump", f) for f in ("etdump_schema_flatcc.fbs", "scalar_type.fbs")]
+        missing = [f for f in [flatc] + schemas if not os.path.isfile(f)]
+        if missing:
+            return no_op_profile(f"executorch {self.version} writes an ETDump but ships no {missing[0]} to decode it")
+        saved = self.program, self.method
+        tmp = tempfile.mkdtemp(prefix="edgekit-etdump-")
+        try:
+            self.program, self.method = program, program.load_method("forward")
+            for _ in range(int(runs) + 1):
+                self.run(feeds)
+            dump = os.path.join(tmp, "run.etdp")
+            program.write_etdump_result_to_file(dump, os.path.join(tmp, "debug.bin"))
+            for f in schemas:
+                shutil.copy(f, tmp)
+            subprocess.run([flatc, "--size-prefixed", "--json", "--defaults-json", "--strict-json", "-o", tmp,
+                            os.path.join(tmp, "etdump_schema_flatcc.fbs"), "--", dump],
+                           check=True, capture_output=True, timeout=120)
+            with open(os.path.join(tmp, "run.json"), encoding="utf-8") as fh:
+                etdump = json.load(fh)
+        finally:
+            self.program, self.method = saved
+            shutil.rmtree(tmp, ignore_errors=True)
+        return self.profile_from_etdump(etdump)
+
+    @staticmethod
+    def profile_from_etdump(etdump):
+        """Per-op times from a decoded ETDump: one "Execute" block a run (the first left out); an
+        op is a delegate's own event (XNNPACK's "Convolution (NHWC, F32) IGEMM #1") or a portable
+        kernel's; ticks are nanoseconds on the POSIX platform layer."""
+        execs = [r for r in etdump.get("run_data", []) if r.get("name") == "Execute"]
+        if not execs:
+            return no_op_profile("the ETDump recorded no Execute run")
+        timed = execs[1:] or execs
+        ops, total = {}, 0.0
+        for r in timed:
+            for ev in r.get("events", []):
+                pe = ev.get("profile_event")
+                if not pe:
+                    continue
+                us = (float(pe["end_time"]) - float(pe["start_time"])) / 1000.0
+                name, delegated = pe.get("name"), pe.get("delegate_debug_id_str")
+                if name == "Method::execute":
+                    total += us
+                if not delegated and (not name or name in ("Method::execute", "DELEGATE_CALL")
+                                      or name.startswith(("Method::", "Program::"))):
+                    continue
+                node = delegated or name
+                op = ops.setdefault(node, {"node": node, "op_type": node.rsplit(" #", 1)[0], "calls": 0,
+                                           "total_us": 0.0, "provider": "delegate" if delegated else "portable"})
+                op["calls"] += 1
+                op["total_us"] += us
+        return {"source": "executorch", "runs": len(timed), "total_us": total,
+                "ops": sorted(ops.values(), key=lambda o: -o["total_us"]), "reason": None}
 
 
 # The one list of runtimes this agent drives: requests, --probe (available_runtimes) and the host's
@@ -1366,6 +1545,12 @@ def measure(req):
     warnings = state_warnings(state_before, state_after, other_cpu)
     if warm.get("warmup_stable") is False:
         warnings.append(f"latency did not stabilize during {warm['warmup']} warmup runs")
+    op_profile = None
+    if req.get("profile"):  # after the timed runs and the device readings, so it never touches them
+        try:
+            op_profile = runner.profile(feeds, int(req["profile"].get("runs", 20)))
+        except Exception as exc:  # a profiler that breaks is the answer's reason, not a failed run
+            op_profile = no_op_profile(f"{runtime}'s profiler failed: {type(exc).__name__}: {exc}")
 
     outputs_path = req.get("outputs_path")
     if xs is not None:
@@ -1383,7 +1568,8 @@ def measure(req):
         "variant": req.get("variant"),
         "device": device_facts(),
         "device_state": {"before": state_before, "after": state_after, "other_cpu_fraction": other_cpu},
-        "runtime": {"name": runner.name, "version": runner.version, "threads": runner.threads, "delegate": None},
+        "runtime": {"name": runner.name, "version": runner.version, "threads": runner.threads, "delegate": None,
+                    **({"options": runner.options} if getattr(runner, "options", None) else {})},
         "load_ms": load_ms,
         "latency_ms": dict(warm, runs=runs_done, raw=raw, raw_decimation=decimation),
         "sustained": sustained,
@@ -1401,6 +1587,7 @@ def measure(req):
         "warnings": warnings,
         "eval": {"samples": n, "batch_size": batch["eval"], "static_batch": batch["static"]} if xs is not None else None,
         "outputs_path": outputs_path if xs is not None else None,
+        **({"op_profile": op_profile} if op_profile is not None else {}),
     }
 
 

@@ -77,6 +77,9 @@ class AgentRequest(_Strict):
     warmup_mode: Literal["fixed", "auto"] | None = None
     sustained: SustainedRequest | None = None
     sysfs_root: str | None = None
+    # runtime options the runner applies (onnxruntime: graph_optimization_level, execution_mode,
+    # inter_op_threads); a search varies them, the shipped artifact records the ones it needs
+    runtime_options: dict[str, Any] | None = None
     # per-op profile: the runtime's own profiler over this many extra runs after the timed runs
     # (agent answer: "op_profile"); None = no profile
     profile: dict[str, Any] | None = None
@@ -125,7 +128,8 @@ def eval_request(eval_remote, x_keys) -> EvalRequest | None:
 
 def build_request(*, variant: str, artifact: Artifact, model_remote: str, source_io, measure: MeasureDefaults,
                   eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
-                  options: MeasureOptions | None = None, runtime: str | None = None) -> AgentRequest:
+                  options: MeasureOptions | None = None, runtime: str | None = None,
+                  runtime_options: dict | None = None) -> AgentRequest:
     from ..measure.sustained import request_fields
 
     o = options or MeasureOptions()
@@ -140,7 +144,7 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str, source
         runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs, max_seconds=max_seconds,
         inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys), outputs_path=outputs_remote,
         energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
-        warmup_mode=o.warmup_mode,
+        warmup_mode=o.warmup_mode, runtime_options=runtime_options or None,
         sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
     )
 

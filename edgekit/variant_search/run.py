@@ -54,6 +54,10 @@ class SearchOptions:
     candidates: list[VariantSpec] | None = None  # None = every candidate the target can run
     remeasure: bool = False  # kept for callers; the same as DeployOptions.remeasure
     measure: MeasureDefaults | None = None  # final measurement settings (None = the target's with the options')
+    # runtime options as a search dimension: the selected variant is measured again under the
+    # runtime's options (threads 1..cores unless --threads fixes them; onnxruntime's graph
+    # optimization level) and the fastest setting ships, with the options it needs beside the file
+    tune_runtime: bool = True
 
 
 @dataclass
@@ -131,11 +135,17 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         base_screen = _screen(session, run, cands, screen_settings, sopts, deadline, progress)
         final = _finals(session, run, cands, final_settings, deadline, progress)
         chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
+        chosen_settings = final_settings
+        if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
+            from .tuning import tune_runtime
+
+            chosen, chosen_settings = tune_runtime(session, run, final, cands, chosen, final_settings, opts,
+                                                   deadline, progress, sopts.objective)
         release = None
         if chosen is not None and run.previous is not None:
             from ..pipeline import _judge_release
 
-            release = _judge_release(session, run, final, [chosen.name], final_settings, opts, progress)
+            release = _judge_release(session, run, final, [chosen.name], chosen_settings, opts, progress)
     ship = _write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
     section = {"objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
                "seconds": round(time.perf_counter() - run.started, 2), "time_budget_s": sopts.time_budget_s,
@@ -379,7 +389,7 @@ def _choose(finalists: list[VariantResult], objective: Objective) -> VariantResu
     # statistically indistinguishable from the best (overlapping CIs): the smallest file wins
     lo, hi = best.latency_ms.ci95
     ties = [v for v, _ in scored if v.latency_ms.ci95[0] <= hi and v.latency_ms.ci95[1] >= lo]
-    return min(ties, key=lambda v: (v.size_bytes, v.name))
+    return min(ties, key=lambda v: (v.size_bytes, "@" in v.name, v.name))  # ties: default runtime options
 
 
 def _write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
@@ -393,7 +403,11 @@ def _write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
             "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
                          "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop}}
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
-    return {"file": str(dest), "sha256": art.sha256}
+    # what the application must set for the measured speed: the runtime, its threads and options
+    rt = {"runtime": v.runtime.name, "version": v.runtime.version, "threads": v.runtime.threads,
+          "options": v.runtime.options or {}, "file": dest.name}
+    atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
+    return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
 
 
 __all__ = ["SearchOptions", "search"]
