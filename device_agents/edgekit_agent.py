@@ -760,6 +760,16 @@ def no_op_profile(reason):
     return {"source": None, "runs": 0, "total_us": None, "ops": [], "reason": reason}
 
 
+def finish_op_profile(source, ops, runs_us):
+    """The op_profile answer from per-node call times (``op["us"]``) and the runs' wall times: totals
+    and medians (robust to a disturbed run on a shared device), slowest first."""
+    for op in ops.values():
+        op["median_us"] = _median(op.pop("us"))
+    return {"source": source, "runs": len(runs_us), "total_us": float(sum(runs_us)),
+            "median_run_us": _median(runs_us), "ops": sorted(ops.values(), key=lambda o: -o["total_us"]),
+            "reason": None}
+
+
 class Runner:
     """One runtime on the device. A subclass names its runtime (``name``, the request's ``runtime``),
     says how to find it (``probe``), loads a model (``load``) and runs one batch (``run``); the
@@ -897,12 +907,12 @@ class OnnxRunner(Runner):
             args = e.get("args") or {}
             node = name[: -len("_kernel_time")]
             op = ops.setdefault(node, {"node": node, "op_type": args.get("op_name"), "calls": 0, "total_us": 0.0,
-                                       "provider": args.get("provider")})
+                                       "provider": args.get("provider"), "us": []})
             op["calls"] += 1
             op["total_us"] += float(e.get("dur", 0))
+            op["us"].append(float(e.get("dur", 0)))
         timed = model_runs[1:] or model_runs
-        return {"source": "onnxruntime", "runs": len(timed), "total_us": float(sum(e["dur"] for e in timed)),
-                "ops": sorted(ops.values(), key=lambda o: -o["total_us"]), "reason": None}
+        return finish_op_profile("onnxruntime", ops, [float(e["dur"]) for e in timed])
 
     # runtime options a search may vary (edgekit's "runtime options as a search dimension")
     OPTIONS = {"graph_optimization_level": ("disable_all", "basic", "extended", "all"),
@@ -1169,8 +1179,9 @@ class ExecuTorchRunner(Runner):
         if not execs:
             return no_op_profile("the ETDump recorded no Execute run")
         timed = execs[1:] or execs
-        ops, total = {}, 0.0
+        ops, runs_us = {}, []
         for r in timed:
+            run_us = []
             for ev in r.get("events", []):
                 pe = ev.get("profile_event")
                 if not pe:
@@ -1178,17 +1189,19 @@ class ExecuTorchRunner(Runner):
                 us = (float(pe["end_time"]) - float(pe["start_time"])) / 1000.0
                 name, delegated = pe.get("name"), pe.get("delegate_debug_id_str")
                 if name == "Method::execute":
-                    total += us
+                    run_us.append(us)
                 if not delegated and (not name or name in ("Method::execute", "DELEGATE_CALL")
                                       or name.startswith(("Method::", "Program::"))):
                     continue
                 node = delegated or name
                 op = ops.setdefault(node, {"node": node, "op_type": node.rsplit(" #", 1)[0], "calls": 0,
-                                           "total_us": 0.0, "provider": "delegate" if delegated else "portable"})
+                                           "total_us": 0.0, "provider": "delegate" if delegated else "portable",
+                                           "us": []})
                 op["calls"] += 1
                 op["total_us"] += us
-        return {"source": "executorch", "runs": len(timed), "total_us": total,
-                "ops": sorted(ops.values(), key=lambda o: -o["total_us"]), "reason": None}
+                op["us"].append(us)
+            runs_us.extend(t for t in run_us if t is not None)
+        return finish_op_profile("executorch", ops, runs_us)
 
 
 # The one list of runtimes this agent drives: requests, --probe (available_runtimes) and the host's
@@ -1591,6 +1604,56 @@ def measure(req):
     }
 
 
+def measure_ab(req):
+    """Two models of one interface in ONE process, timed in alternating blocks (A B, B A, A B ...):
+    the request's model is A, ``ab.model`` is B. Whatever the device does meanwhile (other load,
+    clocks, heat) hits both sides of a block pair alike, so the host can judge their ratio. Each
+    block runs for ``block_seconds`` (at least ``min_runs`` runs, at most ``max_runs``)."""
+    import numpy as np
+
+    ab = req["ab"]
+    for path, digest in ((req["model"], req.get("model_sha256")), (ab["model"], ab.get("model_sha256"))):
+        if digest and sha256(path) != digest:
+            raise AgentFailure("integrity", f"model file {path} does not have sha256 {digest[:12]}...",
+                               EXIT_BAD_REQUEST)
+    runtime = req["runtime"]
+    if runtime not in RUNNERS:
+        raise AgentFailure("bad_request", f"unknown runtime {runtime!r}; known: {sorted(RUNNERS)}", EXIT_BAD_REQUEST)
+    runners = {"a": RUNNERS[runtime].open(req["model"], req), "b": RUNNERS[runtime].open(ab["model"], req)}
+    in_specs = req["inputs"]
+    feeds = [_prepare(np, x, s) for x, s in zip(synthetic_inputs(np, in_specs), in_specs)]
+    try:
+        for r in runners.values():
+            warmup_runs(lambda r=r: r.run(feeds), req)
+        blocks, block_s = int(ab.get("blocks", 20)), float(ab.get("block_seconds", 0.1))
+        min_runs, max_runs = int(ab.get("min_runs", 3)), int(ab.get("max_runs", 500))
+        clock = time.perf_counter_ns
+        out, order = {"a": [], "b": []}, []
+        for i in range(blocks):
+            for side in (("a", "b") if i % 2 == 0 else ("b", "a")):
+                run, t, start = runners[side].run, [], time.perf_counter()
+                while len(t) < max_runs and (len(t) < min_runs or time.perf_counter() - start < block_s):
+                    a = clock()
+                    run(feeds)
+                    t.append((clock() - a) / 1e6)
+                out[side].append(t)
+                order.append(side)
+    except AgentFailure:
+        raise
+    except Exception as exc:
+        raise AgentFailure("inference_failed", f"{runtime} failed to run the model: {exc}", EXIT_RUNTIME) from exc
+    r = runners["b"]
+    raw_b = [x for blk in out["b"] for x in blk]
+    return {
+        "protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": True, "variant": req.get("variant"),
+        "device": device_facts(), "load_ms": None, "warnings": [],
+        "runtime": {"name": r.name, "version": r.version, "threads": r.threads, "delegate": None,
+                    **({"options": r.options} if getattr(r, "options", None) else {})},
+        "latency_ms": {"warmup": int(req.get("warmup", 10)), "runs": len(raw_b), "raw": raw_b},
+        "ab": {"a": out["a"], "b": out["b"], "order": "".join(order)},
+    }
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -1628,7 +1691,7 @@ def main(argv):
             if req.get("protocol") != PROTOCOL:
                 raise AgentFailure("bad_request", f"request protocol {req.get('protocol')} != agent protocol "
                                    f"{PROTOCOL}", EXIT_BAD_REQUEST)
-            doc = measure(req)
+            doc = measure_ab(req) if req.get("ab") else measure(req)
         else:
             raise AgentFailure("usage", "usage: edgekit_agent.py REQUEST.json | --probe | --sha256 FILE... | --version", EXIT_BAD_REQUEST)
     except AgentFailure as exc:

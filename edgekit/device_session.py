@@ -239,21 +239,20 @@ class DeviceSession:
         return Measured(result=result, artifact=art, outputs=res.outputs, doc=res.doc)
 
     def measure_ab(self, a: Artifact, b: Artifact, settings: RunSettings, blocks: int) -> ABBlocks:
-        """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...), never from the cache,
-        so slow drift of a shared device (load, clocks, heat) hits both sides alike."""
-        m = settings.measure  # blocks of half the usual length: many short blocks track drift better
-        half = m.model_copy(update={"runs": max(10, m.runs // 2), "min_seconds": max(0.25, m.min_seconds / 2)})
-        s = settings.but(measure=half, with_eval=False, cached=False)
-        out = ABBlocks()
-        for i in range(blocks):
-            pair = (("a", a), ("b", b)) if i % 2 == 0 else (("b", b), ("a", a))
-            for side, art in pair:
-                res = self.run(self.request(f"ab-{side}", art, s), s)
-                if isinstance(res, MeasureFailure):
-                    raise res.error()
-                getattr(out, side).append(list(res.parsed.latency_ms.raw))
-                out.order.append(side)
-        return out
+        """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...) inside one agent
+        process, never from the cache, so slow drift of a shared device (load, clocks, heat) hits
+        both sides alike. Blocks are short (a tenth of the target's min_seconds, >= 50 ms)."""
+        self.deliver([a, b])
+        s = settings.but(with_eval=False, cached=False)
+        block_s = max(0.05, min(0.5, settings.measure.min_seconds / 10))
+        req = self.request("ab", a, s).model_copy(update={"ab": {
+            "model": self._remotes[Path(b.path)], "model_sha256": b.sha256, "blocks": blocks,
+            "block_seconds": block_s, "min_runs": 3, "max_runs": 500}})
+        res = self.run(req, s)
+        if isinstance(res, MeasureFailure):
+            raise res.error()
+        doc = res.doc.get("ab") or {}
+        return ABBlocks(a=doc.get("a") or [], b=doc.get("b") or [], order=list(doc.get("order") or ""))
 
     def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict | None:
         """The agent's per-op profile of ``art`` (a separate short run, so profiling never touches

@@ -53,7 +53,7 @@ class DeployOptions:
     # variant interleaved with the new one (needs its model files), "normalized" divides by the reference
     # variant measured in the same run, "direct" compares raw timings; "auto" takes the first that applies.
     release_method: ReleaseMethod = "auto"
-    ab_blocks: int = 6  # A/B: alternating blocks per side
+    ab_blocks: int = 20  # A/B: alternating blocks per side (each ~0.1 s, in one agent process)
     max_latency_regression: float | None = None  # fraction, e.g. 0.1 (significant and above this fails)
     max_release_accuracy_drop: float | None = None  # points vs the baseline report
     max_memory_increase: float | None = None  # fraction
@@ -62,6 +62,9 @@ class DeployOptions:
     # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
     benchmark_binary: str | Path | None = None
     eval_samples: int | None = None  # score a fixed, seeded, stratified subset of the eval set (recorded)
+    # per-op profile of EVERY variant on the device (edgekit/measure/profile.py); without it deploy profiles
+    # the baseline and the variants slower than it, a search the baseline and its selection
+    profile: bool = False
     # A fleet run (edgekit/fleet.py): the variants measured on every unit of a pool, in parallel.
     devices: list[str] | None = None  # the units by name (deploy --devices pi-1,pi-2,pi-3)
     pool: str | None = None  # TARGET:LABEL, every inventory device of the class with the label

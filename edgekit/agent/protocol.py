@@ -80,6 +80,8 @@ class AgentRequest(_Strict):
     # runtime options the runner applies (onnxruntime: graph_optimization_level, execution_mode,
     # inter_op_threads); a search varies them, the shipped artifact records the ones it needs
     runtime_options: dict[str, Any] | None = None
+    # A/B: this model (A) and ab["model"] (B) timed in alternating blocks in one agent process
+    ab: dict[str, Any] | None = None
     # per-op profile: the runtime's own profiler over this many extra runs after the timed runs
     # (agent answer: "op_profile"); None = no profile
     profile: dict[str, Any] | None = None

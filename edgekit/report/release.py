@@ -6,7 +6,8 @@ failed 1 run in 3 here). So the latency check is judged, in this order of prefer
 
 * ``ab``: the baseline report's own model file of each judged variant (found at the path it records,
   beside the report, in ``--baseline-artifacts``, or in the pass cache, always checked by sha256) is
-  re-measured in this device session, in alternating blocks with the new one (A B, B A, A B ...);
+  re-measured in this device session, in alternating short blocks with the new one inside one agent
+  process (A B, B A, A B ...);
   the ratio is the median of the per-block ratios of medians, with a bootstrap CI over the blocks. Drift hits both sides alike and cancels.
 * ``normalized``: each variant's p50 divided by the reference variant (the baseline, e.g. fp32)
   measured in the same run, compared with the same ratio in the previous report. Valid only when the
