@@ -147,6 +147,19 @@ def test_arm_targets_list_executorch():
         assert "executorch" in runtimes and runtimes[0] != "executorch", name  # listed, not the default
 
 
+def test_executorch_is_a_search_candidate_where_targets_list_it():
+    from edgekit.targets import load_target
+    from edgekit.variant_search.candidates import candidate_variants
+
+    got, _ = candidate_variants(load_target("rpi4"), has_calib=True)
+    steps = {v.name: v.passes[0] for v in got}
+    assert steps["executorch-fp32"].config == {"to": "executorch", "precision": "fp32"}
+    assert steps["executorch-int8"].config == {"to": "executorch", "precision": "int8"}
+    got, skipped = candidate_variants(load_target("rpi4"), has_calib=False)
+    assert "executorch-fp32" in {v.name for v in got} and ("executorch-int8", "needs --calib-data") in skipped
+    assert not any(v.name.startswith("executorch") for v in candidate_variants(load_target("local"), has_calib=True)[0])
+
+
 @needs_executorch
 @pytest.mark.slow
 def test_zoo_mobilenet_v2_lowers_fp32_and_int8(tmp_path):
