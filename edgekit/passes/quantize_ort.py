@@ -1,8 +1,19 @@
-"""INT8 post-training quantization with onnxruntime: static (QDQ, per-channel by default,
-calibrated on the user's calibration set) or dynamic (weights only, activations at run time)."""
+"""INT8 post-training quantization with onnxruntime: static (QDQ or QOperator, per-channel or
+per-tensor weights, U8S8 or S8S8, calibrated by minmax / percentile / entropy on the user's
+calibration set) or dynamic (weights only, activations at run time).
+
+Calibration is the expensive part of a static build and does not depend on the encoding: the
+ranges onnxruntime computes (its ``TensorsData``) depend only on the model, the calibration
+samples, the method (and its options) and which op types are calibrated -- not on the activation or
+weight types, per-channel, QDQ/QOperator or ``nodes_to_exclude``. So they are computed once and kept
+in edgekit's ``calibration`` cache (onnxruntime's own ``calibration_cache_path`` JSON, keyed by all
+of those); every other setting of the same model reuses them (``EDGEKIT_NO_CACHE=1`` turns it off)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -14,21 +25,36 @@ from ..formats import Format
 from ..logs import quiet
 from .base import Pass, PassContext, PassOutput
 
+CalibrationMethodName = Literal["minmax", "entropy", "percentile"]
+
 
 class OrtQuantizeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["static", "dynamic"] = "static"
     format: Literal["qdq", "qoperator"] = "qdq"
-    per_channel: bool = True
+    per_channel: bool = True  # weights per output channel (False: one scale per tensor)
+    # activation/weight types: uint8+int8 = "U8S8", int8+int8 = "S8S8" (onnxruntime's names)
     activation_type: Literal["int8", "uint8"] = "int8"
     weight_type: Literal["int8", "uint8"] = "int8"
-    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    calibration_method: CalibrationMethodName = "minmax"
+    calibration_percentile: float = Field(99.999, gt=0, le=100, description="percentile calibration's cut (CalibPercentile)")
     calibration_samples: int = Field(256, ge=1, description="calibration samples used (first N)")
-    op_types: list[str] | None = None  # None = every op type onnxruntime can quantize
+    calibration_cache: bool = Field(True, description="reuse calibration ranges across settings (see the module doc)")
+    op_types: list[str] | None = None  # op_types_to_quantize; None = every op type onnxruntime can quantize
     nodes_to_exclude: list[str] = Field(default_factory=list)  # kept in float
-    reduce_range: bool = False
+    reduce_range: bool = False  # 7-bit weights: for x86 CPUs without VNNI (VPMADDUBSW saturation)
     preprocess: bool = True  # onnxruntime's quant_pre_process (shape inference + graph optimization)
+
+
+def encoding_label(cfg: OrtQuantizeConfig) -> str:
+    """``qdq-u8s8-per-tensor-minmax`` and the like (reports, lineage)."""
+    if cfg.mode == "dynamic":
+        return f"dynamic-{cfg.weight_type}"
+    a = "u8" if cfg.activation_type == "uint8" else "s8"
+    w = "u8" if cfg.weight_type == "uint8" else "s8"
+    return (f"{cfg.format}-{a}{w}-{'per-channel' if cfg.per_channel else 'per-tensor'}-{cfg.calibration_method}"
+            + ("-reduce-range" if cfg.reduce_range else ""))
 
 
 class _Reader:
@@ -43,6 +69,31 @@ class _Reader:
 
     def rewind(self):  # pragma: no cover - not used by single-pass calibrators
         raise NotImplementedError
+
+
+def _calibration_key(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig) -> str:
+    from importlib.metadata import version
+
+    from ..fsutil import sha256_file
+
+    h = hashlib.sha256()
+    h.update(sha256_file(model).encode())
+    for x in xs:
+        a = np.ascontiguousarray(x)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(hashlib.sha256(a.tobytes()).digest())
+    h.update(f"{cfg.calibration_method};{cfg.calibration_percentile};{sorted(cfg.op_types or [])};"
+             f"ort={version('onnxruntime')}".encode())
+    return h.hexdigest()[:32]
+
+
+def calibration_cache_path(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig) -> Path | None:
+    """Where the calibration ranges of ``model`` on ``xs`` by ``cfg``'s method live (None: cache off)."""
+    if not cfg.calibration_cache or os.environ.get("EDGEKIT_NO_CACHE") == "1":
+        return None
+    from ..paths import cache_dir
+
+    return cache_dir("calibration") / f"{_calibration_key(model, xs, cfg)}.json"
 
 
 class OrtQuantize(Pass):
@@ -60,7 +111,8 @@ class OrtQuantize(Pass):
         src = Path(artifact.path)
         pre = ctx.workdir / f".{stem}.pre.onnx"
         tmp = ctx.workdir / f".{stem}.partial.onnx"
-        metrics: dict = {}
+        cache_tmp: Path | None = None
+        metrics: dict = {"encoding": encoding_label(config)}
         try:
             with quiet("root", "onnxruntime"):
                 if config.preprocess:
@@ -77,6 +129,13 @@ class OrtQuantize(Pass):
                                         hint="pass --calib-data CALIB.npz (or use mode: dynamic in the recipe)")
                     xs = tuple(x[: config.calibration_samples] for x in ctx.calib.xs)
                     reader = _Reader([i.name for i in artifact.io.inputs], xs, [i.dtype for i in artifact.io.inputs])
+                    cache = calibration_cache_path(src, xs, config)
+                    reused = cache is not None and cache.is_file()
+                    if cache is not None and not reused:
+                        # onnxruntime writes the cache itself; a private name first, renamed once complete
+                        cache.parent.mkdir(parents=True, exist_ok=True)
+                        cache_tmp = cache.with_name(f".{cache.stem}.{os.getpid()}.{time.monotonic_ns()}.json")
+                    started = time.perf_counter()
                     quantize_static(
                         str(src), str(tmp), reader,
                         quant_format=QuantFormat.QDQ if config.format == "qdq" else QuantFormat.QOperator,
@@ -86,18 +145,26 @@ class OrtQuantize(Pass):
                                           "percentile": CalibrationMethod.Percentile}[config.calibration_method],
                         op_types_to_quantize=config.op_types,
                         nodes_to_exclude=config.nodes_to_exclude or None,
+                        extra_options={"CalibPercentile": config.calibration_percentile},
+                        calibration_cache_path=(cache if reused else cache_tmp),
                     )
+                    if cache_tmp is not None and cache_tmp.is_file():
+                        cache_tmp.replace(cache)
                     metrics["calibration_samples"] = int(len(xs[0]))
                     metrics["calibration_data"] = str(ctx.calib.path)
+                    metrics["calibration"] = {"method": config.calibration_method, "reused": reused,
+                                              "seconds": round(time.perf_counter() - started, 3)}
             tmp.replace(out)
         except (DataError, PassError):
             raise
         except Exception as exc:  # onnxruntime.quantization raises plain Exceptions of many kinds
-            raise PassError(f"onnxruntime quantization ({config.mode}) failed: {type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0][:300] if str(exc) else ''}",
-                            hint="exclude the failing node with nodes_to_exclude, or try mode: dynamic") from exc
+            raise PassError(f"onnxruntime quantization ({config.mode}, {encoding_label(config)}) failed: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                            hint="exclude the failing node with nodes_to_exclude, try another calibration_method, "
+                            "or mode: dynamic") from exc
         finally:
             tmp.unlink(missing_ok=True)
             pre.unlink(missing_ok=True)
+            if cache_tmp is not None:
+                cache_tmp.unlink(missing_ok=True)
         return PassOutput(path=out, precision="int8", metrics=metrics)
-
