@@ -176,22 +176,6 @@ def host_lock_holder(name: str) -> dict | None:
         os.close(fd)
 
 
-def device_lease_holder(entry: DeviceEntry, timeout: float = 15.0) -> str:
-    """Who holds the device-side lease, in words (connects to the device)."""
-    from .lease import describe_holder, read_holder
-    from .targets import load_target
-
-    try:
-        t = transport_for(entry, load_target(entry.target).python)
-        try:
-            holder, now = read_holder(t)
-        finally:
-            t.close()
-    except Exception as exc:  # listing: an unreachable device is a row, not a failure
-        return f"unknown ({type(exc).__name__}: {str(getattr(exc, 'message', exc))[:80]})"
-    return "free" if holder is None else describe_holder(holder, now)
-
-
 def known_hosts_files(entry: DeviceEntry) -> tuple[str, ...]:
     from .transport.ssh import user_known_hosts
 

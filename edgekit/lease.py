@@ -240,3 +240,19 @@ def session_lease(transport, device: str, *, wait: bool, timeout: float | None) 
 def _with_python(t, python: str):
     t.python = python
     return t
+
+
+def device_lease_holder(entry, timeout: float = 15.0) -> str:
+    """Who holds an inventory device's lease, in words (connects to the device; never raises)."""
+    from .devices import transport_for
+    from .targets import load_target
+
+    try:
+        t = transport_for(entry, load_target(entry.target).python)
+        try:
+            holder, now = read_holder(t)
+        finally:
+            t.close()
+    except Exception as exc:  # listing: an unreachable device is a row, not a failure
+        return f"unknown ({type(exc).__name__}: {str(getattr(exc, 'message', exc))[:80]})"
+    return "free" if holder is None else describe_holder(holder, now)

@@ -118,7 +118,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
 
     from rich.table import Table
 
-    from ..devices import device_lease_holder, host_lock_holder, inventory_path, load_inventory
+    from ..devices import host_lock_holder, inventory_path, load_inventory
+    from ..lease import device_lease_holder
 
     inv = load_inventory()
     held = {}
