@@ -141,6 +141,9 @@ def deploy(
         session.use_eval(run.eval_ds, run.art_dir)
         session.deliver(variants.values())
         measured = measure_all(session, variants, settings, run.measure, progress)
+        from .measure.profile import profile_diffs, profile_variants, profiled_names
+
+        profile_variants(session, measured, profiled_names(measured, rec.baseline, opts.profile), settings)
         judged = [n for n in variants if n != rec.baseline] or [rec.baseline]
         release = _judge_release(session, run, measured, judged, settings, opts, progress)
     progress("writing the report")
@@ -148,6 +151,14 @@ def deploy(
 
     report = assemble_report(run, measured, session, baseline=rec.baseline, warnings=opts.extra_warnings + warnings,
                              release=release, settings=recorded_settings(run, settings, passes_seconds))
+    report.profile_diffs = profile_diffs(report.variants, rec.baseline)
+    if len(variants) > 1:  # the answer: what to ship, and why the others lost
+        from .report.decision import decide
+        from .ship import write_ship
+
+        report.decision = decide(report.variants, rec.baseline, run.gate, representative=session.emulation is None)
+        if report.decision.ship is not None:
+            write_ship(run.out_dir, report.variant(report.decision.ship), variants[report.decision.ship])
     report.write(run.out_dir)
     return report
 

@@ -40,6 +40,11 @@ def print_summary(report) -> None:
                   _f(v.parity and v.parity.top1_agreement, "{:.1%}"))
     out_console.print(t)
     out_console.print(f"  {escape(report.metric_line())}", highlight=False)
+    if report.decision is not None:
+        d = report.decision
+        out_console.print(f"[bold]ship:[/] {escape(d.reason if d.ship else 'nothing: ' + d.reason)}", highlight=False)
+        for name, why in d.lost.items():
+            out_console.print(f"  not {escape(name)}: {escape(why)}", highlight=False)
     if report.comparison is not None:
         cw = report.compared_with
         out_console.print(f"compared with {escape(str(cw.path if cw else None))}:", highlight=False)

@@ -348,6 +348,34 @@ def plot_fleet(r: Report) -> str | None:
     return _svg(fig, "fleet-units")
 
 
+def plot_op_profile(r: Report, top: int = 10) -> str | None:
+    """Per diff: the top op types' time per inference, baseline vs variant (horizontal bars); op
+    types, not nodes, so a quantized graph's added and replaced nodes line up with the float one's."""
+    diffs = [d for d in r.profile_diffs if d.rows][:3]
+    if not diffs:
+        return None
+    from matplotlib.figure import Figure
+
+    rows = [sorted(d.rows, key=lambda x: -max(x.base_ms, x.other_ms))[:top] for d in diffs]
+    fig = Figure(figsize=(8, sum(0.9 + 0.36 * len(x) for x in rows)), dpi=100)
+    axes = fig.subplots(len(diffs), 1, squeeze=False,
+                        gridspec_kw={"height_ratios": [max(len(x), 1) + 2 for x in rows]})[:, 0]
+    for ax, d, rs in zip(axes, diffs, rows):
+        ys = np.arange(len(rs))
+        ax.barh(ys - 0.2, [x.base_ms for x in rs], height=0.4, color=_PALETTE[0], label=f"{d.base} (baseline)")
+        ax.barh(ys + 0.2, [x.other_ms for x in rs], height=0.4, color=_PALETTE[1], label=d.other)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([f"{x.op_type} ({x.base_nodes}/{x.other_nodes})" for x in rs], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per inference under the profiler (median call x calls per run)")
+        ax.set_title(f"{d.other} vs {d.base}: {'+' if (d.delta_ms or 0) >= 0 else ''}{d.delta_ms or 0:.3g} ms a run"
+                     + ("" if d.same_runtime else " (different runtimes: op types only)"), fontsize=10)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _svg(fig, "op-profile")
+
+
 _PLOTS = [
     ("plot-latency", "Latency distribution", plot_latency_distribution,
      "Each variant's raw on-device timings (violin, log scale), its p50 with the bootstrap 95% CI, p90 and p99."),
@@ -364,6 +392,9 @@ _PLOTS = [
      "and significant = a regression."),
     ("plot-fleet", "Per-unit latency (fleet run)", plot_fleet,
      "p50 of each variant on each unit of the fleet; the unit the gate judged is outlined."),
+    ("plot-op-profile", "Per-op profile: baseline vs variant", plot_op_profile,
+     "Time per inference of the top op types from the device runtime's own profiler, baseline vs each profiled "
+     "variant (labels: nodes in each); see the per-op section for the nodes and their PyTorch modules."),
 ]
 
 
@@ -504,6 +535,29 @@ def _search_section(r: Report) -> str:
             "<th>screening p50 ms</th><th>reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
+def _profile_section(r: Report, top: int = 10) -> str:
+    """Per-op profiles: each profiled variant's top ops with their PyTorch module, and each diff's
+    one-line reason."""
+    profiled = [v for v in r.variants if v.op_profile is not None]
+    if not profiled:
+        return ""
+    out = ["<h2 id=op-profile>Per-op profile on the device</h2>"]
+    out += [f"<p class=profile-diff><b>{_e(d.other)} vs {_e(d.base)}</b>: {_e(d.summary)}</p>" for d in r.profile_diffs]
+    for v in profiled:
+        p = v.op_profile
+        if not p.available:
+            out.append(f"<p><b>{_e(v.name)}</b>: no per-op profile: {_e(p.reason)}</p>")
+            continue
+        rows = "".join(f"<tr><td><code>{_e(o.node)}</code></td><td>{_e(o.op_type)}</td>"
+                       f"<td>{_e('(model)' if o.module == '' else (o.module or 'n/a'))}</td><td>{_e(o.module_class)}</td>"
+                       f"<td class=n>{o.ms:.4f}</td><td class=n>{_f(o.share, '{:.1%}')}</td></tr>" for o in p.top(top))
+        out.append(f"<details open><summary>{_e(v.name)}: {_e(p.source)}, {p.runs} runs, median run "
+                   f"{p.run_ms:.3g} ms, {_f(p.mapped_share, '{:.0%}')} of op time traced to modules</summary>"
+                   "<table class=op-profile><thead><tr><th>op</th><th>type</th><th>module</th><th>class</th>"
+                   "<th>ms/inference</th><th>share</th></tr></thead><tbody>" + rows + "</tbody></table></details>")
+    return "".join(out)
+
+
 def _fleet_table(r: Report) -> str:
     fl = r.fleet
     if fl is None:
@@ -565,6 +619,10 @@ def render_html(r: Report) -> str:
               + (f" · compared with <code>{_e(r.compared_with.path)}</code>" if r.compared_with else "")
               + f"</p><p id=metric>{_e(r.metric_line())}</p><p class=muted>created {_e(r.created_at)} by edgekit {_e(r.edgekit_version)} · report schema "
               f"{_e(r.schema_version)}</p>")
+    d = r.decision
+    decision = ("" if d is None else f"<h2>Decision</h2><p><b>Ship:</b> {_e(d.reason if d.ship else 'nothing: ' + d.reason)}</p>"
+                + ("<ul>" + "".join(f"<li>not <b>{_e(n)}</b>: {_e(w)}</li>" for n, w in d.lost.items()) + "</ul>"
+                   if d.lost else ""))
     warnings = ("<h2>Warnings</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in r.warnings) + "</ul>") if r.warnings else ""
     energy_reasons = sorted({v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason})
     energy_note = f"<p class=muted>Energy not measured: {_e('; '.join(energy_reasons))}.</p>" if energy_reasons else ""
@@ -573,10 +631,10 @@ def render_html(r: Report) -> str:
         f'<div id=verdict class="verdict {"pass" if passed else "fail"}">{verdict_text}'
         f" ({len(r.gate.checks) - len(failed)}/{len(r.gate.checks)} checks passed){fail_list}</div>",
         header,
-        "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note, _outputs_table(r),
+        decision, "<h2 id=variants-h>Variants</h2>", _variants_table(r), energy_note, _outputs_table(r),
         "<h2 id=gate>Gate checks</h2>", _checks_table(r),
         _comparison_section(r),
-        _search_section(r), _fleet_table(r),
+        _search_section(r), _fleet_table(r), _profile_section(r),
         "<h2 id=plots>Plots</h2>", *_plots(r),
         "<h2 id=device>Device state</h2>", _kv_table(dev.model_dump(mode="json", exclude_none=True), "device-table"),
         "<h2 id=lineage>Lineage of each variant</h2>", _lineage(r),

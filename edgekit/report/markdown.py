@@ -57,6 +57,10 @@ def render_markdown(r: Report) -> str:
             f"{_f(acc, '{:.4g}')} | {_drop(v)} | "
             f"{_f(par and par.max_abs_err, '{:.2e}')} | {_f(par and par.top1_agreement, '{:.1%}')} |"
         )
+    if r.decision is not None:
+        d = r.decision
+        lines += ["", "## Decision", "", f"**Ship:** {d.reason if d.ship else 'nothing — ' + d.reason}", ""]
+        lines += [f"- not `{n}`: {why}" for n, why in d.lost.items()]
     lines += ["", "## Gate", "", "| check | variant | value | limit | result |", "|---|---|---:|---:|---|"]
     for c in r.gate.checks:
         lines.append(f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
@@ -69,13 +73,42 @@ def render_markdown(r: Report) -> str:
         if cw is not None and cw.method is not None:
             lines.append(f"Release latency judged by: {cw.method_line()}.")
         lines.append(render_diff_markdown(r.comparison).rstrip("\n"))
-    lines += _search_section(r) + _fleet_section(r) + _parity_section(r) + _outputs_section(r)
+    lines += _search_section(r) + _fleet_section(r) + _profile_section(r) + _parity_section(r) + _outputs_section(r)
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
         lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
     return "\n".join(lines) + "\n"
+
+
+def _profile_section(r: Report, top: int = 10) -> list[str]:
+    """Per-op profiles (the runtime's own profiler): the top ops of each profiled variant with their
+    PyTorch module, then each diff against the baseline with its one-line reason."""
+    profiled = [v for v in r.variants if v.op_profile is not None]
+    if not profiled:
+        return []
+    out = ["", "## Per-op profile on the device"]
+    for v in profiled:
+        p = v.op_profile
+        if not p.available:
+            out += ["", f"**{v.name}**: no per-op profile: {p.reason}"]
+            continue
+        traced = f"; {p.mapped_share:.0%} of op time traced to modules" if p.mapped_share is not None else ""
+        out += ["", f"**{v.name}** ({p.source}, {p.runs} runs, median run {p.run_ms:.3g} ms{traced})", "",
+                "| op | type | module | ms/inference | share |", "|---|---|---|---:|---:|"]
+        for o in p.top(top):
+            module = "(model)" if o.module == "" else (o.module or "n/a")
+            out.append(f"| `{o.node}` | {o.op_type or ''} | {module}{f' ({o.module_class})' if o.module_class else ''} | "
+                       f"{o.ms:.4f} | {_f(o.share, '{:.1%}')} |")
+    for d in r.profile_diffs:
+        out += ["", f"**{d.other} vs {d.base}**: {d.summary}"]
+        if d.rows:
+            out += ["", f"| op type | {d.base} nodes | {d.other} nodes | {d.base} ms | {d.other} ms | delta ms |",
+                    "|---|---:|---:|---:|---:|---:|"]
+            out += [f"| {x.op_type} | {x.base_nodes} | {x.other_nodes} | {x.base_ms:.4f} | {x.other_ms:.4f} | "
+                    f"{x.delta_ms:+.4f} |" for x in d.rows[:top]]
+    return out
 
 
 def _search_section(r: Report) -> list[str]:

@@ -154,6 +154,85 @@ class LineageStep(_Open):
         return repr(sorted(self.config.items()))
 
 
+# --- per-op profiles (computed by edgekit/measure/profile.py) ---------------------------------------------
+class OpTime(_Open):
+    """One executed node: ``total_ms`` over every profiled run, ``mean_ms`` per inference, ``ms``
+    per inference from its median call (robust to one disturbed run; what views and diffs use),
+    ``share`` of the profiled runs' wall time. ``module``: the PyTorch module it came from ("" = the model's
+    own forward, None = not traceable, e.g. a layout transform onnxruntime inserted)."""
+
+    node: str
+    op_type: str | None = None
+    module: str | None = None
+    module_class: str | None = None
+    provider: str | None = None
+    calls: int = 0
+    total_ms: float = 0.0
+    mean_ms: float = 0.0
+    ms: float = 0.0
+    share: float | None = None
+
+
+class OpTypeTime(_Open):
+    op_type: str
+    nodes: int
+    calls: int
+    mean_ms: float
+    ms: float  # per inference, from each node's median call
+    share: float | None = None
+
+
+class OpProfile(_Open):
+    """A variant's per-op profile, or ``source`` None with the ``reason`` (no figures then)."""
+
+    source: str | None = None
+    reason: str | None = None
+    runs: int = 0
+    total_ms: float | None = None  # wall time of the profiled runs (the runtime's own run events)
+    mean_run_ms: float | None = None  # per inference, under the profiler
+    median_run_ms: float | None = None
+    ops: list[OpTime] = Field(default_factory=list)  # slowest first
+    by_op_type: list[OpTypeTime] = Field(default_factory=list)  # slowest first
+    mapping: str | None = None  # how nodes were traced to modules (or why they were not)
+    mapped_nodes: int = 0
+    mapped_share: float | None = None  # the share of op time traced to a module
+
+    @property
+    def available(self) -> bool:
+        return self.source is not None
+
+    @property
+    def run_ms(self) -> float:
+        """One inference under the profiler: the median run (the mean for an older agent)."""
+        return self.median_run_ms if self.median_run_ms is not None else (self.mean_run_ms or 0.0)
+
+    def top(self, n: int = 10) -> list[OpTime]:
+        return self.ops[:n]
+
+    def op_type_count(self, op_type: str) -> int:
+        return next((t.nodes for t in self.by_op_type if t.op_type == op_type), 0)
+
+
+class OpTypeDelta(_Open):
+    op_type: str
+    base_nodes: int
+    other_nodes: int
+    base_ms: float  # per inference
+    other_ms: float
+    delta_ms: float  # other - base (> 0: the other variant spends more here)
+
+
+class ProfileDiff(_Open):
+    base: str
+    other: str
+    base_source: str | None = None
+    other_source: str | None = None
+    same_runtime: bool = True
+    delta_ms: float | None = None  # per inference under the profiler, other - base
+    rows: list[OpTypeDelta] = Field(default_factory=list)  # largest |delta| first
+    summary: str
+
+
 class VariantResult(_Open):
     name: str
     format: str
@@ -187,6 +266,9 @@ class VariantResult(_Open):
     parity_outputs: dict[str, Parity] | None = None  # every output's, by name
     selected: bool = False
     device_state: dict[str, Any] = Field(default_factory=dict)
+    # per-op times from the runtime's own profiler, traced to PyTorch modules (edgekit.measure.profile);
+    # None = not profiled (deploy profiles the baseline and slower variants, --profile all; search its selection)
+    op_profile: OpProfile | None = None
 
 
 class Check(_Open):
@@ -448,6 +530,15 @@ class FleetSection(_Open):
 
 
 # --- the report ----------------------------------------------------------------------------------------
+class Decision(_Open):
+    """What a deploy says to ship among the measured variants, and why each other one lost."""
+
+    ship: str | None = None
+    reason: str = ""
+    proved_faster: bool = False  # the shipped variant's p50 CI lies below the baseline's
+    lost: dict[str, str] = Field(default_factory=dict)
+
+
 class Report(_Open):
     schema_version: str = SCHEMA_VERSION
     edgekit_version: str
@@ -459,6 +550,8 @@ class Report(_Open):
     baseline: str
     variants: list[VariantResult]
     gate: Gate
+    # deploy: the variant to ship and why the others lost (report/decision.py); None in a search
+    decision: Decision | None = None
     warnings: list[str] = Field(default_factory=list)
     # The previous report this run was compared with (`--baseline`), and the comparison.
     compared_with: ComparedWith | None = None
@@ -468,6 +561,8 @@ class Report(_Open):
     # A fleet run: every unit's figures and state, the shard assignment, the judged unit (an optional
     # section, absent from single-device reports: no schema bump needed to read either).
     fleet: FleetSection | None = None
+    # the baseline's per-op profile against each other profiled variant's (op types, one-line reason)
+    profile_diffs: list[ProfileDiff] = Field(default_factory=list)
 
     def metric_label(self) -> str:
         """The metric's column header, e.g. "top1 %", "miou %", "mse", "psnr dB"."""

@@ -27,7 +27,6 @@ from typing import Any, Literal
 from ..artifact import Artifact
 from ..device_session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
-from ..fsutil import atomic_path, atomic_write_text
 from ..options import DeployOptions, refused_by_search
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
@@ -146,7 +145,14 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
             from ..pipeline import _judge_release
 
             release = _judge_release(session, run, final, [chosen.name], chosen_settings, opts, progress)
-    ship = _write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
+        from ..measure.profile import profile_diffs, profile_variants, profiled_names
+
+        profile_variants(session, final, profiled_names(final, BASE, opts.profile, [chosen.name] if chosen else [],
+                                                        slower=False), final_settings,
+                         {chosen.name: chosen_settings} if chosen else None)
+    from ..ship import write_ship
+
+    ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
     section = {"objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
                "seconds": round(time.perf_counter() - run.started, 2), "time_budget_s": sopts.time_budget_s,
                "candidates": [{"name": BASE, "status": "selected" if chosen and chosen.name == BASE else "baseline",
@@ -163,6 +169,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                              judged=[chosen.name] if chosen else None, gate=nogate, search=section, release=release,
                              settings={"screening": screen_settings.measure.model_dump(),
                                        **recorded_settings(run, final_settings, builds)})
+    report.profile_diffs = profile_diffs(report.variants, BASE)
     report.write(run.out_dir)
     return report
 
@@ -390,24 +397,6 @@ def _choose(finalists: list[VariantResult], objective: Objective) -> VariantResu
     lo, hi = best.latency_ms.ci95
     ties = [v for v, _ in scored if v.latency_ms.ci95[0] <= hi and v.latency_ms.ci95[1] >= lo]
     return min(ties, key=lambda v: (v.size_bytes, "@" in v.name, v.name))  # ties: default runtime options
-
-
-def _write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
-    ship_dir = out_dir / "ship"
-    ship_dir.mkdir(exist_ok=True)
-    dest = ship_dir / f"{v.name}{Path(art.path).suffix}"
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(art.path, tmp)
-    meta = {"variant": v.name, "file": str(dest), "sha256": art.sha256, "format": art.format.value,
-            "precision": art.precision, "lineage": art.lineage_dicts(),
-            "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
-                         "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop}}
-    atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
-    # what the application must set for the measured speed: the runtime, its threads and options
-    rt = {"runtime": v.runtime.name, "version": v.runtime.version, "threads": v.runtime.threads,
-          "options": v.runtime.options or {}, "file": dest.name}
-    atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
-    return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
 
 
 __all__ = ["SearchOptions", "search"]

@@ -1,0 +1,56 @@
+"""The answer a deploy owes its user: which of the measured variants to ship, and why each of the
+others lost. Every variant is judged alone by the same checks as the gate (the baseline too: it
+must meet the budgets); among those that pass, the fastest on the device by p50 wins, and a
+variant whose p50 95% CI overlaps the fastest's is a tie, settled by the smaller file. A variant
+that is not proved faster than the baseline says so: "ship int8 (tied with fp32 on speed, 3.0x
+smaller)" is an honest answer, "int8 is faster" would not be."""
+
+from __future__ import annotations
+
+from .gate import evaluate_gate
+from .model import Decision, VariantResult
+
+
+def _overlap(a: VariantResult, b: VariantResult) -> bool:
+    return a.latency_ms.ci95[0] <= b.latency_ms.ci95[1] and b.latency_ms.ci95[0] <= a.latency_ms.ci95[1]
+
+
+def decide(variants: list[VariantResult], baseline: str, cfg, *, representative: bool = True) -> Decision:
+    base = next(v for v in variants if v.name == baseline)
+    lost: dict[str, str] = {}
+    ok: list[VariantResult] = []
+    for v in variants:
+        g = evaluate_gate([base, v], baseline, cfg, judged=[v.name], latency_representative=representative)
+        failed = [c for c in g.checks if not c.passed]
+        if failed:
+            lost[v.name] = "fails " + "; ".join(f"{c.name}: {c.message}" for c in failed)
+        elif v.latency_ms is None:
+            lost[v.name] = "latency was not measured"
+        else:
+            ok.append(v)
+    if not ok:
+        return Decision(ship=None, reason="no variant passes the gate's checks on its own (the baseline included)",
+                        lost=lost)
+    fastest = min(ok, key=lambda v: (v.latency_ms.p50, v.name))
+    ties = [v for v in ok if _overlap(v, fastest)]
+    ship = min(ties, key=lambda v: (v.size_bytes, v.name))
+    for v in ok:
+        if v is ship:
+            continue
+        if v in ties:
+            lost[v.name] = (f"tied with {ship.name} on speed (p50 {v.latency_ms.p50:.4g} vs {ship.latency_ms.p50:.4g} ms, "
+                            f"95% CIs overlap) and larger ({v.size_bytes / 1024:.0f} vs {ship.size_bytes / 1024:.0f} KB)")
+        else:
+            lost[v.name] = (f"slower than {fastest.name} on the device: p50 {v.latency_ms.p50:.4g} vs "
+                            f"{fastest.latency_ms.p50:.4g} ms (95% CIs separated)")
+    if ship is base:
+        reason = f"{ship.name} (the baseline): no compressed variant passes and is faster"
+    elif not _overlap(ship, base) and ship.latency_ms.p50 < base.latency_ms.p50:
+        reason = (f"{ship.name}: {base.latency_ms.p50 / ship.latency_ms.p50:.2f}x faster than {base.name} on the device "
+                  f"(95% CIs separated), inside the gate")
+    else:
+        reason = (f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {ship.latency_ms.p50:.4g} vs "
+                  f"{base.latency_ms.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller")
+    return Decision(ship=ship.name, reason=reason, lost=lost,
+                    proved_faster=ship is not base and not _overlap(ship, base)
+                    and ship.latency_ms.p50 < base.latency_ms.p50)
