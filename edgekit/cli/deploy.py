@@ -78,6 +78,7 @@ def deploy_cmd(
     shard_eval: bool = typer.Option(False, "--shard-eval", help="Fleet: each unit scores its part of the eval set; the parts are combined into one metric (default: every unit scores all of it)."),
     fleet_gate: str = typer.Option("worst", "--fleet-gate", help="Fleet: judge the worst unit (default) or the median unit."),
     min_devices: Optional[int] = typer.Option(None, "--min-devices", help="Fleet: units that must be measured for the gate to pass (default: all)."),
+    profile: bool = typer.Option(False, "--profile", help="Per-op profile of every variant on the device (the runtime's own profiler, ops mapped to PyTorch modules; default: the baseline and any variant slower than it)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -92,7 +93,7 @@ def deploy_cmd(
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.train_data, opts.use_cache = train_data, not no_cache
-    opts.energy_command = energy_command
+    opts.energy_command, opts.profile = energy_command, profile
     from ..agent.benchmark_model import validate_binary_option
 
     opts.benchmark_binary = validate_binary_option(benchmark_binary)

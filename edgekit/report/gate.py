@@ -61,7 +61,7 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
                 continue
             _budget(checks, v, name, getattr(v.latency_ms, q) if v.latency_ms else None, lim, "ms")
         if cfg.min_speedup is not None and base is not None and v is not base:
-            checks.append(_speedup_check(v, cfg.min_speedup, latency_representative))
+            checks.append(_speedup_check(v, cfg.min_speedup, latency_representative, base))
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
     if diff is not None:
@@ -100,7 +100,7 @@ def _accuracy_check(v: VariantResult, base: VariantResult, cfg: GateConfig) -> C
                  message=msg, p_value=st.get("p_value"), significant=st.get("significant"))
 
 
-def _speedup_check(v: VariantResult, limit: float, representative: bool) -> Check:
+def _speedup_check(v: VariantResult, limit: float, representative: bool, base: VariantResult | None = None) -> Check:
     if not representative:
         return Check(name="min_speedup", variant=v.name, limit=limit, passed=True, skipped=True,
                      message="not applicable: the device is emulated, its latency is not representative")
@@ -109,24 +109,33 @@ def _speedup_check(v: VariantResult, limit: float, representative: bool) -> Chec
         return Check(name="min_speedup", variant=v.name, limit=limit, passed=False,
                      message="latency was not measured, so the speed-up cannot be shown")
     ok = sp >= limit
+    why = ""
+    if not ok and base is not None and v.op_profile is not None and base.op_profile is not None:
+        from ..measure.profile import profile_diff
+
+        why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, base.name, v.name).summary
     return Check(name="min_speedup", variant=v.name, value=sp, limit=limit, passed=ok,
-                 message=f"{sp:.2f}x the baseline's speed on the device {'>=' if ok else '<'} {limit:g}x")
+                 message=f"{sp:.2f}x the baseline's speed on the device {'>=' if ok else '<'} {limit:g}x{why}")
 
 
 def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
     """A compressed variant that is slower than the baseline on the device is said, never silent:
-    p50 95% CIs separated (the variant's lower bound above the baseline's upper bound)."""
+    p50 95% CIs separated (the variant's lower bound above the baseline's upper bound), with the
+    per-op profiles' reason when both were profiled."""
+    from ..measure.profile import is_slower, profile_diff
+
     base = next((v for v in variants if v.name == baseline), None)
     out = []
     if base is None or base.latency_ms is None:
         return out
     for v in variants:
-        if v is base or v.latency_ms is None:
-            continue
-        if v.latency_ms.ci95[0] > base.latency_ms.ci95[1]:
+        if is_slower(v, base):
+            why = ""
+            if v.op_profile is not None and base.op_profile is not None:
+                why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, baseline, v.name).summary
             out.append(f"{v.name} is SLOWER than {baseline} on the device: p50 {v.latency_ms.p50:.4g} ms vs "
                        f"{base.latency_ms.p50:.4g} ms ({v.speedup_vs_baseline or 0:.2f}x); compression did not pay "
-                       "here (--min-speedup 1 makes this a failing check)")
+                       f"here (--min-speedup 1 makes this a failing check){why}")
     return out
 
 

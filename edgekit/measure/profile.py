@@ -1,0 +1,405 @@
+"""Per-op profiles from the device runtime's own profiler, mapped back to the PyTorch modules.
+
+The agent answers a profiling request (``DeviceSession.profile_doc``) with its ``op_profile``
+document: kernel time per executed node, from onnxruntime's profiler or ExecuTorch's ETDump (LiteRT's
+Python API has none: the document then says so, with no figures). :func:`op_profile` turns it into an
+:class:`OpProfile`: ops by time per inference, each with the PyTorch module it came from. The
+torch.export -> ONNX (dynamo) exporter records that in every node's ``metadata_props``
+(``pkg.torch.onnx.name_scopes``: ``['', 'blocks', 'blocks.0', 'blocks.0.conv', 'conv2d_1']``, the
+last entry being the FX node); onnxruntime's own rewrites keep a trace of the original name (a fused
+node ``fused node_linear``, a layout-transformed ``relu_1_nchwc`` named after its output tensor, a
+duplicated ``..._DequantizeLinear/duplicated``), and its quantizer names the nodes it adds after the
+tensor they quantize (``relu_QuantizeLinear``, ``blocks.0.conv.weight_DequantizeLinear``) or the node
+they replace (``node_conv2d_quant``): each is traced back to the float node or tensor, and so to
+its module. :func:`profile_diff` compares two profiles per op type and says in one sentence what
+made a variant slower (or faster).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..report.model import OpProfile, OpTime, OpTypeDelta, OpTypeTime, ProfileDiff
+
+if TYPE_CHECKING:
+    from ..device_session import DeviceSession, Measured, RunSettings
+
+DEFAULT_RUNS = 20
+QDQ = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+QDQ_LABEL = "QuantizeLinear/DequantizeLinear"
+# float compute op types (as onnxruntime runs them, fused ones included) -> their quantized forms
+FLOAT_COMPUTE = {"Conv": "Conv", "FusedConv": "Conv", "NhwcFusedConv": "Conv", "Gemm": "Gemm", "FusedGemm": "Gemm",
+                 "MatMul": "MatMul", "FusedMatMul": "MatMul", "ConvTranspose": "ConvTranspose"}
+QUANT_COMPUTE = {"Conv": ("QLinearConv", "ConvInteger", "NhwcQLinearConv"), "Gemm": ("QGemm",),
+                 "MatMul": ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"),
+                 "ConvTranspose": ("QLinearConvTranspose",)}
+# what onnxruntime and its quantizer append to the name of the node or tensor they start from
+_SUFFIXES = re.compile(r"(?:/duplicated|_token_\d+|_nchwc|_quant|_QuantizeLinear|_DequantizeLinear|"
+                       r"_output_\d+|_output|_fused)$")
+_ROOT = ""  # the module of ops in the model's own forward (no submodule)
+COMPUTE = ("Conv", "Gemm", "MatMul", "ConvTranspose")
+_WEIGHT_SUFFIXES = re.compile(r"(?:_DequantizeLinear_Output|_DequantizeLinear|_quantized|_output_\d+)$")
+
+
+def _weight_module(tensor: str) -> str | None:
+    """``features.0`` for a weight tensor ``features.0.weight`` (also once quantized:
+    ``features.0.weight_quantized``, ``features.0.weight_DequantizeLinear_Output``)."""
+    t = _WEIGHT_SUFFIXES.sub("", tensor)
+    return t[: -len(".weight")] if t.endswith(".weight") and len(t) > len(".weight") else None
+
+
+# --------------------------------------------------------------------------- nodes -> modules
+def _module_of(node) -> tuple[str, str | None] | None:
+    """(module path, class name) from the exporter's metadata on one ONNX node, or None."""
+    md = {p.key: p.value for p in node.metadata_props}
+    scopes = _literal_list(md.get("pkg.torch.onnx.name_scopes"))
+    classes = _literal_list(md.get("pkg.torch.onnx.class_hierarchy"))
+    if scopes is None and md.get("namespace"):
+        # ": __main__.Net/blocks: torch.nn...Sequential/blocks.0: __main__.Block/add: aten.add.Tensor"
+        parts = [p.split(":", 1) for p in md["namespace"].split("/")]
+        scopes = [p[0].strip() for p in parts]
+        classes = [p[1].strip() if len(p) > 1 else None for p in parts]
+    if not scopes:
+        return None
+    module = scopes[-2] if len(scopes) >= 2 else _ROOT
+    cls = classes[-2] if classes and len(classes) >= 2 and len(classes) == len(scopes) else None
+    return module, (cls.rsplit(".", 1)[-1] if cls else None)
+
+
+def _literal_list(text: str | None) -> list | None:
+    if not text:
+        return None
+    import ast
+
+    try:
+        v = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return list(v) if isinstance(v, (list, tuple)) else None
+
+
+def _family(op_type: str | None) -> str:
+    """Conv for Conv/FusedConv/QLinearConv/NhwcFusedConv/ConvInteger, Gemm for QGemm/FusedGemm..."""
+    t = op_type or ""
+    for prefix in ("Nhwc", "Fused", "QLinear", "Dynamic"):
+        t = t[len(prefix):] if t.startswith(prefix) else t
+    return t[1:] if t in ("QGemm", "QAttention") else t.replace("Integer", "").replace("ToFloat", "")
+
+
+def _from_quantizer(n) -> bool:
+    """A node onnxruntime's quantizer adds or rewrites: Q/DQ, or an integer kernel (QOperator)."""
+    t = n.op_type or ""
+    return t in QDQ or t.startswith(("QLinear", "QGemm", "DynamicQuantize")) or "Integer" in t
+
+
+class ModuleIndex:
+    """An ONNX graph's nodes traced to PyTorch modules. A node the exporter annotated has its own
+    module; one it did not (a quantizer's Q/DQ, QOperator node) is traced by its name (the node or
+    tensor it was named after), by a weight it reads (``stem.weight_quantized`` -> ``stem``), then
+    by its data input's producer (an activation's quantization belongs where it was produced; the
+    model's input: the model's own forward), then by its consumer (a weight's DequantizeLinear)."""
+
+    def __init__(self, graph):
+        self.nodes = {n.name: n for n in graph.node}
+        self.producer = {o: n for n in graph.node for o in n.output}
+        self.consumers: dict[str, list] = {}
+        for n in graph.node:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+        self.graph_inputs = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+        self.own = {n.name: m for n in graph.node if (m := _module_of(n)) is not None}
+        for n in graph.node:  # a Conv/Gemm belongs to the module whose weight it reads (the exporter
+            # labels a Conv with a BatchNorm folded into it as the BatchNorm)
+            wm = _weight_module(n.input[1]) if _family(n.op_type) in COMPUTE and len(n.input) > 1 else None
+            if wm is not None:
+                mine = self.own.get(n.name)
+                self.own[n.name] = (wm, mine[1] if mine and mine[0] == wm else None)
+        self.modules = {m for m, _ in self.own.values()}
+        self.classes = {m: c for m, c in self.own.values() if c}
+        for m in list(self.modules):
+            parts = m.split(".")
+            self.modules.update(".".join(parts[:k]) for k in range(1, len(parts)))
+        self._memo: dict[tuple[str, str], tuple[str, str | None] | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.own)
+
+    def _by_weight(self, names: Iterable[str]) -> tuple[str, str | None] | None:
+        for name in names:
+            head = name
+            while "." in head:
+                head = head.rsplit(".", 1)[0]
+                if head in self.modules:
+                    return head, self.classes.get(head)
+        return None
+
+    def _node_for(self, name: str):
+        for c in _candidates(name):
+            if c in self.nodes:
+                return self.nodes[c]
+            if c in self.producer:
+                return self.producer[c]
+        return None
+
+    def _resolve(self, n, way: str = "any"):
+        key = (n.name, way)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # a cycle (not in a valid graph) resolves to nothing
+        m = self.own.get(n.name)
+        if m is None and way == "any":
+            named = self._node_for(_SUFFIXES.sub("", n.name))
+            if named is not None and named is not n and named.name in self.own:
+                m = self.own[named.name]
+        if m is None and way == "any":
+            m = self._by_weight(n.input)
+        if m is None and not _from_quantizer(n):
+            pass  # a node neither the exporter nor the quantizer made (added by hand): not traced
+        elif m is None and way in ("any", "up") and n.input:
+            first = n.input[0]
+            p = self.producer.get(first)
+            m = self._resolve(p, "up") if p is not None else ((_ROOT, None) if first in self.graph_inputs else None)
+        if m is None and _from_quantizer(n) and way in ("any", "down") and n.output:
+            for c in self.consumers.get(n.output[0], []):
+                m = self._resolve(c, "down")
+                if m is not None:
+                    break
+        self._memo[key] = m
+        return m
+
+    def trace(self, name: str, op_type: str | None = None) -> tuple[str, str | None] | None:
+        """(module, class) of a node as the runtime names it (``relu_1_nchwc``, ``fused node_linear``,
+        ``x_DequantizeLinear/duplicated``), or None. A fused node named after its last op's output
+        (Conv+Relu as ``relu_nchwc``) is traced to the op of its own type a few producers up."""
+        n = self._node_for(name)
+        if n is None:
+            return self._by_weight(_candidates(name))
+        if op_type and _family(n.op_type) != _family(op_type):
+            up = n
+            for _ in range(3):
+                up = self.producer.get(up.input[0]) if up.input else None
+                if up is None:
+                    break
+                if _family(up.op_type) == _family(op_type):
+                    n = up
+                    break
+        return self._resolve(n)
+
+
+def module_index(onnx_path: str | Path) -> ModuleIndex:
+    import onnx
+
+    return ModuleIndex(onnx.load(str(onnx_path), load_external_data=False).graph)
+
+
+def _candidates(name: str) -> Iterable[str]:
+    n = name[len("fused "):] if name.startswith("fused ") else name
+    while True:
+        yield n
+        shorter = _SUFFIXES.sub("", n)
+        if shorter == n or not shorter:
+            return
+        n = shorter
+
+
+# --------------------------------------------------------------------------- the profile
+def op_profile(doc: dict | None, artifact: Any = None) -> OpProfile:
+    """The agent's ``op_profile`` document as an :class:`OpProfile`, each ONNX node traced to its
+    PyTorch module through ``artifact``'s graph (an Artifact, a path, or None)."""
+    if not doc:
+        return OpProfile(reason="the agent returned no per-op profile (an agent older than the profile request?)")
+    if not doc.get("source"):
+        return OpProfile(reason=doc.get("reason") or "the runtime gave no per-op profile")
+    runs = max(int(doc.get("runs") or 0), 1)
+    total_us = doc.get("total_us")
+    total_ms = float(total_us) / 1000.0 if total_us is not None else None
+    index, mapping = _index_for(artifact, doc["source"])
+    ops: list[OpTime] = []
+    for o in doc.get("ops") or []:
+        t_ms = float(o.get("total_us") or 0.0) / 1000.0
+        calls = int(o.get("calls") or 0)
+        med = o.get("median_us")
+        per_run = float(med) * calls / runs / 1000.0 if med is not None else t_ms / runs
+        m = index.trace(o["node"], o.get("op_type")) if index else None
+        ops.append(OpTime(node=o["node"], op_type=o.get("op_type"), module=m[0] if m else None,
+                          module_class=m[1] if m else None, provider=o.get("provider"), calls=calls,
+                          total_ms=round(t_ms, 6), mean_ms=round(t_ms / runs, 6), ms=round(per_run, 6),
+                          share=round(t_ms / total_ms, 4) if total_ms else None))
+    ops.sort(key=lambda o: -o.ms)
+    med_run = doc.get("median_run_us")
+    kernel_ms = sum(o.total_ms for o in ops)
+    mapped = [o for o in ops if o.module is not None]
+    return OpProfile(source=doc["source"], runs=runs, total_ms=round(total_ms, 6) if total_ms is not None else None,
+                     mean_run_ms=round(total_ms / runs, 6) if total_ms is not None else None,
+                     median_run_ms=round(float(med_run) / 1000.0, 6) if med_run is not None else None, ops=ops,
+                     by_op_type=_by_op_type(ops, runs, total_ms), mapping=mapping, mapped_nodes=len(mapped),
+                     mapped_share=round(sum(o.total_ms for o in mapped) / kernel_ms, 4) if kernel_ms else None)
+
+
+def _index_for(artifact: Any, source: str) -> tuple["ModuleIndex | None", str]:
+    path = getattr(artifact, "path", artifact)
+    if path is None:
+        return None, "no model file given: nodes are not traced to modules"
+    path = Path(path)
+    if path.suffix != ".onnx":
+        if source == "executorch":
+            return None, ("ExecuTorch names delegated ops by the delegate's kernels (XNNPACK); tracing them to "
+                        "modules needs an ETRecord, which the export does not keep")
+        return None, f"nodes of a {path.suffix} model are not traced to modules"
+    try:
+        index = module_index(path)
+    except Exception as exc:  # an unreadable graph leaves the profile unmapped, with the reason
+        return None, f"the ONNX graph could not be read for module names: {type(exc).__name__}: {exc}"
+    if not index:
+        return None, "the ONNX graph carries no exporter metadata (not exported by torch.onnx dynamo)"
+    return index, ("ONNX node metadata (pkg.torch.onnx.name_scopes) of the torch.export -> ONNX export; "
+                   "onnxruntime's fused/rewritten and the quantizer's nodes traced by name")
+
+
+def _by_op_type(ops: list[OpTime], runs: int, total_ms: float | None) -> list[OpTypeTime]:
+    agg: dict[str, list] = {}
+    for o in ops:
+        a = agg.setdefault(o.op_type or "?", [0, 0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += o.calls
+        a[2] += o.total_ms
+        a[3] += o.ms
+    rows = [OpTypeTime(op_type=k, nodes=n, calls=c, mean_ms=round(t / runs, 6), ms=round(m, 6),
+                       share=round(t / total_ms, 4) if total_ms else None) for k, (n, c, t, m) in agg.items()]
+    return sorted(rows, key=lambda r: -r.ms)
+
+
+# --------------------------------------------------------------------------- the diff
+def profile_diff(base: OpProfile, other: OpProfile, base_name: str, other_name: str) -> ProfileDiff:
+    """Per op type: nodes and time per inference in each, and one sentence on what made
+    ``other_name`` slower (or faster) than ``base_name``."""
+    if not base.available or not other.available:
+        missing = [(n, p) for n, p in ((base_name, base), (other_name, other)) if not p.available]
+        why = "; ".join(f"{n}: {p.reason}" for n, p in missing)
+        return ProfileDiff(base=base_name, other=other_name, base_source=base.source, other_source=other.source,
+                           summary=f"no per-op diff of {other_name} vs {base_name}: no per-op profile for {why}")
+    same = base.source == other.source
+    b = {t.op_type: t for t in base.by_op_type}
+    o = {t.op_type: t for t in other.by_op_type}
+    rows = []
+    for k in dict.fromkeys([*b, *o]):
+        bt, ot = b.get(k), o.get(k)
+        bm, om = bt.ms if bt else 0.0, ot.ms if ot else 0.0
+        rows.append(OpTypeDelta(op_type=k, base_nodes=bt.nodes if bt else 0, other_nodes=ot.nodes if ot else 0,
+                                base_ms=round(bm, 6), other_ms=round(om, 6), delta_ms=round(om - bm, 6)))
+    rows.sort(key=lambda r: -abs(r.delta_ms))
+    delta = other.run_ms - base.run_ms
+    summary = _summary(base, other, base_name, other_name, rows, delta, same)
+    return ProfileDiff(base=base_name, other=other_name, base_source=base.source, other_source=other.source,
+                       same_runtime=same, delta_ms=round(delta, 6), rows=rows, summary=summary)
+
+
+def _groups(rows: list[OpTypeDelta]) -> list[tuple[str, float]]:
+    """(label, delta ms) per group of op types: Q and DQ together, and each compute family together
+    (Conv, FusedConv, QLinearConv...), so a replaced kernel is one line: "3 QLinearConv in place of
+    3 Conv add 0.01 ms"."""
+    out: dict[str, list] = {}
+    for r in rows:
+        key = QDQ_LABEL if r.op_type in QDQ else (_family(r.op_type) if _family(r.op_type) in COMPUTE else r.op_type)
+        out.setdefault(key, []).append(r)
+    groups = []
+    for key, rs in out.items():
+        d = sum(r.delta_ms for r in rs)
+        added = sum(r.other_nodes for r in rs) - sum(r.base_nodes for r in rs)
+        now = [f"{r.other_nodes} {r.op_type}" for r in rs if r.other_nodes > r.base_nodes]
+        was = [f"{r.base_nodes} {r.op_type}" for r in rs if r.base_nodes > r.other_nodes]
+        if key == QDQ_LABEL:
+            label = f"{added} {QDQ_LABEL}" if added > 0 else QDQ_LABEL
+        elif now and was:
+            label = f"{' + '.join(now)} in place of {' + '.join(was)}"
+        elif now:
+            label = f"{' + '.join(now)} (new)" if all(r.base_nodes == 0 for r in rs) else f"{key} ({' + '.join(now)})"
+        else:
+            label = key
+        groups.append((label, d))
+    return groups
+
+
+def _summary(base: OpProfile, other: OpProfile, base_name: str, other_name: str, rows, delta: float,
+             same: bool) -> str:
+    slower = delta > 0
+    head = (f"{other_name} is {abs(delta):.3g} ms {'slower' if slower else 'faster'} than {base_name} under the "
+            f"profiler (median run {other.run_ms:.3g} vs {base.run_ms:.3g} ms)")
+    if not same:
+        head += f" (different runtimes, {other.source} vs {base.source}: compared by op type only)"
+    groups = sorted(_groups(rows), key=lambda g: -g[1] if slower else g[1])
+    floor = max(abs(delta) * 0.05, 1e-4)
+    parts = [f"{label} {'add' if slower else 'save'} {abs(d):.3g} ms" for label, d in groups[:3]
+             if ((d > floor) if slower else (d < -floor))]
+    if not parts:
+        parts.append("no op type accounts for it (within the ops' spread)")
+    stays = _stays_float(other) if same else []
+    return head + ": " + ", ".join(parts) + ("; " + "; ".join(stays) if stays else "")
+
+
+def _stays_float(p: OpProfile) -> list[str]:
+    """In a quantized model (it runs Q/DQ or integer kernels), the float compute ops left."""
+    types = {t.op_type: t.nodes for t in p.by_op_type}
+    quantized = any(t in types for t in QDQ) or any(q in types for qs in QUANT_COMPUTE.values() for q in qs)
+    if not quantized:
+        return []
+    out = []
+    for family in dict.fromkeys(FLOAT_COMPUTE.values()):
+        fl = sum(n for t, n in types.items() if FLOAT_COMPUTE.get(t) == family)
+        if fl:
+            q = QUANT_COMPUTE[family][0]
+            nq = sum(types.get(t, 0) for t in QUANT_COMPUTE[family])
+            out.append(f"{family} stays fp32 in {fl} place{'s' if fl != 1 else ''} ({fl} {family} vs {nq} {q})")
+    return out
+
+
+# --------------------------------------------------------------------------- on the device
+def is_slower(v, base) -> bool:
+    """Whether variant ``v`` is slower than ``base`` on the device: their p50 95% CIs separated (the
+    variant's lower bound above the baseline's upper bound). Both are report VariantResults."""
+    if v is base or v.latency_ms is None or base is None or base.latency_ms is None:
+        return False
+    return v.latency_ms.ci95[0] > base.latency_ms.ci95[1]
+
+
+def profiled_names(measured: dict[str, "Measured"], baseline: str, every: bool = False, also: Iterable[str] = (),
+                   slower: bool = True) -> list[str]:
+    """Which variants to profile: ``also`` (e.g. a search's selection) and, with ``slower``, the
+    ones slower than the baseline, with the baseline to compare them with; ``every``: all of them.
+    Empty when there is nothing to compare (a profiling run costs device time)."""
+    base = measured[baseline].result if baseline in measured else None
+    also = set(also)
+    names = [n for n, m in measured.items()
+             if every or (n != baseline and (n in also or (slower and is_slower(m.result, base))))]
+    return names if every else ([baseline, *names] if names else [])
+
+
+def profile_variants(session: "DeviceSession", measured: dict[str, "Measured"], names: Iterable[str],
+                     settings: "RunSettings", per_variant: dict[str, "RunSettings"] | None = None,
+                     runs: int = DEFAULT_RUNS) -> dict[str, OpProfile]:
+    """Profile ``names`` on the device (a separate short run each, never the timed figures), each
+    with its own measurement settings (``per_variant``, e.g. a tuned runtime option, else
+    ``settings``), and set each one's ``result.op_profile``."""
+    out: dict[str, OpProfile] = {}
+    for n in [n for n in dict.fromkeys(names) if n in measured]:
+        m = measured[n]
+        session.progress(f"profiling {n} per op on the device ({runs} runs)")
+        s = (per_variant or {}).get(n, settings)
+        out[n] = op_profile(session.profile_doc(n, m.artifact, s, runs=runs), m.artifact)
+        m.result.op_profile = out[n]
+    return out
+
+
+def profile_diffs(variants: list, baseline: str) -> list[ProfileDiff]:
+    """The baseline's profile against every other profiled variant's (report VariantResults)."""
+    base = next((v for v in variants if v.name == baseline), None)
+    if base is None or base.op_profile is None:
+        return []
+    return [profile_diff(base.op_profile, v.op_profile, baseline, v.name) for v in variants
+            if v is not base and v.op_profile is not None]
+
+
+__all__ = ["OpTime", "OpTypeTime", "OpProfile", "OpTypeDelta", "ProfileDiff", "op_profile", "profile_diff",
+           "profile_diffs", "profile_variants", "profiled_names", "is_slower", "module_index", "ModuleIndex"]
