@@ -225,9 +225,17 @@ def run_tflite_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 
             got = runner.run(prepared)
         except Exception as exc:  # the interpreter raises RuntimeError/ValueError naming the kernel and node
             msg = str(exc).strip().replace("\n", " ")[:400]
-            raise ConversionError(f"the converted model fails on the LiteRT interpreter: {msg}",
-                                  hop=HOP, hint="a quantized kernel cannot handle this input range; try "
-                                  "precision: fp16 or quantization: dynamic for this model") from exc
+            quantized = any(str(d.get("dtype", "")).startswith(("int8", "uint8", "int16")) for d in runner.inputs) \
+                or "quant" in msg.lower()
+            if "mismatch" in msg.lower() or "shape" in msg.lower():
+                hint = ("the interpreter's input shape does not match the data fed to it: check the input layout "
+                        "(NCHW vs NHWC) and the static shapes the model was converted with (--input-shape)")
+            elif quantized:
+                hint = "a quantized kernel cannot handle this input range; try precision: fp16 or quantization: dynamic"
+            else:
+                hint = "run the .tflite on LiteRT alone to reproduce it; report the failing op with its converter route"
+            raise ConversionError(f"the converted model fails on the LiteRT interpreter: {msg}", hop=HOP,
+                                  hint=hint) from exc
         res = []
         for spec, j in zip(outs, order):
             y = got[j] if j < len(got) else got[-1]

@@ -68,9 +68,6 @@ def test_fp32_offline_nchw_data_on_nhwc_graph(mobilenet, tmp_path, monkeypatch):
     assert e.value.hop == "onnx->tflite" and e.value.exit_code == 2 and e.value.hint
 
 
-@pytest.mark.xfail(strict=True, reason="bug: run_tflite_all gives every interpreter failure the quantized-kernel "
-                   "hint ('a quantized kernel cannot handle this input range; try precision: fp16...'), also for "
-                   "a shape/layout mismatch of an fp32 model, where that advice is wrong")
 def test_shape_mismatch_hint_does_not_blame_quantization(monkeypatch, tmp_path):
     from edgekit.convert import onnx_to_tflite as o2t
 
