@@ -233,7 +233,9 @@ def _mlp_onnx(path: Path, width: int = 2048, n: int = 24) -> tuple[Path, Path]:
 def test_throttled_unit_fails_the_worst_unit_gate_by_name(home, tmp_path):
     from edgekit.sim.device import down, up
 
-    model, data = _mlp_onnx(tmp_path / "mlp.onnx")
+    # ~4 ms an inference, longer than the throttled unit's 2 ms CPU slice per 20 ms period: each inference
+    # waits out whole periods there (a shorter one would fit in a slice and only the tail would show it)
+    model, data = _mlp_onnx(tmp_path / "mlp.onnx", width=4096)
     names = ["fast-a", "fast-b", "slow-c"]
     try:
         for n in names:
@@ -287,8 +289,12 @@ def test_two_edgekit_deploys_on_two_hosts_never_double_book(home, tmp_path, digi
         add_device(get_device("shared").model_copy(update={"python": f"{sys.executable} {wrapper}"}), replace=True)
         rounds = int(os.environ.get("EDGEKIT_CONTENTION_ROUNDS", "3"))
         exe = Path(sys.executable).with_name("edgekit")
+        recipe = tmp_path / "fp32.yaml"
+        recipe.write_text("baseline: fp32\nvariants: []\n")
+        # exit 0 or 1 (a gate verdict) is a finished deploy; anything else (2, 3, a crash) fails the test
         script = " ; ".join(f"{exe} deploy {digits.pt2} --device shared --eval-data {digits.eval} --out OUT{i} "
-                            "--runs 20 --min-seconds 0.3 --warmup 1 --lock-timeout 300 || exit 9" for i in range(rounds))
+                            f"--recipe {recipe} --runs 20 --min-seconds 0.3 --warmup 1 --lock-timeout 300; "
+                            "[ $? -le 1 ] || exit 9" for i in range(rounds))
         procs = []
         import shutil
 
@@ -299,6 +305,6 @@ def test_two_edgekit_deploys_on_two_hosts_never_double_book(home, tmp_path, digi
                                                "EDGEKIT_LEASE_TTL_S": "15"}))
         assert [p.wait(timeout=1800) for p in procs] == [0, 0]
         n, double = _overlaps(log)
-        assert n >= 2 * rounds * 2 and double == 0, (n, double)  # fp32 + int8 per deploy
+        assert n >= 2 * rounds and double == 0, (n, double)
     finally:
         s.stop()
