@@ -99,15 +99,19 @@ FORMATS: tuple[FormatSpec, ...] = (
         hop="edgekit.convert.hops:torch_to_onnx_hop", hop_from=Format.TORCH,
         precision_hint="quantize it with a `quantize` step (`edgekit deploy` recipe), or convert to tflite",
         parity_hint="an op exports with different numerics; check the model in eval() mode and the opset",
-        # ONNX Runtime INT8 encodings differ a lot in speed by CPU (VNNI or not, QDQ fusion or not):
-        # the search tries the common ones (see variant_search/candidates.py)
+        # ONNX Runtime INT8 encodings differ a lot in speed by CPU (VNNI or not, QDQ fusion or not): the
+        # search measures a few rungs of the INT8 ladder (see variant_search/candidates.py). Measured here
+        # (AVX-512 VNNI, onnxruntime 1.32, 1 thread; benchmarks/int8_ladder.py): U8S8 QDQ per-tensor is the
+        # fast one, S8S8 QDQ (per-tensor or per-channel) is slower than fp32, QOperator U8S8 about the same
+        # as QDQ U8S8 (so not a candidate of its own). fp16 ONNX (pass quantize_fp16) is no candidate: the
+        # CPU EP runs it at ~0.6x fp32 on x86 (measured here).
         search_candidates=(
             Candidate("ort-int8-default", (_q(mode="static", format="qdq", per_channel=False),), True),
             Candidate("ort-int8-qdq-s8s8", (_q(mode="static", format="qdq", per_channel=True),), True),
-            Candidate("ort-int8-qdq-u8s8", (_q(mode="static", format="qdq", per_channel=True,
+            Candidate("ort-int8-qdq-u8s8", (_q(mode="static", format="qdq", per_channel=False,
                                                activation_type="uint8"),), True),
-            Candidate("ort-int8-qop-u8s8", (_q(mode="static", format="qoperator", per_channel=True,
-                                               activation_type="uint8"),), True),
+            # the accuracy-aware ladder: fastest encoding, calibration methods, mixed precision (needs --eval-data)
+            Candidate("ort-int8-mixed", (("quantize_accuracy_aware", {}),), True),
             Candidate("ort-int8-dynamic", (_q(mode="dynamic"),), False),
         ),
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
