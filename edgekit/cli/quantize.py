@@ -35,8 +35,8 @@ def quantize_cmd(
     backend: str = typer.Option("ort", "--backend", help="ort (onnxruntime) or inc (Intel Neural Compressor, PyTorch models)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output .onnx file (written atomically)."),
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
-    per_channel: bool = typer.Option(True, "--per-channel/--per-tensor", help="Weight quantization granularity."),
-    fmt: str = typer.Option("qdq", "--format", help="qdq or qoperator (onnxruntime backend)."),
+    per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", help="Weight quantization granularity (default: per-channel; with --eval-data, the device's fastest encoding)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="qdq or qoperator (onnxruntime backend; default qdq)."),
     x_key: str = typer.Option("x", "--x-key", help="Input array name(s), comma-separated in the model's input order."),
     y_key: str = typer.Option("y", "--y-key"),
     metric: Optional[str] = typer.Option(None, "--metric", "-m", help="What the accuracy-aware search scores (default top1; see `edgekit deploy --help`); the tolerance is in its units."),
@@ -51,7 +51,7 @@ def quantize_cmd(
     C.check_range(max_accuracy_drop, 0, 100, "--max-accuracy-drop", "accuracy points, 1 = one percentage point")
     if backend not in ("ort", "inc"):
         raise BadInputError(f"--backend must be ort or inc, got {backend!r}")
-    if fmt not in ("qdq", "qoperator"):
+    if fmt is not None and fmt not in ("qdq", "qoperator"):
         raise BadInputError(f"--format must be qdq or qoperator, got {fmt!r}")
     C.check_out(out, (".onnx",))
     if backend == "inc" and model.suffix.lower() == ".onnx":
@@ -88,7 +88,10 @@ def quantize_cmd(
                     raise DataError("exporting a PyTorch model needs example inputs",
                                     hint="pass --calib-data or --eval-data")
                 art = export_onnx(source, wd / "fp32.onnx", parity_xs)
-            base = {"format": fmt, "per_channel": per_channel, "mode": "static" if calib is not None else "dynamic"}
+            # only what the user set: the accuracy-aware pass starts from the device's fastest encoding otherwise
+            base = {"mode": "static" if calib is not None else "dynamic",
+                    **({"format": fmt} if fmt is not None else {}),
+                    **({"per_channel": per_channel} if per_channel is not None else {})}
             if ev is not None:
                 art = C.run_one("quantize_accuracy_aware", art,
                                 {**base, "max_accuracy_drop": max_accuracy_drop, "relative": relative}, ctx, "quantized")
