@@ -229,13 +229,13 @@ def op_profile(doc: dict | None, artifact: Any = None) -> OpProfile:
                           share=round(t_ms / total_ms, 4) if total_ms else None))
     ops.sort(key=lambda o: -o.ms)
     med_run = doc.get("median_run_us")
-    kernel_ms = sum(o.total_ms for o in ops)
     mapped = [o for o in ops if o.module is not None]
+    kernel_ms = sum(o.ms for o in ops)
     return OpProfile(source=doc["source"], runs=runs, total_ms=round(total_ms, 6) if total_ms is not None else None,
                      mean_run_ms=round(total_ms / runs, 6) if total_ms is not None else None,
                      median_run_ms=round(float(med_run) / 1000.0, 6) if med_run is not None else None, ops=ops,
                      by_op_type=_by_op_type(ops, runs, total_ms), mapping=mapping, mapped_nodes=len(mapped),
-                     mapped_share=round(sum(o.total_ms for o in mapped) / kernel_ms, 4) if kernel_ms else None)
+                     mapped_share=round(sum(o.ms for o in mapped) / kernel_ms, 4) if kernel_ms else None)
 
 
 def _index_for(artifact: Any, source: str) -> tuple["ModuleIndex | None", str]:
@@ -272,9 +272,12 @@ def _by_op_type(ops: list[OpTime], runs: int, total_ms: float | None) -> list[Op
 
 
 # --------------------------------------------------------------------------- the diff
-def profile_diff(base: OpProfile, other: OpProfile, base_name: str, other_name: str) -> ProfileDiff:
+def profile_diff(base: OpProfile, other: OpProfile, base_name: str, other_name: str,
+                 p50: tuple[float, float] | None = None) -> ProfileDiff:
     """Per op type: nodes and time per inference in each, and one sentence on what made
-    ``other_name`` slower (or faster) than ``base_name``."""
+    ``other_name`` slower (or faster) than ``base_name``. ``p50``: the two variants' measured p50s
+    (base, other), said beside the profiler's figures (its per-node cost can outweigh a small model's
+    real difference)."""
     if not base.available or not other.available:
         missing = [(n, p) for n, p in ((base_name, base), (other_name, other)) if not p.available]
         why = "; ".join(f"{n}: {p.reason}" for n, p in missing)
@@ -291,7 +294,7 @@ def profile_diff(base: OpProfile, other: OpProfile, base_name: str, other_name: 
                                 base_ms=round(bm, 6), other_ms=round(om, 6), delta_ms=round(om - bm, 6)))
     rows.sort(key=lambda r: -abs(r.delta_ms))
     delta = other.run_ms - base.run_ms
-    summary = _summary(base, other, base_name, other_name, rows, delta, same)
+    summary = _summary(base, other, base_name, other_name, rows, delta, same, p50)
     return ProfileDiff(base=base_name, other=other_name, base_source=base.source, other_source=other.source,
                        same_runtime=same, delta_ms=round(delta, 6), rows=rows, summary=summary)
 
@@ -323,10 +326,16 @@ def _groups(rows: list[OpTypeDelta]) -> list[tuple[str, float]]:
 
 
 def _summary(base: OpProfile, other: OpProfile, base_name: str, other_name: str, rows, delta: float,
-             same: bool) -> str:
+             same: bool, p50: tuple[float, float] | None = None) -> str:
     slower = delta > 0
     head = (f"{other_name} is {abs(delta):.3g} ms {'slower' if slower else 'faster'} than {base_name} under the "
-            f"profiler (median run {other.run_ms:.3g} vs {base.run_ms:.3g} ms)")
+            f"profiler (median run {other.run_ms:.3g} vs {base.run_ms:.3g} ms")
+    if p50 is not None:
+        head += f"; measured p50 {p50[1]:.3g} vs {p50[0]:.3g} ms"
+        if (p50[1] > p50[0]) != slower:
+            head += (f"; the profiler's own cost per node ({len(other.ops)} vs {len(base.ops)} nodes) outweighs "
+                     "the measured difference")
+    head += ")"
     if not same:
         head += f" (different runtimes, {other.source} vs {base.source}: compared by op type only)"
     groups = sorted(_groups(rows), key=lambda g: -g[1] if slower else g[1])
@@ -397,9 +406,16 @@ def profile_diffs(variants: list, baseline: str) -> list[ProfileDiff]:
     base = next((v for v in variants if v.name == baseline), None)
     if base is None or base.op_profile is None:
         return []
-    return [profile_diff(base.op_profile, v.op_profile, baseline, v.name) for v in variants
-            if v is not base and v.op_profile is not None]
+    return [profile_diff(base.op_profile, v.op_profile, baseline, v.name, measured_p50s(base, v))
+            for v in variants if v is not base and v.op_profile is not None]
+
+
+def measured_p50s(base, v) -> tuple[float, float] | None:
+    if base.latency_ms is None or v.latency_ms is None:
+        return None
+    return base.latency_ms.p50, v.latency_ms.p50
 
 
 __all__ = ["OpTime", "OpTypeTime", "OpProfile", "OpTypeDelta", "ProfileDiff", "op_profile", "profile_diff",
-           "profile_diffs", "profile_variants", "profiled_names", "is_slower", "module_index", "ModuleIndex"]
+           "profile_diffs", "profile_variants", "profiled_names", "is_slower", "measured_p50s", "module_index",
+           "ModuleIndex"]

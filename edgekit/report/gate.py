@@ -111,9 +111,10 @@ def _speedup_check(v: VariantResult, limit: float, representative: bool, base: V
     ok = sp >= limit
     why = ""
     if not ok and base is not None and v.op_profile is not None and base.op_profile is not None:
-        from ..measure.profile import profile_diff
+        from ..measure.profile import measured_p50s, profile_diff
 
-        why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, base.name, v.name).summary
+        why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, base.name, v.name,
+                                                  measured_p50s(base, v)).summary
     return Check(name="min_speedup", variant=v.name, value=sp, limit=limit, passed=ok,
                  message=f"{sp:.2f}x the baseline's speed on the device {'>=' if ok else '<'} {limit:g}x{why}")
 
@@ -122,7 +123,7 @@ def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
     """A compressed variant that is slower than the baseline on the device is said, never silent:
     p50 95% CIs separated (the variant's lower bound above the baseline's upper bound), with the
     per-op profiles' reason when both were profiled."""
-    from ..measure.profile import is_slower, profile_diff
+    from ..measure.profile import measured_p50s, is_slower, profile_diff
 
     base = next((v for v in variants if v.name == baseline), None)
     out = []
@@ -132,7 +133,8 @@ def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
         if is_slower(v, base):
             why = ""
             if v.op_profile is not None and base.op_profile is not None:
-                why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, baseline, v.name).summary
+                why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, baseline, v.name,
+                                                          measured_p50s(base, v)).summary
             out.append(f"{v.name} is SLOWER than {baseline} on the device: p50 {v.latency_ms.p50:.4g} ms vs "
                        f"{base.latency_ms.p50:.4g} ms ({v.speedup_vs_baseline or 0:.2f}x); compression did not pay "
                        f"here (--min-speedup 1 makes this a failing check){why}")

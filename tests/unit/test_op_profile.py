@@ -163,7 +163,7 @@ def test_a_slower_variant_is_profiled_and_the_diff_names_the_ops_that_made_it_sl
 
     results = [m.result for m in measured.values()]
     warning = next(w for w in slower_warnings(results, "fp32") if w.startswith("slow is SLOWER"))
-    assert "per-op profile: slow is" in warning and "Tanh" in warning
+    assert "per-op profile: slow is" in warning and "Tanh" in warning and "measured p50" in warning
     gate = evaluate_gate(results, "fp32", GateConfig(min_speedup=1.0), judged=["slow"])
     check = next(c for c in gate.checks if c.name == "min_speedup")
     assert not check.passed and "Tanh" in check.message
@@ -177,6 +177,9 @@ def test_a_profile_across_runtimes_or_without_figures_says_so():
                               "calls": 2, "total_us": 160.0, "median_us": 80.0}]})
     d = profile_diff(ort, et, "fp32", "et-fp32")
     assert not d.same_runtime and "compared by op type only" in d.summary and "faster" in d.summary
+    # a measured p50 that disagrees with the profiler is said, with why (the profiler's per-node cost)
+    told = profile_diff(ort, et, "fp32", "et-fp32", p50=(1.0, 2.0)).summary
+    assert "measured p50 2 vs 1 ms" in told and "outweighs the measured difference" in told
     none = op_profile({"source": None, "ops": [], "reason": "no profiler here"})
     assert not none.available and none.ops == [] and none.reason == "no profiler here"
     assert "no profiler here" in profile_diff(ort, none, "fp32", "tflite").summary
