@@ -266,7 +266,7 @@ AGENT_LOGGER = textwrap.dedent("""
     # the device's python for this test: logs the busy interval of every measuring agent run ON the device
     import subprocess, sys, time
     args = sys.argv[1:]
-    measuring = any(a.endswith("edgekit_agent.py") for a in args) and not any(a.startswith("--") for a in args)
+    measuring = any("/edgekit_agent" in a for a in args) and not any(a.startswith("-") for a in args)
     s = time.time()
     rc = subprocess.call([{py!r}, *args])
     if measuring:
