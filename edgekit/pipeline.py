@@ -18,8 +18,8 @@ from .formats import Format, RUNTIME_FOR_FORMAT
 from .options import DeployOptions, resolve_gate, resolve_measure, resolve_metric_spec
 from .passes.base import PassContext
 from .passes.registry import get_pass
-from .prepare import PreparedRun, prepare_run, target_spec
-from .recipe import Recipe, default_recipe, load_recipe
+from .prepare import PreparedRun, prepare_run, resolve_recipe, target_spec
+from .recipe import Recipe
 from .report.model import Report
 from .source import Source
 from .targets import TargetSpec
@@ -124,13 +124,11 @@ def deploy(
         raise TypeError(f"deploy() got an {exc}") from None
     if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/fleet.py)
         from .fleet import deploy_fleet
-        return deploy_fleet(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data, recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, options=opts, progress=progress, transport=transport)  # noqa: E501
+        return deploy_fleet(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
+                            recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key,
+                            y_key=y_key, options=opts, progress=progress, transport=transport)
     spec = target_spec(target)
-    rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(calib_data is not None))
-    from .passes.convert import variants_for_target
-
-    # litert targets (rpi4, Android) get TFLite variants, Core ML targets Core ML ones, unless the recipe converts
-    rec = variants_for_target(rec, spec, calib_data is not None)
+    rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
     variants, passes_seconds, warnings = _build(run, progress)

@@ -50,6 +50,16 @@ class PreparedRun:
                 "inputs": [i.model_dump(mode="json") for i in self.source.artifact.io.inputs]}
 
 
+def resolve_recipe(recipe, spec: TargetSpec, has_calib: bool) -> Recipe:
+    """The recipe (a Recipe, a YAML path, or None for the default), with the target's formats: litert
+    targets (rpi4, Android) get TFLite variants, Core ML targets Core ML ones, unless the recipe converts."""
+    from .passes.convert import variants_for_target
+    from .recipe import default_recipe, load_recipe
+
+    rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(has_calib))
+    return variants_for_target(rec, spec, has_calib)
+
+
 def target_spec(target: str | TargetSpec) -> TargetSpec:
     return target if isinstance(target, TargetSpec) else load_target(target)
 
