@@ -47,10 +47,12 @@ Device = Literal["host", "x86-vnni", "x86-avx2", "arm64"]
 
 # Encodings per device kind, fastest first: (format, activation_type, weight_type, per_channel, reduce_range).
 ENCODINGS: dict[str, tuple[tuple[str, str, str, bool, bool], ...]] = {
-    # measured here (AMD EPYC, AVX-512 VNNI, onnxruntime 1.32, 1 thread, the zoo's MobileNetV2 at 64x64;
-    # benchmarks/int8_ladder.py): U8S8 QDQ ~1.1-1.5x fp32, per-channel about the same, S8S8 QDQ ~0.6-0.97x
-    # (slower than fp32), QOperator S8S8 ~0.15x
-    "x86-vnni": (("qdq", "uint8", "int8", False, False), ("qdq", "uint8", "int8", True, False)),
+    # measured here (Intel Xeon with AVX-512 VNNI, onnxruntime 1.32, 1 thread, the zoo's MobileNetV2 at 64x64,
+    # median thread CPU time; benchmarks/int8_ladder.py): U8S8 QDQ or QOperator, per-tensor or per-channel,
+    # 1.03-1.13x fp32; S8S8 QDQ 0.53-0.65x (slower than fp32); S8S8 QOperator 0.20x. On the zoo's LeViT
+    # QOperator U8S8 beat QDQ U8S8 (0.70x vs 0.61x; INT8 slower than fp32 there), hence the host speed probe.
+    "x86-vnni": (("qdq", "uint8", "int8", False, False), ("qdq", "uint8", "int8", True, False),
+                 ("qoperator", "uint8", "int8", False, False)),
     # not measured here: onnxruntime's quantization guide -- U8S8 on AVX2/AVX-512 without VNNI can saturate
     # (VPMADDUBSW), 7-bit weights (reduce_range) avoid it
     "x86-avx2": (("qdq", "uint8", "int8", False, True), ("qdq", "uint8", "int8", True, True)),
@@ -58,7 +60,7 @@ ENCODINGS: dict[str, tuple[tuple[str, str, str, bool, bool], ...]] = {
     "arm64": (("qdq", "int8", "int8", True, False), ("qdq", "uint8", "int8", True, False)),
 }
 ENCODING_SOURCES = {
-    "x86-vnni": "measured here (AMD EPYC AVX-512 VNNI, onnxruntime 1.32; benchmarks/int8_ladder.py)",
+    "x86-vnni": "measured here (Intel Xeon, AVX-512 VNNI, onnxruntime 1.32; benchmarks/int8_ladder.py)",
     "x86-avx2": "onnxruntime quantization guide (U8S8 saturation without VNNI; reduce_range); not measured here",
     "arm64": "onnxruntime quantization guide (S8S8 QDQ recommended); not measured here",
 }
@@ -78,6 +80,8 @@ class AccuracyAwareConfig(OrtQuantizeConfig):
     screen_samples: int = Field(256, ge=1, description="eval samples the mixed-precision search scores on "
                                 "before confirming on all of them")
     sensitivity_samples: int = Field(32, ge=1, description="eval samples the layer sensitivity is measured on")
+    speed_probe: bool = Field(True, description="device 'host': order the encodings by their measured speed on "
+                              "this CPU (full INT8 builds, thread CPU time, ~1 s) instead of the table's order")
 
 
 def tolerance_points(max_drop: float, relative: bool, base_accuracy: float) -> float:
@@ -255,6 +259,9 @@ class AccuracyAwareQuantize(Pass):
             trials = _Trials(src, ctx, tmpdir, user_excluded, config.max_trials)
             trials.full_n = full.n
             search = _Ladder(trials, full, screen, base_acc, base_screen, tol, config)
+            probe = None
+            if config.speed_probe and config.device == "host" and len(encodings) > 1 and config.mode == "static":
+                encodings, probe = _speed_probe(trials, encodings, methods[0], src, full.xs)
             try:
                 chosen = search.run(encodings, methods, src, candidates, tmpdir)
             except _OutOfBudget:
@@ -290,6 +297,7 @@ class AccuracyAwareQuantize(Pass):
             "device": device,
             "encoding_source": ENCODING_SOURCES[device],
             "encodings_tried": [encoding_label(e) for e in encodings],
+            **({"speed_probe": probe} if probe else {}),
             "kept_in_float": [search.reason(nd, op_type.get(nd, "?")) for nd in kept],
             "float_ops": sorted(user_excluded | set(kept)),
             "quantizable_ops": len(candidates),
@@ -498,6 +506,66 @@ class _Ladder:
                 "relative_output_error": float(f"{u.error:.4g}"), "sensitivity_rank": rank + 1,
                 "reason": f"quantizing {u.kind} {u.tensor} alone moves the outputs by a relative error of "
                           f"{u.error:.3g} (rank {rank + 1}); keeping {node} ({op_type}) in float keeps it in float"}
+
+
+def _speed_probe(trials: _Trials, encodings: list[OrtQuantizeConfig], method: str, src: Artifact,
+                 xs: list[np.ndarray]) -> tuple[list[OrtQuantizeConfig], dict]:
+    """The encodings ordered by the median thread CPU time per inference of their full-INT8 builds on
+    this host (onnxruntime, 1 thread, alternating rounds: CPU time does not count other jobs holding the
+    core), with fp32 measured beside them."""
+    import onnxruntime as ort
+
+    started = time.perf_counter()
+    cfgs = [e.model_copy(update={"calibration_method": method}) for e in encodings]
+    paths: dict[str, Path] = {"fp32": Path(src.path)}
+    for c in cfgs:
+        try:
+            paths[encoding_label(c)] = trials.build(c, frozenset())
+        except PassError:
+            continue  # the ladder meets the failure again and records it
+    sessions = {}
+    for name, p in paths.items():
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        try:
+            sess = ort.InferenceSession(str(p), sess_options=so, providers=["CPUExecutionProvider"])
+        except Exception:  # onnxruntime cannot load this build: the ladder's trial records why
+            continue
+        ins = sess.get_inputs()
+        feed = {i.name: np.ascontiguousarray(np.asarray(x[:1]).astype(_np_type(i.type), copy=False))
+                for i, x in zip(ins, xs)}
+        if any(isinstance(d, int) and d > 1 for i in ins for d in i.shape[:1]):
+            continue  # a static batch above 1: not probed
+        sessions[name] = (sess, feed)
+    if "fp32" not in sessions or len(sessions) < 3:
+        return encodings, {}
+    t = time.thread_time()
+    for sess, feed in sessions.values():
+        sess.run(None, feed)
+    per_round = max(1, min(50, int(0.02 / max((time.thread_time() - t) / len(sessions), 1e-6))))
+    times: dict[str, list[float]] = {n: [] for n in sessions}
+    for _ in range(7):
+        for n, (sess, feed) in sessions.items():
+            t = time.thread_time()
+            for _ in range(per_round):
+                sess.run(None, feed)
+            times[n].append((time.thread_time() - t) / per_round * 1000)
+    ms = {n: float(np.median(v)) for n, v in times.items()}
+    rank = {encoding_label(c): ms.get(encoding_label(c), float("inf")) for c in cfgs}
+    ordered = [e for _, e in sorted(zip(cfgs, encodings), key=lambda ce: rank[encoding_label(ce[0])])]
+    fastest = min(rank.values())
+    doc = {"cpu_ms": {n: round(v, 4) for n, v in ms.items()}, "seconds": round(time.perf_counter() - started, 3),
+           "int8_speedup": round(ms["fp32"] / fastest, 3) if np.isfinite(fastest) else None}
+    if np.isfinite(fastest) and fastest > ms["fp32"]:
+        doc["note"] = (f"INT8 is slower than fp32 on this host (x{ms['fp32'] / fastest:.2f} at best): "
+                       "ship fp32 here unless the device differs")
+    return ordered, doc
+
+
+def _np_type(ort_type: str):
+    return {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+            "tensor(bool)": np.bool_, "tensor(float16)": np.float16}.get(ort_type, np.float32)
 
 
 def _r(x: float | None) -> float | None:

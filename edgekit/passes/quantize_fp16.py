@@ -5,7 +5,7 @@ agent feed the same arrays.
 
 Where it pays: execution providers with fp16 kernels (CUDA, DirectML, Core ML, NNAPI/QNN) and ARM CPUs
 with fp16 arithmetic. Where it does not: onnxruntime's CPU EP on x86 has few fp16 kernels and inserts
-casts around the rest -- measured here 0.58x the speed of fp32 on the zoo's MobileNetV2 (AMD EPYC,
+casts around the rest -- measured here 0.64x the speed of fp32 (median thread CPU time) on the zoo's MobileNetV2 (Intel Xeon, AVX-512 VNNI,
 onnxruntime 1.32, 1 thread) -- so it is not among the x86 search candidates; TFLite fp16 is the
 ``convert`` step's ``precision: fp16``."""
 
