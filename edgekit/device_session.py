@@ -165,6 +165,7 @@ class DeviceSession:
     def _close(self) -> None:
         lease, self.lease = getattr(self, "lease", None), None
         if lease is not None:
+            self.lease_lost = lease.lost  # another host took the device over while we measured: said in the report
             lease.release()  # before the transport closes; never raises
         if self._given is None and self.transport is not None:
             self.transport.close()  # releases the device's lock
@@ -281,7 +282,8 @@ class DeviceSession:
             first_doc, self.transport, self.device, self.target, results, self.emulation)
 
     def warnings(self) -> list[str]:
-        out = []
+        out = [f"device {self.device}: {self.lease_lost}; figures measured after that may overlap another "
+               "host's run"] if getattr(self, "lease_lost", None) else []
         if self.measurements.warning():
             out.append(self.measurements.warning())
         if self.emulation:
