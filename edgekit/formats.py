@@ -101,10 +101,11 @@ FORMATS: tuple[FormatSpec, ...] = (
         parity_hint="an op exports with different numerics; check the model in eval() mode and the opset",
         # ONNX Runtime INT8 encodings differ a lot in speed by CPU (VNNI or not, QDQ fusion or not): the
         # search measures a few rungs of the INT8 ladder (see variant_search/candidates.py). Measured here
-        # (AVX-512 VNNI, onnxruntime 1.32, 1 thread; benchmarks/int8_ladder.py): U8S8 QDQ per-tensor is the
-        # fast one, S8S8 QDQ (per-tensor or per-channel) is slower than fp32, QOperator U8S8 about the same
-        # as QDQ U8S8 (so not a candidate of its own). fp16 ONNX (pass quantize_fp16) is no candidate: the
-        # CPU EP runs it at ~0.6x fp32 on x86 (measured here).
+        # (AVX-512 VNNI, onnxruntime 1.32, 1 thread; benchmarks/int8_ladder.py): U8S8 is the fast one, S8S8 QDQ
+        # (per-tensor or per-channel) is slower than fp32; QOperator U8S8 is within a few % of QDQ U8S8 on the
+        # zoo MobileNetV2 and faster on the zoo LeViT (0.72x vs 0.62x fp32), which ort-int8-mixed's host speed
+        # probe picks when the host is the device. fp16 ONNX (pass quantize_fp16) is no candidate: the CPU EP
+        # runs it at ~0.6-0.9x fp32 on x86 (measured here).
         search_candidates=(
             Candidate("ort-int8-default", (_q(mode="static", format="qdq", per_channel=False),), True),
             Candidate("ort-int8-qdq-s8s8", (_q(mode="static", format="qdq", per_channel=True),), True),
