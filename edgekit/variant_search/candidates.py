@@ -1,11 +1,12 @@
 """The candidate variants a target can run, as recipe variants (name + passes).
 
 ONNX Runtime INT8 encodings differ a lot in speed by CPU (VNNI or not, QDQ fusion or not), so the
-search tries the common ones rather than trusting one default:
-  - ort-int8-default  : what `quantize_static` does with no arguments (QDQ, S8S8, per-tensor)
+search tries the rungs of the INT8 ladder rather than trusting one default:
+  - ort-int8-default  : QDQ, S8S8, per-tensor (what `quantize_static` does with no arguments)
   - ort-int8-qdq-s8s8 : QDQ, S8S8, per-channel weights (onnxruntime's recommended CPU setting)
-  - ort-int8-qdq-u8s8 : QDQ, U8 activations, S8 per-channel weights
-  - ort-int8-qop-u8s8 : operator-fused QLinear ops, U8 activations, S8 weights
+  - ort-int8-qdq-u8s8 : QDQ, U8 activations, S8 weights, per-tensor (the fast encoding on x86 with VNNI here)
+  - ort-int8-mixed    : the accuracy-aware pass (fastest encoding, calibration methods, then the fewest
+                        most-sensitive nodes kept in float)
   - ort-int8-dynamic  : weights only, activations quantized at run time
 LiteRT candidates come from the `convert` pass when it is installed: fp32, fp16, full-integer INT8
 with float I/O, and dynamic-range INT8. Both lists are rows of the format registry
