@@ -75,10 +75,8 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
                  out="edgekit-out", example_inputs=None, arch=None, x_key="x", y_key="y",
                  options: DeployOptions, progress: Progress | None = None, transport=None) -> Report:
     from .devices import select_devices
-    from .passes.convert import variants_for_target
     from .pipeline import _build, measure_all, recorded_settings, run_settings
-    from .prepare import prepare_run, target_spec
-    from .recipe import Recipe, default_recipe, load_recipe
+    from .prepare import prepare_run, resolve_recipe, target_spec
 
     opts, progress = options, progress or (lambda _m: None)
     if device is not None or transport is not None:
@@ -95,8 +93,7 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
     need = m if opts.min_devices is None else opts.min_devices
     if not 1 <= need <= m:
         raise BadInputError(f"--min-devices {opts.min_devices} must be between 1 and the {m} units of the fleet")
-    rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(calib_data is not None))
-    rec = variants_for_target(rec, spec, calib_data is not None)
+    rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
     variants, passes_seconds, warnings = _build(run, progress)
