@@ -56,6 +56,7 @@ class Measured:
     artifact: Artifact
     outputs: list | None
     doc: dict  # the agent's document (warnings, device facts)
+    score_warnings: list[str] = field(default_factory=list)  # from its paired statistics, computed once
 
     @property
     def name(self) -> str:

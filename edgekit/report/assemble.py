@@ -25,18 +25,28 @@ def tolerance(cfg, base: VariantResult) -> float | None:
     return cfg.max_accuracy_drop * (abs(base.accuracy.value) / 100.0 if cfg.relative_accuracy_drop else 1.0)
 
 
-def score(measured: dict[str, "Measured"], plan, baseline: str, cfg) -> list[str]:
-    """Fill accuracy drops (paired statistics) and speed-ups of every measured variant in place."""
+def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: bool = True) -> list[str]:
+    """Fill accuracy drops and speed-ups of every measured variant in place. The paired statistics
+    (a bootstrap: thousands of metric evaluations for a non-decomposable metric such as mAP) are
+    computed once per measured variant, however often a search asks; ``stats=False`` gives the point
+    drop only (screening, unless --strict-stats needs the significance)."""
     from ..metrics.evaluate import score_drops
 
-    results = [m.result for m in measured.values()]
     base = measured[baseline].result
-    warnings = score_drops(results, {n: m.outputs for n, m in measured.items() if m.outputs is not None}, plan,
-                           baseline, tolerance=tolerance(cfg, base))
-    for v in results:
+    if stats:
+        todo = {n: m for n, m in measured.items() if n == baseline or m.result.accuracy_stats is None}
+        if len(todo) > 1:
+            for w in score_drops([m.result for m in todo.values()],
+                                 {n: m.outputs for n, m in todo.items() if m.outputs is not None}, plan, baseline,
+                                 tolerance=tolerance(cfg, base)):
+                owner = next((n for n in todo if w.startswith(f"{n}:")), baseline)
+                todo[owner].score_warnings.append(w)
+    for v in (m.result for m in measured.values()):
+        if not stats and v.accuracy is not None and base.accuracy is not None and v.accuracy_drop is None:
+            v.accuracy_drop = round(plan.metric.worse_by(base.accuracy.value, v.accuracy.value), 6) + 0.0
         if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
             v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
-    return warnings
+    return [w for m in measured.values() for w in m.score_warnings]
 
 
 def metric_settings(plan) -> dict:

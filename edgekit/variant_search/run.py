@@ -290,7 +290,7 @@ def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[
     """The gate's failed checks for ``cand`` against ``base`` (the same checks deploy's gate makes)."""
     from ..report.assemble import score
 
-    score({BASE: base, cand.name: cand}, run.plan, BASE, run.gate)
+    score({BASE: base, cand.name: cand}, run.plan, BASE, run.gate, stats=run.gate.strict_stats)
     g = evaluate_gate([base.result, cand.result], BASE, run.gate, judged=[cand.name],
                       latency_representative=representative)
     return [c for c in g.checks if not c.passed and (names is None or c.name in names)]

@@ -72,7 +72,7 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings: RunSe
         final[name], per_setting[name] = r, s
         from ..report.assemble import score
 
-        score(final, run.plan, BASE, run.gate)
+        score({BASE: final[BASE], name: r}, run.plan, BASE, run.gate)
         g_ = evaluate_gate([final[BASE].result, r.result], BASE, run.gate, judged=[name],
                            latency_representative=session.emulation is None)
         failed = [c for c in g_.checks if not c.passed]
