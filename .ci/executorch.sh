@@ -55,14 +55,4 @@ EOF
 
 JUNIT="$VENV/executorch-junit.xml"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/test_convert_executorch.py --junitxml="$JUNIT" "$@"
-"$VENV/bin/python" - "$JUNIT" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-s = ET.parse(sys.argv[1]).getroot()
-s = s if s.tag == "testsuite" else s.find("testsuite")
-tests, skipped = int(s.get("tests")), int(s.get("skipped"))
-bad = int(s.get("failures")) + int(s.get("errors"))
-if tests == 0 or skipped or bad:
-    sys.exit(f"executorch step: {tests} tests, {skipped} skipped, {bad} failed: the runtime was not exercised")
-print(f"executorch step: {tests} ExecuTorch tests ran, none skipped")
-EOF
+"$VENV/bin/python" .ci/require_all_ran.py executorch "$JUNIT"

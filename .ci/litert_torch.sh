@@ -40,14 +40,4 @@ EOF
 JUNIT="$VENV/litert-junit.xml"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integration/test_convert_matrix.py -k litert_torch \
   --junitxml="$JUNIT" "$@"
-"$VENV/bin/python" - "$JUNIT" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-s = ET.parse(sys.argv[1]).getroot()
-s = s if s.tag == "testsuite" else s.find("testsuite")
-tests, skipped = int(s.get("tests")), int(s.get("skipped"))
-bad = int(s.get("failures")) + int(s.get("errors"))
-if tests == 0 or skipped or bad:
-    sys.exit(f"litert-torch step: {tests} tests, {skipped} skipped, {bad} failed: the route was not exercised")
-print(f"litert-torch step: {tests} litert-torch tests ran, none skipped")
-EOF
+"$VENV/bin/python" .ci/require_all_ran.py litert-torch "$JUNIT"
