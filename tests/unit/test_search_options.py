@@ -6,6 +6,7 @@ one's report (the release gate, judged A/B); the refused option; the lock option
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import fields
 
 import numpy as np
@@ -34,7 +35,8 @@ def _opts(tmp_path, **over) -> DeployOptions:
         threads=2, max_seconds=33.0, extra_warnings=["note from the caller"], warmup_mode="auto",
         sustained_seconds=1.0, energy_command=f"{sys.executable} {tmp_path / 'meter.py'}", use_cache=True,
         lock_wait=True, lock_timeout=30.0, eval_samples=48, max_latency_regression=0.5,
-        max_release_accuracy_drop=7.0, max_memory_increase=0.9, max_size_increase=0.8, remeasure=True)
+        max_release_accuracy_drop=7.0, max_memory_increase=0.9, max_size_increase=0.8, remeasure=True,
+        benchmark_binary="device")
     for k, v in over.items():
         setattr(o, k, v)
     return o
@@ -66,7 +68,6 @@ def _honoured(r: Report, tmp_path) -> dict:
         "relative_accuracy_drop": g["relative_accuracy_drop"] is True,
         "metric": sel.accuracy.metric == "top5" and s["metric"]["name"] == "top5",
         "outputs": s["metric"]["outputs"] == ["y"],
-        "postprocess": s["metric"].get("postprocess") is None,  # classification: none given, none used
         "strict_stats": g["strict_stats"] is True,
         "min_speedup": "min_speedup" in checks or sel.name == "fp32",
         "latency_budget_ms": g["latency_ms_p50"] == 5000.0 and "latency_p50_budget" in checks,
@@ -82,11 +83,9 @@ def _honoured(r: Report, tmp_path) -> dict:
         "sustained_seconds": fp.sustained is not None and fp.sustained["seconds"] >= 1.0,
         "energy_command": fp.energy_source == "external_command" and fp.energy_mj_per_inference is not None,
         "use_cache": s["passes"]["cache"] is not None,
-        "lock_wait": True, "lock_timeout": True,  # the local target has no lock: see the inventory test below
         "eval_samples": s["eval_samples"] == 48 and s["eval_subset"]["n"] == 48,
-        "benchmark_binary": s["benchmark_binary"] is None,  # ORT candidates only here; the session runs it on .tflite
-        "baseline_report": r.compared_with is None,  # the first run has none; the second run checks it
-        "baseline_artifacts": True, "release_method": True, "ab_blocks": True,  # second run
+        # reaches the final run settings (the session runs it on .tflite files only; ORT candidates here)
+        "benchmark_binary": s["benchmark_binary"] == "device",
         "max_latency_regression": g["max_latency_regression"] == 0.5,
         "max_release_accuracy_drop": g["max_release_accuracy_drop"] == 7.0,
         "max_memory_increase": g["max_memory_increase"] == 0.9,
@@ -102,22 +101,42 @@ def test_every_deploy_option_reaches_search_or_is_refused(data, tmp_path):
     r = search(model, eval_data=ev, out=tmp_path / "a", options=SearchOptions(**SOPTS),
                deploy_options=_opts(tmp_path))
     got = _honoured(r, tmp_path)
-    every = {f.name for f in fields(DeployOptions)}
-    # a new DeployOptions field must be honoured here or refused with a reason
-    assert every == set(got) | set(_SEARCH_REFUSES), sorted(every ^ (set(got) | set(_SEARCH_REFUSES)))
-    assert [k for k, ok in got.items() if not ok] == []
-    assert r.search.selected is not None and (tmp_path / "a" / "ship").is_dir()
+    assert r.search.selected is not None and (tmp_path / "a" / "ship").is_dir() and r.compared_with is None
 
-    # the same search against the first one's report: the selection is judged A/B, only it
+    # the same search against the first one's report (its models moved): the selection is judged A/B, only it
+    (tmp_path / "a" / "report.json").rename(tmp_path / "release.json")
+    (tmp_path / "a" / "artifacts").rename(tmp_path / "release-models")
     r2 = search(model, eval_data=ev, out=tmp_path / "b", options=SearchOptions(**SOPTS),
-                deploy_options=_opts(tmp_path, baseline_report=tmp_path / "a" / "report.json", ab_blocks=6,
-                                     release_method="ab", baseline_artifacts=tmp_path / "a" / "artifacts",
+                deploy_options=_opts(tmp_path, baseline_report=tmp_path / "release.json", ab_blocks=7,
+                                     release_method="ab", baseline_artifacts=tmp_path / "release-models",
                                      sustained_seconds=None))
-    assert r2.compared_with.method == "ab"
     lat = [c for c in r2.gate.checks if c.name == "latency_regression"]
     assert [c.variant for c in lat] == [r2.search.selected], r2.gate.checks
     detail = r2.compared_with.method_detail[r2.search.selected]
-    assert detail["blocks"] == 6 and detail["same_file"] is True
+    got.update({
+        "baseline_report": r2.compared_with.path == str(tmp_path / "release.json"),
+        "baseline_artifacts": detail["baseline_file"].startswith(str(tmp_path / "release-models")),
+        "release_method": r2.compared_with.method == "ab" and r2.compared_with.method_detail["requested"] == "ab",
+        "ab_blocks": detail["blocks"] == 7 and detail["same_file"] is True,
+    })
+    every = {f.name for f in fields(DeployOptions)}
+    # a new DeployOptions field must be honoured (checked in a report above, or by the named test) or refused
+    covered = set(got) | set(CHECKED_BY_OTHER_TESTS) | set(_SEARCH_REFUSES)
+    assert every == covered, sorted(every ^ covered)
+    assert [k for k, ok in got.items() if not ok] == []
+
+
+# options whose effect shows before or around the device, not in a report: checked by these tests
+CHECKED_BY_OTHER_TESTS = {"postprocess": "test_search_reads_the_postprocess_option",
+                          "lock_wait": "test_search_takes_the_lock_options",
+                          "lock_timeout": "test_search_takes_the_lock_options"}
+
+
+def test_search_reads_the_postprocess_option(data, tmp_path):
+    model, ev = data
+    with pytest.raises(BadInputError, match="no_such_module"):
+        search(model, eval_data=ev, out=tmp_path / "o", options=SearchOptions(**SOPTS),
+               deploy_options=DeployOptions(metric="map50", postprocess="no_such_module:boxes"))
 
 
 def test_search_refuses_train_data_with_the_reason(data, tmp_path):
@@ -140,3 +159,11 @@ def test_search_takes_the_lock_options(data, tmp_path, monkeypatch):
             search(model, eval_data=ev, out=tmp_path / "o", device="bench", options=SearchOptions(**SOPTS),
                    deploy_options=DeployOptions(lock_wait=False, runs=5, min_seconds=0.0))
     assert e.value.exit_code == 3 and "bench" in e.value.message
+    with DeviceLock("bench"):  # waiting, but only so long
+        started = time.monotonic()
+        with pytest.raises(DeviceError) as e:
+            search(model, eval_data=ev, out=tmp_path / "o", device="bench", options=SearchOptions(**SOPTS),
+                   deploy_options=DeployOptions(lock_timeout=2.0, runs=5, min_seconds=0.0))
+        waited = time.monotonic() - started
+    assert e.value.exit_code == 3 and "bench" in e.value.message
+    assert waited >= 2.0, waited  # it did wait for the lock before giving up
