@@ -90,27 +90,24 @@ def resolve_measure(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> 
     return MeasureDefaults(**m)
 
 
+# DeployOptions field -> GateConfig field
+_GATE_OVERRIDES = (("max_accuracy_drop", "max_accuracy_drop"), ("relative_accuracy_drop", "relative_accuracy_drop"),
+                   ("strict_stats", "strict_stats"), ("min_speedup", "min_speedup"),
+                   ("latency_budget_ms", "latency_ms_p50"), ("memory_budget_mb", "peak_memory_mb"),
+                   ("max_latency_regression", "max_latency_regression"),
+                   ("max_release_accuracy_drop", "max_release_accuracy_drop"),
+                   ("max_memory_increase", "max_memory_increase"), ("max_size_increase", "max_size_increase"))
+
+
 def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> GateConfig:
     g = recipe.gate.model_dump()
     # the target's budgets apply unless the recipe sets its own
     for k in ("latency_ms_p50", "latency_ms_p90", "peak_memory_mb", "model_size_mb"):
         if g.get(k) is None:
             g[k] = getattr(target.limits, k)
-    if opts.max_accuracy_drop is not None:
-        g["max_accuracy_drop"] = opts.max_accuracy_drop
-    if opts.relative_accuracy_drop is not None:
-        g["relative_accuracy_drop"] = opts.relative_accuracy_drop
-    if opts.strict_stats is not None:
-        g["strict_stats"] = opts.strict_stats
-    if opts.min_speedup is not None:
-        g["min_speedup"] = opts.min_speedup
-    if opts.latency_budget_ms is not None:
-        g["latency_ms_p50"] = opts.latency_budget_ms
-    if opts.memory_budget_mb is not None:
-        g["peak_memory_mb"] = opts.memory_budget_mb
-    for k in ("max_latency_regression", "max_release_accuracy_drop", "max_memory_increase", "max_size_increase"):
-        if getattr(opts, k) is not None:
-            g[k] = getattr(opts, k)
+    for opt, key in _GATE_OVERRIDES:  # the command line wins over the recipe and the target
+        if getattr(opts, opt) is not None:
+            g[key] = getattr(opts, opt)
     from .config import validate
 
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")

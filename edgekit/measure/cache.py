@@ -126,6 +126,7 @@ class DeviceMeasurements:
         self.remeasure = remeasure
         self.info: dict[str, dict] = {}
         self._probe: dict | None = None
+        self._agent_sha: str | None = None
 
     def _probe_doc(self) -> dict:
         if self._probe is None:
@@ -146,7 +147,9 @@ class DeviceMeasurements:
         probe = self._probe_doc()
         runtime_version = (probe.get("runtimes") or {}).get(request.runtime)
         identity = device_identity(probe, self.device_name, self.deployer.t.kind)
-        agent = {"version": probe.get("agent_version"), "sha256": sha256_file(agent_source())}
+        if self._agent_sha is None:  # hashed once per session, not per measurement
+            self._agent_sha = sha256_file(agent_source())
+        agent = {"version": probe.get("agent_version"), "sha256": self._agent_sha}
         return measurement_key(request, runtime_version=runtime_version, identity=identity, agent=agent)
 
     def measure(self, request, run: Callable[[], Any]):

@@ -302,6 +302,10 @@ def compare_reports(report: Report, previous: Report, previous_path, cfg: GateCo
         if j is not None:
             vd.changes = [latency_change(j, old[vd.variant], new[vd.variant], min_effect) if c.metric == "latency_p50_ms"
                           else c for c in vd.changes]
+    for name, det in (method_detail or {}).items():
+        if isinstance(det, dict) and det.get("ab_failed"):
+            d.warnings.append(f"{name}: the A/B re-measurement of the baseline's model failed ({det['ab_failed']}); "
+                              "its latency was compared across the two runs directly")
     if method == "direct" and any(vd.get("latency_p50_ms") for vd in d.variants):
         d.warnings.append("latency was compared across two runs directly (no baseline model files to re-measure, "
                           "no common reference variant): a busy device can make this a false alarm; pass "
