@@ -121,9 +121,9 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
                 s.use_eval(ds, unit_dir)
                 s.deliver(variants.values())
                 u.measured = measure_all(s, variants, settings, run.measure, say)
-                from .pipeline import _judge_release
+                from .report.release import release_judgement
 
-                u.release = _judge_release(s, replace(run, plan=plan), u.measured, judged, settings, opts, say)
+                u.release = release_judgement(s, replace(run, plan=plan), u.measured, judged, settings, opts, say)
             u.state = "measured"
         except Exception as exc:  # one unit's failure is its row in the report; the others go on
             u.state, u.measured = "failed", {}

@@ -143,7 +143,9 @@ def deploy(
 
         profile_variants(session, measured, profiled_names(measured, rec.baseline, opts.profile), settings)
         judged = [n for n in variants if n != rec.baseline] or [rec.baseline]
-        release = _judge_release(session, run, measured, judged, settings, opts, progress)
+        from .report.release import release_judgement
+
+        release = release_judgement(session, run, measured, judged, settings, opts, progress)
     progress("writing the report")
     from .report.assemble import assemble_report
 
@@ -198,16 +200,6 @@ def measure_all(session: DeviceSession, variants: dict[str, Artifact], settings:
             raise res.error(list(measured), pending)
         measured[name] = res
     return measured
-
-
-def _judge_release(session, run: PreparedRun, measured, judged, settings, opts: DeployOptions, progress):
-    if run.previous is None:
-        return None
-    from .report.release import judge_release
-
-    return judge_release(session, run, measured, judged, settings, requested=opts.release_method,
-                         blocks=opts.ab_blocks, progress=progress,
-                         baseline_artifacts=Path(opts.baseline_artifacts) if opts.baseline_artifacts else None)
 
 
 def _build(run: PreparedRun, progress: Progress) -> tuple[dict[str, Artifact], float, list[str]]:

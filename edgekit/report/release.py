@@ -62,6 +62,15 @@ class LatencyJudgement:
                 f"{'significant' if self.significant else 'not significant'})")
 
 
+def release_judgement(session, run, measured: dict, judged: list[str], settings, opts, progress=None):
+    """The deploy options' release method for this run (None without --baseline); see judge_release."""
+    if run.previous is None:
+        return None
+    return judge_release(session, run, measured, judged, settings, requested=opts.release_method,
+                         blocks=opts.ab_blocks, progress=progress,
+                         baseline_artifacts=Path(opts.baseline_artifacts) if opts.baseline_artifacts else None)
+
+
 def _bootstrap(stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     vals = np.empty(resamples)

@@ -142,9 +142,9 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                                                    deadline, progress, sopts.objective)
         release = None
         if chosen is not None and run.previous is not None:
-            from ..pipeline import _judge_release
+            from ..report.release import release_judgement
 
-            release = _judge_release(session, run, final, [chosen.name], chosen_settings, opts, progress)
+            release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress)
         from ..measure.profile import profile_diffs, profile_variants, profiled_names
 
         profile_variants(session, final, profiled_names(final, BASE, opts.profile, [chosen.name] if chosen else [],
