@@ -17,8 +17,6 @@ The chosen file is written to ``out/ship/`` with its lineage; the report lists e
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
