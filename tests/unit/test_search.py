@@ -96,7 +96,9 @@ def test_host_filter_drops_before_device_time(digits, tmp_path):
     rep = search(digits.pt2, eval_data=digits.eval, out=tmp_path, options=SearchOptions(candidates=cands, measure=FAST))
     c = next(c for c in rep.search["candidates"] if c["name"] == "wrong-but-fast")
     assert c["dropped_at"] == "host" and c["screening"] is None
-    assert rep.search["selected"] == "fp32"  # nothing compressed qualifies: the float model is the answer
+    # nothing compressed qualifies: the float model is the answer, possibly under a faster runtime
+    # setting the tuning stage found on this machine (e.g. fp32@t2 where two cores help)
+    assert rep.search["selected"].split("@")[0] == "fp32"
 
 
 @pytest.mark.slow  # builds and measures every onnxruntime candidate
