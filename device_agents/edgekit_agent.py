@@ -783,20 +783,45 @@ class Runner:
     name = None  # the runtime's name in requests, --probe and the report
     log_missing = True  # --probe logs why the runtime is unavailable (on stderr)
 
-    def __init__(self, model_path=None, threads=1, input_specs=None, output_specs=None):
+    def __init__(self, model_path=None, threads=1, input_specs=None, output_specs=None, runtime_options=None):
         self.threads = int(threads)
         self.version = None
+        self.delegate = None  # the delegate that runs the graph when the runner knows it ("xnnpack")
         if model_path is not None:
-            self.load(model_path, {"threads": threads, "inputs": input_specs or [], "outputs": output_specs or []})
+            self.load(model_path, {"threads": threads, "inputs": input_specs or [], "outputs": output_specs or [],
+                                   "runtime_options": runtime_options})
 
-    OPTIONS = {}  # runtime options this runner takes (request "runtime_options"); none = refuse any
+    # Runtime options this runner takes (request "runtime_options"): name -> the allowed values (a
+    # tuple), or None for a positive integer. Empty: the runner refuses any.
+    OPTIONS = {}
 
     @classmethod
-    def open(cls, model_path, request):
-        opts = request.get("runtime_options") or {}
+    def check_options(cls, opts):
+        """The request's runtime options, checked against OPTIONS: an unknown name or value is a
+        bad_request naming what this runner takes (a search must never measure a setting the
+        runtime silently ignored)."""
+        opts = dict(opts or {})
         if opts and not cls.OPTIONS:
             raise AgentFailure("bad_request", f"runtime {cls.name} takes no runtime options (got {sorted(opts)})",
                                EXIT_BAD_REQUEST)
+        unknown = sorted(set(opts) - set(cls.OPTIONS))
+        if unknown:
+            raise AgentFailure("bad_request", f"unknown {cls.name} option(s) {unknown}; known: {sorted(cls.OPTIONS)}",
+                               EXIT_BAD_REQUEST)
+        for key, value in opts.items():
+            allowed = cls.OPTIONS[key]
+            if allowed is None:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise AgentFailure("bad_request", f"{cls.name} option {key} must be a positive integer, "
+                                       f"got {value!r}", EXIT_BAD_REQUEST)
+            elif value not in allowed:
+                raise AgentFailure("bad_request", f"{cls.name} option {key}={value!r} is not one of {list(allowed)}",
+                                   EXIT_BAD_REQUEST)
+        return opts
+
+    @classmethod
+    def open(cls, model_path, request):
+        cls.check_options(request.get("runtime_options"))
         runner = cls()
         runner.load(model_path, request)
         return runner
@@ -855,7 +880,7 @@ class OnnxRunner(Runner):
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.log_severity_level = 3
-        self.options = self._apply_options(ort, so, request.get("runtime_options") or {})
+        self.options = self._apply_options(ort, so, request.get("runtime_options"), int(threads))
         try:
             self.session = ort.InferenceSession(model_path, sess_options=so, providers=["CPUExecutionProvider"])
         except Exception as exc:
@@ -914,36 +939,35 @@ class OnnxRunner(Runner):
         timed = model_runs[1:] or model_runs
         return finish_op_profile("onnxruntime", ops, [float(e["dur"]) for e in timed])
 
-    # runtime options a search may vary (edgekit's "runtime options as a search dimension")
+    # Runtime options a search may vary (edgekit's "runtime options as a search dimension"), checked
+    # against onnxruntime 1.32's SessionOptions. execution_mode "parallel" runs independent nodes
+    # concurrently on an inter-op pool of inter_op_threads (default: the request's threads; the
+    # intra-op pool keeps the request's threads); inter_op_threads means nothing in sequential mode
+    # (one node at a time) and is refused there.
     OPTIONS = {"graph_optimization_level": ("disable_all", "basic", "extended", "all"),
                "execution_mode": ("sequential", "parallel"), "inter_op_threads": None}
 
-    def _apply_options(self, ort, so, opts):
-        unknown = sorted(set(opts) - set(self.OPTIONS))
-        if unknown:
-            raise AgentFailure("bad_request", f"unknown onnxruntime option(s) {unknown}; known: {sorted(self.OPTIONS)}",
-                               EXIT_BAD_REQUEST)
+    def _apply_options(self, ort, so, opts, threads=1):
+        """Set the requested options on ``so``; returns them as applied (what the report carries)."""
+        opts = self.check_options(opts)
         levels = {"disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
                   "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                   "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                   "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
         applied = {}
         if "graph_optimization_level" in opts:
-            lvl = opts["graph_optimization_level"]
-            if lvl not in levels:
-                raise AgentFailure("bad_request", f"graph_optimization_level {lvl!r} is not one of {sorted(levels)}",
-                                   EXIT_BAD_REQUEST)
-            so.graph_optimization_level = levels[lvl]
-            applied["graph_optimization_level"] = lvl
-        if opts.get("execution_mode") == "parallel":
+            so.graph_optimization_level = levels[opts["graph_optimization_level"]]
+            applied["graph_optimization_level"] = opts["graph_optimization_level"]
+        mode = opts.get("execution_mode")
+        if mode == "parallel":
             so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-            applied["execution_mode"] = "parallel"
-        elif opts.get("execution_mode") not in (None, "sequential"):
-            raise AgentFailure("bad_request", f"execution_mode {opts['execution_mode']!r} is not sequential or parallel",
-                               EXIT_BAD_REQUEST)
-        if opts.get("inter_op_threads"):
-            so.inter_op_num_threads = int(opts["inter_op_threads"])
-            applied["inter_op_threads"] = int(opts["inter_op_threads"])
+            so.inter_op_num_threads = int(opts.get("inter_op_threads") or threads)
+            applied.update(execution_mode="parallel", inter_op_threads=so.inter_op_num_threads)
+        elif "inter_op_threads" in opts:
+            raise AgentFailure("bad_request", "onnxruntime option inter_op_threads only matters with execution_mode "
+                               "'parallel' (sequential mode runs one node at a time)", EXIT_BAD_REQUEST)
+        elif mode == "sequential":
+            applied["execution_mode"] = "sequential"  # the default, asked for explicitly
         return applied
 
     def batch_dynamic(self):
@@ -961,11 +985,23 @@ class OnnxRunner(Runner):
 
 
 class LiteRTRunner(Runner):
-    """A .tflite model on the LiteRT interpreter (ai_edge_litert; tflite_runtime on older devices)."""
+    """A .tflite model on the LiteRT interpreter (ai_edge_litert; tflite_runtime on older devices),
+    or on ai_edge_litert's CompiledModel (runtime option ``api: compiled``)."""
 
     name = "litert"
     log_missing = False
     PACKAGES = ("ai_edge_litert", "tflite_runtime")
+    # Runtime options a search may vary, checked against ai_edge_litert 2.3.0:
+    # - xnnpack "off": the Interpreter built with OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    #   (LiteRT's own kernels); the default (AUTO, or BUILTIN asked for as "on") applies the XNNPACK
+    #   delegate at allocate_tensors. On a CompiledModel: CpuOptions(kernel_mode=BUILTIN) instead of
+    #   the XNNPACK kernel mode. XNNPACK's thread count is the request's threads either way
+    #   (Interpreter(num_threads=...), CpuOptions(num_threads=...)).
+    # - api "compiled": the file runs through ai_edge_litert.compiled_model.CompiledModel (LiteRT's
+    #   newer API: TensorBuffers, CPU accelerator options) instead of the Interpreter, with the same
+    #   output contract. tflite_runtime has no CompiledModel (refused with that reason), and a
+    #   tflite_runtime without OpResolverType cannot turn XNNPACK off from Python (refused too).
+    OPTIONS = {"xnnpack": ("on", "off"), "api": ("interpreter", "compiled")}
 
     @classmethod
     def probe(cls):
@@ -980,37 +1016,111 @@ class LiteRTRunner(Runner):
         return None, "; ".join(errors)
 
     def load(self, model_path, request):
-        threads = request.get("threads", 1)
+        threads = int(request.get("threads", 1))
+        opts = self.check_options(request.get("runtime_options"))
         input_specs, output_specs = request.get("inputs"), request.get("outputs")
-        Interpreter = None
+        interp_mod = None
         errors = []
         for mod in (f"{p}.interpreter" for p in self.PACKAGES):
             try:
-                Interpreter = __import__(mod, fromlist=["Interpreter"]).Interpreter
+                interp_mod = __import__(mod, fromlist=["Interpreter"])
                 self.module = mod.split(".")[0]
                 break
             except ImportError as exc:
                 errors.append(f"{mod}: {exc}")
                 continue
-        if Interpreter is None:
+        if interp_mod is None:
             raise AgentFailure("runtime_missing",
                                "no LiteRT interpreter on this device (pip install ai-edge-litert, or tflite-runtime "
                                "on older devices): " + "; ".join(errors), EXIT_RUNTIME)
         top = sys.modules.get(self.module)
         self.version = f"{self.module} {getattr(top, '__version__', '?')}"
+        compiled = opts.get("api") == "compiled"
+        xnnpack_off = opts.get("xnnpack") == "off"
+        resolver = getattr(interp_mod, "OpResolverType", None)
+        if "xnnpack" in opts and resolver is None:
+            raise AgentFailure("bad_request", f"{self.version} has no OpResolverType: XNNPACK cannot be turned on or "
+                               "off from its Python API", EXIT_BAD_REQUEST)
+        kwargs = {}
+        if compiled and resolver is not None:
+            # only the model's tensor metadata (names, indices, quantization: CompiledModel's details
+            # have no quantization) from an interpreter that is never allocated and applies no delegate
+            kwargs["experimental_op_resolver_type"] = resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        elif "xnnpack" in opts:
+            kwargs["experimental_op_resolver_type"] = (resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES if xnnpack_off
+                                                       else resolver.BUILTIN)
+        self.cm = None
         try:
-            self.interp = Interpreter(model_path=model_path, num_threads=int(threads))
-            self.interp.allocate_tensors()
+            self.interp = interp_mod.Interpreter(model_path=model_path, num_threads=1 if compiled else threads,
+                                                 **kwargs)
+            if not compiled:
+                self.interp.allocate_tensors()
         except Exception as exc:
             msg = str(exc)
             if "Select TensorFlow op" in msg or "Flex" in msg:
                 msg += " (the model uses TensorFlow 'Flex' ops, which the plain LiteRT interpreter cannot run)"
             raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME) from exc
-        self.threads = int(threads)
+        self.threads = threads
         self.inputs = self._in_spec_order(self.interp.get_input_details(), input_specs or [])
         # outputs in the host's order (the source model's), matched by the TFLite tensor names the host
         # recorded: the interpreter's own order can differ for a multi-output model
         self.outputs = self._in_spec_order(self.interp.get_output_details(), output_specs or [])
+        if compiled:
+            self.interp = None  # metadata read; the CompiledModel runs the graph
+            self._load_compiled(model_path, threads, xnnpack_off)
+            self.delegate = None if xnnpack_off else "xnnpack"
+        else:
+            self.delegated_nodes = self._delegated_nodes()
+            self.delegate = "xnnpack" if self.delegated_nodes else None
+        self.options = opts
+
+    def _delegated_nodes(self):
+        """How many nodes of the allocated graph a delegate took (XNNPACK, the Interpreter's only
+        default delegate); None where the interpreter cannot list its ops."""
+        try:
+            return sum(1 for op in self.interp._get_ops_details() if op.get("op_name") == "DELEGATE")
+        except Exception:  # a private API (tflite_runtime builds differ): unknown, not a failure
+            return None
+
+    def _load_compiled(self, model_path, threads, xnnpack_off):
+        import numpy as np
+
+        if self.module != "ai_edge_litert":
+            raise AgentFailure("bad_request", f"api 'compiled' needs ai_edge_litert's CompiledModel; {self.version} "
+                               "has only the Interpreter", EXIT_BAD_REQUEST)
+        try:
+            import ai_edge_litert.compiled_model as cmm
+        except ImportError as exc:
+            raise AgentFailure("bad_request", f"api 'compiled' needs ai_edge_litert.compiled_model, which "
+                               f"{self.version} does not have ({exc})", EXIT_BAD_REQUEST) from exc
+        cpu = cmm.CpuOptions(num_threads=threads, kernel_mode=cmm.CpuKernelMode.BUILTIN if xnnpack_off else None)
+        try:
+            cm = cmm.CompiledModel.from_file(model_path, options=cmm.Options(
+                hardware_accelerators=cmm.HardwareAccelerator.CPU, cpu_options=cpu))
+            sigs = cm.get_signature_list()
+            key = next(iter(sigs))
+            self._sig = cm.get_signature_index(key)
+            ins, outs = cm.get_input_tensor_details(key), cm.get_output_tensor_details(key)
+            # the signature's keys are not the tensor names (onnx2tf: "x" vs "serving_default_x:0"):
+            # its tensors are matched to the interpreter's by tensor index
+            in_idx = [int(ins[k]["index"]) for k in sigs[key]["inputs"]]
+            out_idx = [int(outs[k]["index"]) for k in sigs[key]["outputs"]]
+            if sorted(in_idx) != sorted(int(d["index"]) for d in self.inputs) or \
+                    sorted(out_idx) != sorted(int(d["index"]) for d in self.outputs):
+                raise ValueError(f"its first signature {key!r} does not have the graph's inputs and outputs")
+            self._in_pos = [in_idx.index(int(d["index"])) for d in self.inputs]
+            self._reads = [(out_idx.index(int(d["index"])), int(np.prod(d["shape"])), np.dtype(d["dtype"]),
+                            tuple(int(v) for v in d["shape"])) for d in self.outputs]
+            self._in_bufs, self._out_bufs = cm.create_input_buffers(self._sig), cm.create_output_buffers(self._sig)
+            for pos, n, dtype, _ in self._reads:  # a dtype TensorBuffer cannot carry fails here, not mid-run
+                self._out_bufs[pos].read(n, dtype)
+        except AgentFailure:
+            raise
+        except Exception as exc:
+            raise AgentFailure("model_load_failed", f"LiteRT's CompiledModel cannot load {model_path}: {exc}",
+                               EXIT_RUNTIME) from exc
+        self.cm = cm
+        self.fully_accelerated = bool(cm.is_fully_accelerated())
 
     @staticmethod
     def _in_spec_order(details, specs):
@@ -1034,21 +1144,31 @@ class LiteRTRunner(Runner):
         q = det.get("quantization") or (0.0, 0)
         return (float(q[0]), int(q[1])) if q and q[0] else (None, None)
 
+    def _feed(self, np, det, x):
+        want = np.dtype(det["dtype"])
+        x = np.asarray(x)
+        if want.kind in "iu" and x.dtype.kind == "f":
+            # float data for an integer input that the host sent no scale for: use the tensor's own
+            scale, zp = self._quant(det)
+            if scale is None:
+                raise AgentFailure("bad_request", f"input {det['name']} is {want} without quantization "
+                                   "parameters; float data cannot be fed to it", EXIT_BAD_REQUEST)
+            info = np.iinfo(want)
+            x = np.clip(np.round(x / scale + zp), info.min, info.max)
+        return np.ascontiguousarray(x.astype(want, copy=False))
+
     def run(self, feeds):
         import numpy as np
 
+        if self.cm is not None:
+            # CompiledModel: the same contract (host-order inputs in, copies of the outputs back),
+            # through its TensorBuffers
+            for pos, det, x in zip(self._in_pos, self.inputs, feeds):
+                self._in_bufs[pos].write(self._feed(np, det, x))
+            self.cm.run_by_index(self._sig, self._in_bufs, self._out_bufs)
+            return [self._out_bufs[pos].read(n, dtype).reshape(shape) for pos, n, dtype, shape in self._reads]
         for det, x in zip(self.inputs, feeds):
-            want = np.dtype(det["dtype"])
-            x = np.asarray(x)
-            if want.kind in "iu" and x.dtype.kind == "f":
-                # float data for an integer input that the host sent no scale for: use the tensor's own
-                scale, zp = self._quant(det)
-                if scale is None:
-                    raise AgentFailure("bad_request", f"input {det['name']} is {want} without quantization "
-                                       "parameters; float data cannot be fed to it", EXIT_BAD_REQUEST)
-                info = np.iinfo(want)
-                x = np.clip(np.round(x / scale + zp), info.min, info.max)
-            self.interp.set_tensor(det["index"], np.ascontiguousarray(x.astype(want, copy=False)))
+            self.interp.set_tensor(det["index"], self._feed(np, det, x))
         self.interp.invoke()
         return [self.interp.get_tensor(o["index"]) for o in self.outputs]
 
@@ -1074,6 +1194,14 @@ class ExecuTorchRunner(Runner):
 
     name = "executorch"
     log_missing = False
+    # No runtime options: whether XNNPACK runs a node is decided when the program is lowered (the
+    # .pte carries the delegate's blobs; there is no run-time switch), and XNNPACK's thread count is
+    # the request's threads (the pool below). Checked against executorch 1.5.1's pybindings: the
+    # pool is extension/threadpool's process-wide pthreadpool, sized by _unsafe_reset_threadpool
+    # and read by _threadpool_get_thread_count; torch.set_num_threads does not touch it (measured:
+    # the pool stays at the core count, CPU time/wall 1.9 at 2 threads either way).
+    OPTIONS = {}
+    _alive = None  # the runners of this process whose programs hold the pool (a WeakSet)
     # ExecuTorch ScalarType codes -> numpy dtype names (the ones a .pte's user I/O can have)
     DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
               7: "float64", 11: "bool"}
@@ -1093,6 +1221,7 @@ class ExecuTorchRunner(Runner):
 
     def load(self, model_path, request):
         threads = int(request.get("threads", 1))
+        self.check_options(request.get("runtime_options"))
         try:
             import torch  # first: the pybindings resolve libtorch from the loaded torch
             # The C extension that executorch.runtime wraps: the wrapper also imports the exir compiler
@@ -1105,18 +1234,43 @@ class ExecuTorchRunner(Runner):
 
         self.torch = torch
         self.version = importlib.metadata.version("executorch")
-        _C._unsafe_reset_threadpool(threads)  # the pool XNNPACK's delegate runs on (default: every core)
+        self.pool_threads = self._size_pool(_C, threads)
         try:
             self.program = _C._load_program(str(model_path))
             self.method = self.program.load_method("forward")
         except Exception as exc:
             raise AgentFailure("model_load_failed", f"ExecuTorch cannot load {model_path}: {exc}",
                                EXIT_RUNTIME) from exc
+        ExecuTorchRunner._alive.add(self)
         meta = self.method.method_meta()
         self.input_shapes = [list(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
         self.input_dtypes = [self.DTYPES.get(meta.input_tensor_meta(i).dtype()) for i in range(meta.num_inputs())]
-        self.threads = threads
+        self.threads = self.pool_threads  # read back from the pool where the build can
         self.model_path = str(model_path)
+
+    @classmethod
+    def _size_pool(cls, _C, threads):
+        """Size the pool XNNPACK's delegate runs on (default: every core) to ``threads`` before the
+        program loads; returns its size read back (None where this build cannot read it).
+
+        The delegate keeps the pool it was loaded with: resizing the pool under a loaded program
+        and running that program segfaulted here (executorch 1.5.1; a same-size reset keeps the
+        pool's threads). So the pool is reset only when its size differs, and never while a program
+        loaded at another size is alive in this process (an A/B pair shares one size)."""
+        import weakref
+
+        if ExecuTorchRunner._alive is None:
+            ExecuTorchRunner._alive = weakref.WeakSet()
+        count = getattr(_C, "_threadpool_get_thread_count", None)  # absent from older builds
+        if count is not None and count() == threads:
+            return threads
+        others = sorted({r.pool_threads for r in ExecuTorchRunner._alive if r.pool_threads != threads})
+        if others:
+            raise AgentFailure("bad_request", f"ExecuTorch's XNNPACK thread pool is process-wide and a program "
+                               f"loaded in this process runs on {others[0]} threads: resizing it to {threads} would "
+                               "crash that program; load the two in separate processes", EXIT_BAD_REQUEST)
+        _C._unsafe_reset_threadpool(threads)
+        return count() if count is not None else threads
 
     def static_batch(self):
         # a .pte's memory plan is sized for its example shapes: the batch is fixed
@@ -1581,7 +1735,8 @@ def measure(req):
         "variant": req.get("variant"),
         "device": device_facts(),
         "device_state": {"before": state_before, "after": state_after, "other_cpu_fraction": other_cpu},
-        "runtime": {"name": runner.name, "version": runner.version, "threads": runner.threads, "delegate": None,
+        "runtime": {"name": runner.name, "version": runner.version, "threads": runner.threads,
+                    "delegate": getattr(runner, "delegate", None),
                     **({"options": runner.options} if getattr(runner, "options", None) else {})},
         "load_ms": load_ms,
         "latency_ms": dict(warm, runs=runs_done, raw=raw, raw_decimation=decimation),
@@ -1647,7 +1802,8 @@ def measure_ab(req):
     return {
         "protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": True, "variant": req.get("variant"),
         "device": device_facts(), "load_ms": None, "warnings": [],
-        "runtime": {"name": r.name, "version": r.version, "threads": r.threads, "delegate": None,
+        "runtime": {"name": r.name, "version": r.version, "threads": r.threads,
+                    "delegate": getattr(r, "delegate", None),
                     **({"options": r.options} if getattr(r, "options", None) else {})},
         "latency_ms": {"warmup": int(req.get("warmup", 10)), "runs": len(raw_b), "raw": raw_b},
         "ab": {"a": out["a"], "b": out["b"], "order": "".join(order)},

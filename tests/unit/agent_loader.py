@@ -44,3 +44,24 @@ def tiny_request(model: Path, **extra) -> dict:
                                                                     "dtype": "float32"}]}
     req.update(extra)
     return req
+
+
+def tiny_tflite(path: Path, size: int = 16) -> Path:
+    """A real conv net as .tflite (two 3x3 convs, ReLU, global mean: [1, size, size, 3] -> [1, 16]),
+    built with TensorFlow's converter: XNNPACK takes every node of it."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    w1 = tf.constant(rng.standard_normal((3, 3, 3, 8)).astype(np.float32))
+    w2 = tf.constant(rng.standard_normal((3, 3, 8, 16)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, size, size, 3], tf.float32)])
+    def f(x):
+        y = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
+        y = tf.nn.relu(tf.nn.conv2d(y, w2, 2, "SAME"))
+        return tf.reduce_mean(y, axis=[1, 2])
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f)
+    path.write_bytes(conv.convert())
+    return path

@@ -135,3 +135,144 @@ def test_the_host_loads_the_agent_once_under_one_name():
     assert not inprocess.runs_on_host("coreml") and not inprocess.runs_on_host(None)
     assert not [m for m in sys.modules.values() if getattr(m, "__file__", None) == str(agent_source())
                 and m is not mod and m.__name__ != "edgekit_agent_under_test"]
+
+
+# --- runtime options (edgekit/variant_search/tuning.py varies them; each runner applies and reports them)
+
+def test_onnxruntime_execution_mode_is_set_on_the_session(agent, tmp_path):
+    import onnxruntime as ort
+
+    model = tiny_onnx(tmp_path / "tiny.onnx")
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    seq = agent.OnnxRunner(str(model), 2)
+    par = agent.OnnxRunner(str(model), 2, runtime_options={"execution_mode": "parallel"})
+    read = par.session.get_session_options()  # what the session itself runs with
+    assert read.execution_mode == ort.ExecutionMode.ORT_PARALLEL and read.inter_op_num_threads == 2
+    assert read.intra_op_num_threads == 2
+    assert par.options == {"execution_mode": "parallel", "inter_op_threads": 2}
+    assert seq.session.get_session_options().execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    assert seq.options == {}
+    three = agent.OnnxRunner(str(model), 2, runtime_options={"execution_mode": "parallel", "inter_op_threads": 3})
+    assert three.session.get_session_options().inter_op_num_threads == 3
+    np.testing.assert_array_equal(seq.run([x])[0], par.run([x])[0])
+    basic = agent.OnnxRunner(str(model), 1, runtime_options={"graph_optimization_level": "basic"})
+    assert basic.session.get_session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+
+
+@pytest.mark.parametrize("opts, words", [
+    ({"execution_mode": "turbo"}, ["execution_mode", "sequential", "parallel"]),
+    ({"inter_op_threads": 2}, ["inter_op_threads", "parallel"]),  # means nothing in sequential mode
+    ({"execution_mode": "parallel", "inter_op_threads": 0}, ["positive integer"]),
+    ({"intra": 2}, ["intra", "execution_mode", "graph_optimization_level"]),
+])
+def test_onnxruntime_refuses_options_it_cannot_apply(agent, tmp_path, opts, words):
+    model = tiny_onnx(tmp_path / "tiny.onnx")
+    with pytest.raises(agent.AgentFailure) as err:
+        agent.OnnxRunner.open(str(model), tiny_request(model, runtime_options=opts))
+    assert err.value.kind == "bad_request" and all(w in str(err.value) for w in words), str(err.value)
+
+
+needs_litert = pytest.mark.skipif(__import__("importlib").util.find_spec("ai_edge_litert") is None
+                                  or __import__("importlib").util.find_spec("tensorflow") is None,
+                                  reason="ai-edge-litert and tensorflow are needed (pip install 'edgekit[tflite]')")
+
+
+@pytest.fixture(scope="module")
+def conv_tflite(tmp_path_factory):
+    from agent_loader import tiny_tflite
+
+    return tiny_tflite(tmp_path_factory.mktemp("litert-opts") / "conv.tflite")
+
+
+@needs_litert
+def test_litert_xnnpack_off_leaves_the_graph_to_litert_kernels(agent, conv_tflite):
+    x = np.random.default_rng(2).standard_normal((1, 16, 16, 3)).astype(np.float32)
+    default = agent.LiteRTRunner(str(conv_tflite), 2)
+    on = agent.LiteRTRunner(str(conv_tflite), 2, runtime_options={"xnnpack": "on"})
+    off = agent.LiteRTRunner(str(conv_tflite), 2, runtime_options={"xnnpack": "off"})
+    # the allocated graph: XNNPACK replaced the nodes with one DELEGATE node, or it did not
+    assert default.delegated_nodes == on.delegated_nodes == 1 and default.delegate == on.delegate == "xnnpack"
+    assert off.delegated_nodes == 0 and off.delegate is None
+    assert [o["op_name"] for o in off.interp._get_ops_details()] == ["CONV_2D", "CONV_2D", "MEAN"]
+    assert off.options == {"xnnpack": "off"} and default.options == {}
+    ref = default.run([x])[0]
+    np.testing.assert_allclose(off.run([x])[0], ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(on.run([x])[0], ref)
+
+
+@needs_litert
+def test_litert_compiled_model_has_the_interpreters_output_contract(agent, conv_tflite):
+    x = np.random.default_rng(3).standard_normal((1, 16, 16, 3)).astype(np.float32)
+    interp = agent.LiteRTRunner(str(conv_tflite), 1)
+    cm = agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
+    assert cm.interp is None and cm.cm is not None and cm.fully_accelerated and cm.delegate == "xnnpack"
+    assert cm.inputs[0]["name"] == interp.inputs[0]["name"] and cm.static_batch() == interp.static_batch() == 1
+    a, b = interp.run([x]), cm.run([x])
+    assert len(a) == len(b) == 1 and b[0].shape == a[0].shape == (1, 16) and b[0].dtype == a[0].dtype
+    np.testing.assert_array_equal(b[0], a[0])  # both XNNPACK: the same kernels
+    b0 = b[0].copy()
+    cm.run([x + 1.0])
+    np.testing.assert_array_equal(b[0], b0)  # each call returns its own copy, like get_tensor
+    builtin = agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled", "xnnpack": "off"})
+    assert not builtin.fully_accelerated and builtin.delegate is None
+    np.testing.assert_allclose(builtin.run([x])[0], a[0], rtol=1e-4, atol=1e-4)
+
+
+@needs_litert
+def test_litert_compiled_model_through_the_agent_measures_and_returns_outputs(agent, conv_tflite, tmp_path, capsys):
+    """A request with api=compiled: raw timings and every eval output, the same as the Interpreter's."""
+    xs = np.random.default_rng(4).standard_normal((5, 1, 16, 16, 3)).astype(np.float32).reshape(5, 16, 16, 3)
+    np.savez(tmp_path / "eval.npz", x=xs)
+    docs = {}
+    for api in ("interpreter", "compiled"):
+        req = {"protocol": 2, "variant": api, "model": str(conv_tflite), "runtime": "litert", "threads": 1,
+               "warmup": 2, "runs": 10, "min_seconds": 0.0, "max_runs": 10,
+               "inputs": [{"name": "x", "shape": [1, 16, 16, 3], "dtype": "float32"}],
+               "outputs": [{"name": "Identity", "shape": [1, 16], "dtype": "float32"}],
+               "eval": {"path": str(tmp_path / "eval.npz"), "x_keys": ["x"], "batch_size": 8},
+               "outputs_path": str(tmp_path / f"{api}.npz"), "runtime_options": {"api": api}}
+        (tmp_path / "req.json").write_text(json.dumps(req))
+        assert agent.main(["agent", str(tmp_path / "req.json")]) == 0
+        docs[api] = json.loads(capsys.readouterr().out)
+    for api, doc in docs.items():
+        assert doc["ok"] and doc["runtime"]["options"] == {"api": api} and doc["runtime"]["delegate"] == "xnnpack"
+        assert doc["latency_ms"]["runs"] == 10 and len(doc["latency_ms"]["raw"]) == 10
+        assert all(t > 0 for t in doc["latency_ms"]["raw"]) and doc["eval"]["samples"] == 5
+    a, b = np.load(tmp_path / "interpreter.npz")["output_0"], np.load(tmp_path / "compiled.npz")["output_0"]
+    assert a.shape == (5, 16)
+    np.testing.assert_array_equal(a, b)
+
+
+@needs_litert
+@pytest.mark.parametrize("opts, words", [
+    ({"xnnpack": "maybe"}, ["xnnpack", "on", "off"]),
+    ({"api": "gpu"}, ["api", "interpreter", "compiled"]),
+    ({"num_threads": 2}, ["num_threads", "xnnpack", "api"]),
+])
+def test_litert_refuses_unknown_options(agent, conv_tflite, opts, words):
+    with pytest.raises(agent.AgentFailure) as err:
+        agent.LiteRTRunner(str(conv_tflite), 1, runtime_options=opts)
+    assert err.value.kind == "bad_request" and all(w in str(err.value) for w in words), str(err.value)
+
+
+@needs_litert
+def test_compiled_model_is_refused_on_tflite_runtime(agent, conv_tflite, monkeypatch):
+    """A device with only tflite_runtime (the same Interpreter API, no CompiledModel) says so."""
+    import sys
+    import types
+
+    from ai_edge_litert import interpreter as real
+
+    shim = types.ModuleType("tflite_runtime")
+    shim.__version__ = "2.14.0"
+    shim_interp = types.ModuleType("tflite_runtime.interpreter")
+    shim_interp.Interpreter, shim_interp.OpResolverType = real.Interpreter, real.OpResolverType
+    shim.interpreter = shim_interp
+    for mod in ("ai_edge_litert", "ai_edge_litert.interpreter"):
+        monkeypatch.setitem(sys.modules, mod, None)
+    monkeypatch.setitem(sys.modules, "tflite_runtime", shim)
+    monkeypatch.setitem(sys.modules, "tflite_runtime.interpreter", shim_interp)
+    with pytest.raises(agent.AgentFailure) as err:
+        agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
+    assert err.value.kind == "bad_request" and "CompiledModel" in str(err.value) and "tflite_runtime" in str(err.value)
+    assert agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"xnnpack": "off"}).delegated_nodes == 0
