@@ -1,5 +1,6 @@
 """``out/ship/``: the file to ship, its lineage and measured figures (ship.json), and the runtime
-configuration the measured speed needs (runtime.json: runtime, threads, options)."""
+configuration the measured speed needs (runtime.json: runtime, threads, options, and the runtime API
+settings that reproduce them, ``apply``)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,45 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
             "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
                          "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop}}
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
-    # what the application must set for the measured speed: the runtime, its threads and options
+    # what the application must set for the measured speed: the runtime, its threads and options,
+    # and the runtime API settings they stand for (every one spelled out, defaults included)
     rt = {"runtime": v.runtime.name, "version": v.runtime.version, "threads": v.runtime.threads,
-          "options": v.runtime.options or {}, "file": dest.name}
+          "options": v.runtime.options or {}, "delegate": v.runtime.delegate, "file": dest.name,
+          "apply": runtime_settings(v.runtime.name, v.runtime.threads or 1, v.runtime.options or {})}
     atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
     return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
+
+
+_ORT_LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+               "all": "ORT_ENABLE_ALL"}
+
+
+def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
+    """How the application loads the shipped file to run it as it was measured: the runtime API
+    call and every setting the agent's runner made for these threads and options (defaults spelled
+    out, so a runtime whose defaults change does not change the shipped speed). None for a runtime
+    the agent does not run."""
+    if runtime == "onnxruntime":
+        parallel = options.get("execution_mode") == "parallel"
+        inter = int(options.get("inter_op_threads") or threads) if parallel else 1
+        level = _ORT_LEVELS[options.get("graph_optimization_level", "all")]
+        return {"call": "onnxruntime.InferenceSession(file, sess_options, providers=['CPUExecutionProvider'])",
+                "sess_options": {"intra_op_num_threads": threads, "inter_op_num_threads": inter,
+                                 "execution_mode": "ORT_PARALLEL" if parallel else "ORT_SEQUENTIAL",
+                                 "graph_optimization_level": level}}
+    if runtime == "litert":
+        off = options.get("xnnpack") == "off"
+        if options.get("api") == "compiled":
+            return {"call": "ai_edge_litert.compiled_model.CompiledModel.from_file(file, options=Options("
+                            "hardware_accelerators=HardwareAccelerator.CPU, cpu_options=CpuOptions(...)))",
+                    "cpu_options": {"num_threads": threads, "kernel_mode": "BUILTIN" if off else None}}
+        resolver = {"off": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "on": "BUILTIN"}.get(options.get("xnnpack"), "AUTO")
+        return {"call": "ai_edge_litert.interpreter.Interpreter(model_path=file, num_threads, "
+                        "experimental_op_resolver_type)",
+                "num_threads": threads, "experimental_op_resolver_type": resolver}
+    if runtime == "executorch":
+        # the XNNPACK pool is process-wide and must be sized before the program loads
+        return {"call": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool(threads) before "
+                        "the program loads (executorch.runtime.Runtime.get().load_program(file))",
+                "threadpool_threads": threads}
+    return None

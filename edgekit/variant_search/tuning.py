@@ -1,46 +1,79 @@
 """Runtime options as a search dimension: the selected variant's file, measured again on the device
 under each of the runtime's options that can change its speed (threads 1..the target's cores unless
-the user fixed ``--threads``; onnxruntime's graph optimization level). Every setting is a row of the
-candidate table (``name@t2,opt=basic``); the fastest that passes the same gate ships, and ties
-(overlapping CIs) keep the default options. Measurements go through the measurement cache like any
-other (the options are part of the request, so part of the key)."""
+the user fixed ``--threads``; onnxruntime's graph optimization level and execution mode; LiteRT's
+XNNPACK delegate on/off and CompiledModel vs Interpreter; ExecuTorch's XNNPACK thread pool, which is
+the threads). Every setting is a row of the candidate table (``name@t2,mode=parallel``,
+``name@xnnpack=off``); the fastest that passes the same gate ships, and ties (overlapping CIs) keep
+the default options. Measurements go through the measurement cache like any other (the options are
+part of the request, so part of the key). The agent's runners (``device_agents/edgekit_agent.py``,
+``Runner.OPTIONS``) apply the options and refuse unknown ones; ``ship/runtime.json`` records the
+setting that shipped (``edgekit/ship.py``).
+
+The grid stays small: each option's non-default values are tried one at a time at every thread
+count (one factor at a time, never the product of the options), and an option that only matters
+with several threads is tried only above one thread. At MAX_THREADS = 4 cores that is 15 settings
+for onnxruntime (3 at one thread, 4 at each of 2..4: the default, two optimization levels, parallel
+mode), 12 for LiteRT (the default, XNNPACK off, CompiledModel) and 4 for ExecuTorch; the product
+would be 21 and 16. The search's time budget still bounds them: a setting not reached is a dropped
+row with that reason."""
 
 from __future__ import annotations
 
 import time
-from itertools import product
 
-from ..device_session import MeasureFailure, RunSettings
-
-# runtime -> option -> values tried besides the default (the first value is the runtime's default)
+# runtime -> option -> its values, the runtime's default first; every other value is a setting tried.
+# What each means on the device, and what the installed runtimes offer, is in the agent's runners.
+# ExecuTorch has none: XNNPACK delegation is fixed when the .pte is lowered, and its XNNPACK thread
+# pool is sized by the threads (ExecuTorchRunner._size_pool).
 RUNTIME_OPTIONS: dict[str, dict[str, tuple]] = {
-    "onnxruntime": {"graph_optimization_level": ("all", "extended", "basic")},
+    "onnxruntime": {"graph_optimization_level": ("all", "extended", "basic"),
+                    "execution_mode": ("sequential", "parallel")},
+    "litert": {"xnnpack": ("on", "off"), "api": ("interpreter", "compiled")},
+    "executorch": {},
 }
+# options tried only above one thread: onnxruntime's parallel mode runs independent nodes on an
+# inter-op pool, which one thread does not have
+MULTI_THREAD_ONLY = frozenset({"execution_mode"})
+# options sent along with another option's value: parallel mode's inter-op pool gets the setting's threads
+IMPLIED = {("execution_mode", "parallel"): lambda threads: {"inter_op_threads": threads}}
+# the candidate table's short names (``name@t2,opt=basic,mode=parallel``)
+SHORT = {"graph_optimization_level": "opt", "execution_mode": "mode", "inter_op_threads": "inter"}
 MAX_THREADS = 4
 
 
 def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[dict]:
-    """Every (threads, options) setting to try, the default first."""
+    """Every (threads, options) setting to try, the default first: per thread count, the default
+    options, then each option's other values one at a time (see the module docstring for the cap)."""
     threads = [threads_fixed] if threads_fixed else list(range(1, max(1, min(cores, MAX_THREADS)) + 1))
     opts = RUNTIME_OPTIONS.get(runtime, {})
-    keys = sorted(opts)
     grid = []
     for t in threads:
-        for values in product(*(opts[k] for k in keys)) if keys else [()]:
-            grid.append({"threads": t, "options": {k: v for k, v in zip(keys, values) if v != opts[k][0]}})
+        grid.append({"threads": t, "options": {}})
+        for key in sorted(opts):
+            if key in MULTI_THREAD_ONLY and t < 2:
+                continue
+            for value in opts[key][1:]:
+                extra = IMPLIED.get((key, value), lambda _t: {})(t)
+                grid.append({"threads": t, "options": {key: value, **extra}})
     return grid
 
 
 def label(name: str, setting: dict, default_threads: int) -> str:
-    parts = [] if setting["threads"] == default_threads else [f"t{setting['threads']}"]
-    short = {"graph_optimization_level": "opt"}
-    parts += [f"{short.get(k, k)}={v}" for k, v in sorted(setting["options"].items())]
+    """``name@t2,mode=parallel``: the threads when not the default, then each option by its short
+    name (an implied option left out when it only repeats the setting's threads)."""
+    t = setting["threads"]
+    parts = [] if t == default_threads else [f"t{t}"]
+    for k, v in sorted(setting["options"].items()):
+        if k == "inter_op_threads" and v == t and setting["options"].get("execution_mode") == "parallel":
+            continue
+        parts.append(f"{SHORT.get(k, k)}={v}")
     return f"{name}@{','.join(parts)}" if parts else name
 
 
-def tune_runtime(session, run, final: dict, cands: list, chosen, settings: RunSettings, opts, deadline: float,
+def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts, deadline: float,
                  progress, objective: str = "p50"):
     """Measure ``chosen`` under each runtime setting; returns (the variant to ship, its settings)."""
+    from ..device_session import MeasureFailure
     from ..report.gate import evaluate_gate
     from .run import BASE, Candidate, _choose, _reasons
 

@@ -31,13 +31,35 @@ def data(tmp_path_factory):
 
 def test_the_grid_varies_threads_only_when_not_fixed():
     g = settings_grid("onnxruntime", cores=2, threads_fixed=None)
-    assert {s["threads"] for s in g} == {1, 2} and len(g) == 6
+    assert {s["threads"] for s in g} == {1, 2} and len(g) == 7
     assert g[0] == {"threads": 1, "options": {}}  # the default first
     fixed = settings_grid("onnxruntime", cores=8, threads_fixed=1)
     assert {s["threads"] for s in fixed} == {1}
     assert {s["options"].get("graph_optimization_level") for s in fixed} == {None, "extended", "basic"}
-    assert settings_grid("litert", cores=4, threads_fixed=None) == [{"threads": t, "options": {}} for t in (1, 2, 3, 4)]
     assert label("int8", {"threads": 2, "options": {"graph_optimization_level": "basic"}}, 1) == "int8@t2,opt=basic"
+
+
+def test_each_runtime_option_is_tried_alone_and_the_grid_is_capped():
+    """One option at a time at each thread count (never their product); parallel mode only above one
+    thread, with the inter-op pool at the setting's threads; at most 4 thread counts."""
+    ort = settings_grid("onnxruntime", cores=2, threads_fixed=None)
+    assert {"threads": 2, "options": {"execution_mode": "parallel", "inter_op_threads": 2}} in ort
+    assert not [s for s in ort if s["threads"] == 1 and "execution_mode" in s["options"]]
+    assert all(len({k for k in s["options"] if k != "inter_op_threads"}) <= 1 for s in ort)
+    lite = settings_grid("litert", cores=2, threads_fixed=None)
+    assert lite == [{"threads": t, "options": o} for t in (1, 2)
+                    for o in ({}, {"api": "compiled"}, {"xnnpack": "off"})]
+    assert settings_grid("executorch", cores=4, threads_fixed=None) == [{"threads": t, "options": {}}
+                                                                        for t in (1, 2, 3, 4)]
+    assert [len(settings_grid(rt, cores=64, threads_fixed=None)) for rt in ("onnxruntime", "litert", "executorch")] \
+        == [15, 12, 4]
+    assert len(settings_grid("onnxruntime", cores=64, threads_fixed=4)) == 4
+    names = [label("m", s, 1) for s in ort + lite]
+    assert "m@t2,mode=parallel" in names and "m@xnnpack=off" in names and "m@t2,api=compiled" in names
+    assert label("m", {"threads": 2, "options": {"execution_mode": "parallel", "inter_op_threads": 3}}, 1) \
+        == "m@t2,mode=parallel,inter=3"  # an inter-op pool other than the threads is named
+    for grid in (ort, lite):  # one row name per setting
+        assert len({label("m", s, 1) for s in grid}) == len(grid)
 
 
 def test_search_measures_each_runtime_setting_and_ships_its_config(data, tmp_path):
@@ -48,19 +70,35 @@ def test_search_measures_each_runtime_setting_and_ships_its_config(data, tmp_pat
     rows = {c.name: c for c in r.search.candidates}
     tuned = [n for n in rows if "@" in n]
     assert sorted(tuned) == sorted(["fp32@opt=basic", "fp32@opt=extended", "fp32@t2", "fp32@t2,opt=basic",
-                                    "fp32@t2,opt=extended"]), tuned
+                                    "fp32@t2,opt=extended", "fp32@t2,mode=parallel"]), tuned
+    measured = 0
     for n in tuned:
         assert rows[n].status in ("finalist", "selected", "dropped"), rows[n]
         if rows[n].status != "dropped":
+            measured += 1
             v = r.variant(n)
             assert v.runtime.threads == (2 if "t2" in n else 1)
             want = "basic" if "basic" in n else ("extended" if "extended" in n else None)
-            assert (v.runtime.options or {}).get("graph_optimization_level") == want  # the agent applied it
+            got = v.runtime.options or {}
+            assert got.get("graph_optimization_level") == want  # the agent applied it
+            assert got.get("execution_mode") == ("parallel" if "parallel" in n else None)
+            assert got.get("inter_op_threads") == (2 if "parallel" in n else None)
+            assert v.latency_ms.runs >= 30 and v.latency_ms.p50 > 0
+    assert measured >= 4
     sel = next(v for v in r.variants if v.selected)
     cfg = json.loads((out / "ship" / "runtime.json").read_text())
     assert cfg["runtime"] == "onnxruntime" and cfg["threads"] == sel.runtime.threads
     assert cfg["options"] == (sel.runtime.options or {})
+    so = cfg["apply"]["sess_options"]  # every SessionOptions field the measured speed needs
+    assert so["intra_op_num_threads"] == sel.runtime.threads
+    assert so["execution_mode"] == ("ORT_PARALLEL" if "parallel" in sel.name else "ORT_SEQUENTIAL")
+    assert so["graph_optimization_level"].startswith("ORT_")
     assert r.search.shipped.file.endswith(".onnx")
+    par = _shipped_as(r.variant("fp32@t2,mode=parallel"), model, tmp_path)  # had that row shipped
+    assert par["threads"] == 2 and par["options"] == {"execution_mode": "parallel", "inter_op_threads": 2}
+    assert par["apply"]["sess_options"] == {"intra_op_num_threads": 2, "inter_op_num_threads": 2,
+                                            "execution_mode": "ORT_PARALLEL",
+                                            "graph_optimization_level": "ORT_ENABLE_ALL"}
 
 
 def test_fixed_threads_are_honoured_and_tuning_can_be_turned_off(data, tmp_path):
@@ -91,3 +129,87 @@ def test_the_agent_refuses_an_unknown_runtime_option(data, tmp_path):
         res = s.measure("x", src.artifact, RunSettings(measure=FAST, runtime_options={"turbo": True}))
     assert isinstance(res, MeasureFailure) and res.kind == "bad_request"
     assert "turbo" in res.message and "graph_optimization_level" in res.message
+
+
+def _shipped_as(variant, model, tmp_path):
+    """ship/ written for one measured tuning row (the file it measured is the source's own)."""
+    from edgekit.ship import write_ship
+    from edgekit.source import load_source
+
+    out = tmp_path / variant.name.replace("@", "_").replace(",", "_").replace("=", "-")
+    out.mkdir()
+    write_ship(out, variant, load_source(model, workdir=tmp_path).artifact)
+    return json.loads((out / "ship" / "runtime.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def tflite_data(tmp_path_factory):
+    """A .tflite as the user's model (the search's fp32 is that file, so the tuned runtime is LiteRT),
+    labelled with its own predictions."""
+    pytest.importorskip("ai_edge_litert")
+    pytest.importorskip("tensorflow")
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tests.unit.agent_loader import tiny_tflite
+
+    d = tmp_path_factory.mktemp("tuning-tflite")
+    model = tiny_tflite(d / "conv.tflite")
+    x = np.random.default_rng(0).standard_normal((24, 16, 16, 3)).astype(np.float32)
+    it = Interpreter(model_path=str(model))
+    it.allocate_tensors()
+    i, o = it.get_input_details()[0], it.get_output_details()[0]
+    ys = []
+    for row in x:
+        it.set_tensor(i["index"], row[None])
+        it.invoke()
+        ys.append(int(it.get_tensor(o["index"]).argmax()))
+    np.savez(d / "eval.npz", x=x, y=np.array(ys))
+    return model, d / "eval.npz"
+
+
+def test_litert_search_measures_xnnpack_and_compiled_model_rows(tflite_data, tmp_path):
+    model, ev = tflite_data
+    out = tmp_path / "out"
+    r = search(model, eval_data=ev, out=out, options=SearchOptions(candidates=[], host_filter=False, measure=FAST,
+                                                                   screening_runs=10))
+    rows = {c.name: c for c in r.search.candidates}
+    tuned = sorted(n for n in rows if "@" in n)
+    assert tuned == sorted(["fp32@api=compiled", "fp32@xnnpack=off", "fp32@t2", "fp32@t2,api=compiled",
+                            "fp32@t2,xnnpack=off"]), tuned
+    for n in tuned:
+        assert rows[n].status in ("finalist", "selected"), (n, rows[n].reason)  # same outputs: all pass the gate
+        v = r.variant(n)
+        assert v.runtime.name == "litert" and v.runtime.threads == (2 if "t2" in n else 1)
+        assert (v.runtime.options or {}) == ({"api": "compiled"} if "compiled" in n else
+                                             {"xnnpack": "off"} if "off" in n else {})
+        assert v.runtime.delegate == (None if "off" in n else "xnnpack")  # read off the loaded graph
+        assert v.accuracy.value == 100.0 and v.latency_ms.runs >= 30
+    assert r.variant("fp32").runtime.delegate == "xnnpack"
+    sel = next(v for v in r.variants if v.selected)
+    cfg = json.loads((out / "ship" / "runtime.json").read_text())
+    assert cfg["runtime"] == "litert" and cfg["options"] == (sel.runtime.options or {})
+    assert cfg["threads"] == sel.runtime.threads and cfg["file"].endswith(".tflite")
+    compiled = _shipped_as(r.variant("fp32@api=compiled"), model, tmp_path)
+    assert compiled["options"] == {"api": "compiled"} and "CompiledModel" in compiled["apply"]["call"]
+    assert compiled["apply"]["cpu_options"] == {"num_threads": 1, "kernel_mode": None}
+    off = _shipped_as(r.variant("fp32@t2,xnnpack=off"), model, tmp_path)
+    assert off["apply"]["experimental_op_resolver_type"] == "BUILTIN_WITHOUT_DEFAULT_DELEGATES"
+    assert off["apply"]["num_threads"] == 2 and off["delegate"] is None
+
+
+def test_the_agent_refuses_an_unknown_litert_option_value(tflite_data, tmp_path):
+    from edgekit.data import load_npz
+    from edgekit.device_session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.metrics import MetricSpec
+    from edgekit.metrics.evaluate import eval_plan
+    from edgekit.source import load_source
+    from edgekit.targets import load_target
+
+    model, ev = tflite_data
+    src = load_source(model, workdir=tmp_path)
+    ds = load_npz(ev, x_key="x", y_key="y", require_labels=False, role="eval")
+    with DeviceSession(load_target("local"), None, source_io=src.artifact.io,
+                       plan=eval_plan(MetricSpec(), src, ds)) as s:
+        res = s.measure("x", src.artifact, RunSettings(measure=FAST, runtime_options={"xnnpack": "fast"}))
+    assert isinstance(res, MeasureFailure) and res.kind == "bad_request"
+    assert "xnnpack" in res.message and "'on', 'off'" in res.message
