@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# CI: the ExecuTorch runtime (edgekit/convert/torch_to_executorch.py, the agent's ExecuTorchRunner, the
-# `executorch` extra). executorch 1.5.1 installs beside the main stack without changing any package in it
-# (it adds pandas, hydra-core, omegaconf, ruamel.yaml, pytorch-tokenizers, ... and needs the torchao 0.18 and
-# coremltools 9.0 already there; its binaries link the installed torch 2.13 and resolve every symbol), so it
-# goes into the main venv. This step first asks pip what the extra would change and refuses if it would
-# touch torch, onnx, onnxruntime, tensorflow, coremltools, torchao, numpy or pydantic; then it installs the
-# extra and runs the ExecuTorch tests, failing if any is skipped (a missing runtime must not pass as green).
-# Re-running is cheap: a stamp skips the install when pyproject.toml and this script are unchanged.
+# CI: the ExecuTorch runtime (edgekit/convert/torch_to_executorch.py, the agent's ExecuTorchRunner and its
+# XNNPACK thread pool as a search dimension, the `executorch` extra). executorch 1.5.1 installs beside the
+# main stack without changing any package in it (it adds pandas, hydra-core, omegaconf, ruamel.yaml,
+# pytorch-tokenizers, ... and needs the torchao 0.18 and coremltools 9.0 already there; its binaries link the
+# installed torch 2.13 and resolve every symbol), so it goes into the main venv. This step first asks pip what
+# the extra would change and refuses if it would touch torch, onnx, onnxruntime, tensorflow, coremltools,
+# torchao, numpy or pydantic; then it installs the extra and runs the ExecuTorch tests, failing if any is
+# skipped (a missing runtime must not pass as green). Re-running is cheap: a stamp skips the install when
+# pyproject.toml and this script are unchanged.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -54,5 +55,6 @@ print("executorch step: executorch", md.version("executorch"), "torch", md.versi
 EOF
 
 JUNIT="$VENV/executorch-junit.xml"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/test_convert_executorch.py --junitxml="$JUNIT" "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/test_convert_executorch.py \
+  tests/unit/test_tuning_executorch.py --junitxml="$JUNIT" "$@"
 "$VENV/bin/python" .ci/require_all_ran.py executorch "$JUNIT"
