@@ -38,6 +38,9 @@ class Candidate:
     passes: tuple[tuple[str, dict], ...]
     needs_calib: bool = False
     without_calib: dict | None = None
+    # one of the few measured most likely to win: `edgekit deploy` without a recipe runs a short
+    # search over these (``--search`` tries every candidate)
+    quick: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,16 @@ FORMATS: tuple[FormatSpec, ...] = (
         # (per-tensor or per-channel) is slower than fp32; QOperator U8S8 is within a few % of QDQ U8S8 on the
         # zoo MobileNetV2 and faster on the zoo LeViT (0.72x vs 0.62x fp32), which ort-int8-mixed's host speed
         # probe picks when the host is the device. fp16 ONNX (pass quantize_fp16) is no candidate: the CPU EP
-        # runs it at ~0.6-0.9x fp32 on x86 (measured here).
+        # runs it at ~0.6-0.9x fp32 on x86 (measured here). quick (the default deploy's short search): U8S8,
+        # the ladder (rescues quality) and dynamic (transformers); the S8S8 encodings are left to --search.
         search_candidates=(
             Candidate("ort-int8-default", (_q(mode="static", format="qdq", per_channel=False),), True),
             Candidate("ort-int8-qdq-s8s8", (_q(mode="static", format="qdq", per_channel=True),), True),
             Candidate("ort-int8-qdq-u8s8", (_q(mode="static", format="qdq", per_channel=False,
-                                               activation_type="uint8"),), True),
+                                               activation_type="uint8"),), True, quick=True),
             # the accuracy-aware ladder: fastest encoding, calibration methods, mixed precision (needs --eval-data)
-            Candidate("ort-int8-mixed", (("quantize_accuracy_aware", {}),), True),
-            Candidate("ort-int8-dynamic", (_q(mode="dynamic"),), False),
+            Candidate("ort-int8-mixed", (("quantize_accuracy_aware", {}),), True, quick=True),
+            Candidate("ort-int8-dynamic", (_q(mode="dynamic"),), False, quick=True),
         ),
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
                   Package("onnxscript", "torch -> ONNX exporter")),
@@ -129,11 +133,13 @@ FORMATS: tuple[FormatSpec, ...] = (
             Candidate("tflite-int8", _convert(to="tflite", precision="int8", io="float"), True,
                       without_calib={"quantization": "dynamic"}),
         ),
+        # quick: fp16 is left to --search (CPU kernels compute it in fp32: 1.17x slower than tflite-fp32 on
+        # the digits CNN here, AVX-512 VNNI); fp32, full-integer and dynamic-range INT8 each won somewhere
         search_candidates=(
-            Candidate("tflite-fp32", _convert(to="tflite", precision="fp32")),
+            Candidate("tflite-fp32", _convert(to="tflite", precision="fp32"), quick=True),
             Candidate("tflite-fp16", _convert(to="tflite", precision="fp16")),
-            Candidate("tflite-int8", _convert(to="tflite", precision="int8", io="float"), True),
-            Candidate("tflite-dynamic", _convert(to="tflite", precision="int8", quantization="dynamic")),
+            Candidate("tflite-int8", _convert(to="tflite", precision="int8", io="float"), True, quick=True),
+            Candidate("tflite-dynamic", _convert(to="tflite", precision="int8", quantization="dynamic"), quick=True),
         ),
         extra="tflite",
         packages=(Package("tensorflow", "onnx2tf conversion", "tflite"), Package("onnx2tf", "ONNX -> TFLite", "tflite"),
@@ -158,8 +164,9 @@ FORMATS: tuple[FormatSpec, ...] = (
         precision_note="ExecuTorch int8 is PT2E static quantization (XNNPACK quantizer, per-channel weights), "
         "calibrated on --calib-data",
         parity_hint="an op lowers with different numerics; the hop's lineage lists which ops XNNPACK took",
-        search_candidates=(Candidate("executorch-fp32", _convert(to="executorch", precision="fp32")),
-                           Candidate("executorch-int8", _convert(to="executorch", precision="int8"), True)),
+        search_candidates=(Candidate("executorch-fp32", _convert(to="executorch", precision="fp32"), quick=True),
+                           Candidate("executorch-int8", _convert(to="executorch", precision="int8"), True,
+                                     quick=True)),
         extra="executorch",
         packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
     ),

@@ -149,8 +149,16 @@ _SEARCH_REFUSES = {
 }
 
 
-def refused_by_search(opts: DeployOptions) -> None:
+def search_refusal(opts: DeployOptions) -> str | None:
+    """Why the search cannot take these options (the first refused option), or None."""
     defaults = DeployOptions()
     for name, why in _SEARCH_REFUSES.items():
         if getattr(opts, name) != getattr(defaults, name):
-            raise BadInputError(f"--search does not take {name.replace('_', '-')}: {why}")
+            return f"--search does not take {name.replace('_', '-')}: {why}"
+    return None
+
+
+def refused_by_search(opts: DeployOptions) -> None:
+    why = search_refusal(opts)
+    if why is not None:
+        raise BadInputError(why)

@@ -8,6 +8,8 @@ for a run that failed (exit 2/3): an earlier report in ``out`` stays.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -108,26 +110,44 @@ def deploy(
     options: DeployOptions | None = None,
     progress: Progress | None = None,
     transport: Transport | None = None,
+    search: bool | None = None,
+    search_options: Any = None,
     **overrides: Any,
 ) -> Report:
-    """Compress ``model``, measure every variant on the device, write and return the report.
+    """Compress ``model``, measure the variants on the device, write and return the report.
 
     ``model`` is a path (.pt2, .onnx, or .pt/.pth with ``arch='module:Class'``) or an
     ``nn.Module`` with ``example_inputs``. ``x_key`` names the input arrays (``"a,b"`` or a tuple
     for several inputs; arrays named like the model's inputs are matched without it). Keyword overrides
     (``max_accuracy_drop=0.5``, ``latency_budget_ms=2``, ``runs=100``...) are the fields of :class:`DeployOptions`.
+
+    Which variants: a ``recipe``'s; without one, a short search over the target's likeliest winners
+    (``variant_search``; ``search=True`` tries every candidate, ``search=False`` measures the fixed
+    default recipe: fp32 + INT8 static, or dynamic without calibration data). ``search_options`` is a
+    :class:`edgekit.variant_search.SearchOptions` (objective, time budget...).
     """
     progress = progress or _noop
     try:
-        opts = (options or DeployOptions()).update(overrides)
+        opts = copy.copy(options or DeployOptions()).update(overrides)  # the caller's options stay as given
+        opts.extra_warnings = list(opts.extra_warnings)
     except TypeError as exc:
         raise TypeError(f"deploy() got an {exc}") from None
+    spec = target_spec(target)
+    mode = variant_mode(recipe, search, opts, spec, calib_data is not None)
+    if mode != "recipe":
+        from .variant_search import SearchOptions
+        from .variant_search import search as run_search
+
+        sopts = dataclasses.replace(search_options or SearchOptions(
+            time_budget_s=QUICK_SEARCH_BUDGET_S if mode == "quick" else 900.0), quick=mode == "quick")
+        return run_search(model, eval_data=eval_data, calib_data=calib_data, target=spec, device=device, out=out,
+                          options=sopts, deploy_options=opts, example_inputs=example_inputs, arch=arch, x_key=x_key,
+                          y_key=y_key, transport=transport, progress=progress)
     if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/fleet.py)
         from .fleet import deploy_fleet
-        return deploy_fleet(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
+        return deploy_fleet(model, eval_data=eval_data, target=spec, device=device, calib_data=calib_data,
                             recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key,
                             y_key=y_key, options=opts, progress=progress, transport=transport)
-    spec = target_spec(target)
     rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
@@ -161,6 +181,35 @@ def deploy(
             write_ship(run.out_dir, report.variant(report.decision.ship), variants[report.decision.ship])
     report.write(run.out_dir)
     return report
+
+
+QUICK_SEARCH_BUDGET_S = 300.0  # the default deploy's short search; `--search` defaults to 900 s
+
+
+def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetSpec, has_calib: bool) -> str:
+    """"recipe" (measure the given or the fixed default recipe), "quick" (no recipe: the short search)
+    or "full" (``search=True``). Without a recipe, options only a recipe run honours (the fleet
+    options, --train-data) keep the fixed default recipe and the report says so."""
+    from .errors import BadInputError
+
+    if search and recipe is not None:
+        raise BadInputError("--search builds its own candidates; it does not take --recipe",
+                            hint="drop --recipe, or drop --search to measure the recipe's variants")
+    if search:
+        return "full"
+    if search is False or recipe is not None:
+        return "recipe"
+    from .options import search_refusal
+
+    why = search_refusal(opts)
+    if why is None:
+        from .variant_search.candidates import candidate_variants
+
+        if candidate_variants(spec, has_calib=has_calib, quick=True)[0]:
+            return "quick"
+        why = f"target {spec.name} has no runtime the search can measure here ({', '.join(spec.runtimes)})"
+    opts.extra_warnings.append(f"no recipe: measured the fixed default variants, not the short search, because {why}")
+    return "recipe"
 
 
 def run_settings(run: PreparedRun, opts: DeployOptions) -> RunSettings:

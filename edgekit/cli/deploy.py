@@ -69,9 +69,9 @@ def deploy_cmd(
     warmup_mode: Optional[str] = typer.Option(None, "--warmup-mode", help="fixed: --warmup runs; auto: warm up until latency stabilizes (at least --warmup runs)."),
     sustained: Optional[float] = typer.Option(None, "--sustained", help="Run each variant this many seconds and report latency over time (first vs last minute) to catch thermal throttling."),
     energy_command: Optional[str] = typer.Option(None, "--energy-command", help="Command on the device that prints cumulative joules (a USB meter / Joulescope script); used after the target's energy sources."),
-    search: bool = typer.Option(False, "--search", help="Build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/."),
-    objective: str = typer.Option("p50", "--objective", help="With --search: what 'best' means: p50, p99, energy or size."),
-    time_budget: float = typer.Option(900.0, "--time-budget", help="With --search: total seconds; candidates not reached are dropped with that reason."),
+    search: Optional[bool] = typer.Option(None, "--search/--no-search", help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
+    objective: str = typer.Option("p50", "--objective", help="The search's 'best' (no recipe, or --search): p50, p99, energy or size."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="The search's total seconds (default: 300 for the short search, 900 with --search); candidates not reached are dropped with that reason."),
     benchmark_binary: Optional[str] = typer.Option(None, "--benchmark-binary", help="Also measure each .tflite variant with this TFLite benchmark_model binary for the device (pushed, never downloaded), or 'device' for one already on it (e.g. /data/local/tmp/benchmark_model)."),
     devices: Optional[str] = typer.Option(None, "--devices", help="A fleet run: measure on every one of these inventory devices in parallel (comma-separated, e.g. pi-1,pi-2,pi-3); the gate judges the worst unit."),
     pool: Optional[str] = typer.Option(None, "--pool", help="A fleet run on every inventory device of TARGET with LABEL (TARGET:LABEL, e.g. rpi4:lab-a; labels: `devices add --label`)."),
@@ -102,14 +102,20 @@ def deploy_cmd(
     opts.pool, opts.shard_eval, opts.fleet_gate, opts.min_devices = pool, shard_eval, fleet_gate, min_devices
     opts.max_latency_regression, opts.max_release_accuracy_drop = max_latency_regression, max_release_accuracy_drop
     opts.max_memory_increase, opts.max_size_increase = max_memory_increase, max_size_increase
-    if search:
-        report = _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, y_key, opts,
-                             objective, time_budget, as_json, recipe)
-    else:
-        with progress_display(not as_json) as progress:
-            report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
-                            recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts,
-                            progress=progress)
+    if (recipe is not None or search is False) and not search and (objective != "p50" or time_budget is not None):
+        from ..errors import BadInputError
+
+        raise BadInputError("--objective and --time-budget steer a search; "
+                            + ("a --recipe run measures the recipe's variants" if recipe is not None
+                               else "--no-search measures the fixed default variants"),
+                            hint="drop them, or drop " + ("--recipe" if recipe is not None else "--no-search"))
+    sopts = _search_options(objective, time_budget, search)
+    with progress_display(not as_json) as progress:
+        report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
+                        recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts,
+                        progress=progress, search=search, search_options=sopts)
+    if report.search is not None and not as_json:
+        _print_search(report)
     if as_json:
         print(json.dumps(report.model_dump(mode="json")))
     else:
@@ -120,27 +126,22 @@ def deploy_cmd(
         raise typer.Exit(EXIT_GATE_FAILED)
 
 
-def _run_search(model, eval_data, calib_data, target, device, out, arch, x_key, y_key, opts, objective, time_budget,
-                as_json, recipe):
+def _search_options(objective: str, time_budget: float | None, search: bool | None):
     from ..errors import BadInputError
+    from ..pipeline import QUICK_SEARCH_BUDGET_S
     from ..variant_search import SearchOptions
-    from ..variant_search import search as run_search
 
     if objective not in ("p50", "p99", "energy", "size"):
         raise BadInputError(f"--objective {objective!r} is not one of p50, p99, energy, size")
-    if recipe is not None:
-        raise BadInputError("--search builds its own candidates; it does not take --recipe",
-                            hint="drop --recipe, or drop --search to measure the recipe's variants")
-    sopts = SearchOptions(objective=objective, time_budget_s=time_budget)
-    with progress_display(not as_json) as progress:
-        report = run_search(model, eval_data=eval_data, calib_data=calib_data, target=target, device=device, out=out,
-                            options=sopts, deploy_options=opts, arch=arch, x_key=x_key, y_key=y_key,
-                            progress=progress)
-    if not as_json:
-        s = report.search
-        out_console.print(f"search: selected {s.selected or 'nothing'} by {objective} in {s.seconds:.0f} s"
-                          + (f"; shipping file {s.shipped.file}" if s.shipped else ""))
-        for c in s.candidates:
-            if c.status == "dropped":
-                out_console.print(f"  dropped {c.name} at {c.dropped_at}: {c.reason}", highlight=False)
-    return report
+    if time_budget is not None and time_budget < 0:
+        raise BadInputError(f"--time-budget {time_budget:g}: must be >= 0 seconds")
+    budget = time_budget if time_budget is not None else (900.0 if search else QUICK_SEARCH_BUDGET_S)
+    return SearchOptions(objective=objective, time_budget_s=budget)
+
+
+def _print_search(report) -> None:
+    s = report.search
+    kind = "short search (no recipe; --search tries every candidate)" if s.mode == "quick" else "search"
+    out_console.print(f"{kind}: selected {s.selected or 'nothing'} by {s.objective} in {s.seconds:.0f} s"
+                      + (f"; shipping file {s.shipped.file}" if s.shipped else "")
+                      + " (why each other candidate lost: below, under 'ship')", highlight=False)

@@ -43,14 +43,20 @@ def decide(variants: list[VariantResult], baseline: str, cfg, *, representative:
         else:
             lost[v.name] = (f"slower than {fastest.name} on the device: p50 {v.latency_ms.p50:.4g} vs "
                             f"{fastest.latency_ms.p50:.4g} ms (95% CIs separated)")
-    if ship is base:
+    return ship_decision(ship, base, lost)
+
+
+def ship_decision(ship: VariantResult, base: VariantResult, lost: dict[str, str]) -> Decision:
+    """The decision to ship ``ship`` (chosen by deploy's rule above or by the search), in words
+    that claim a speed-up only when the device proved it (95% CIs of p50 separated)."""
+    faster = ship is not base and ship.name != base.name and not _overlap(ship, base) \
+        and ship.latency_ms.p50 < base.latency_ms.p50
+    if ship is base or ship.name == base.name:
         reason = f"{ship.name} (the baseline): no compressed variant passes and is faster"
-    elif not _overlap(ship, base) and ship.latency_ms.p50 < base.latency_ms.p50:
+    elif faster:
         reason = (f"{ship.name}: {base.latency_ms.p50 / ship.latency_ms.p50:.2f}x faster than {base.name} on the device "
                   f"(95% CIs separated), inside the gate")
     else:
         reason = (f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {ship.latency_ms.p50:.4g} vs "
                   f"{base.latency_ms.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller")
-    return Decision(ship=ship.name, reason=reason, lost=lost,
-                    proved_faster=ship is not base and not _overlap(ship, base)
-                    and ship.latency_ms.p50 < base.latency_ms.p50)
+    return Decision(ship=ship.name, reason=reason, lost=lost, proved_faster=faster)

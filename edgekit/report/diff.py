@@ -126,17 +126,45 @@ def diff_variant(a: VariantResult, b: VariantResult, *, alpha: float = DEFAULT_A
     return VariantDiff(variant=b.name, changes=changes)
 
 
+def shipped_name(r: Report) -> str | None:
+    """The variant a report ships: the search's choice, or the deploy's decision, else the one marked selected."""
+    if r.search is not None and r.search.selected:
+        return r.search.selected
+    if r.decision is not None and r.decision.ship:
+        return r.decision.ship
+    return next((v.name for v in r.variants if v.selected), None)
+
+
+def counterpart(previous: Report, name: str, shipped: str | None = None) -> VariantResult | None:
+    """The previous report's variant that ``name`` is judged against: its namesake; else, for the
+    variant this run ships (``shipped``), the one the previous run shipped. A search's choice can
+    change between releases (tflite-int8, then ort-int8-mixed, or a tuned ``@t2`` row): the release
+    is still judged, file shipped against file shipped, not waved through for want of a name."""
+    old = {v.name: v for v in previous.variants}
+    if name in old:
+        return old[name]
+    prev = shipped_name(previous) if shipped is not None and name == shipped else None
+    return old.get(prev) if prev else None
+
+
 def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_ALPHA,
                  min_effect: float = DEFAULT_MIN_EFFECT) -> ReportDiff:
-    """What changed in ``current`` relative to ``baseline`` (e.g. the last release's report)."""
+    """What changed in ``current`` relative to ``baseline`` (e.g. the last release's report). Variants
+    pair by name, and the shipped one with the previously shipped one (``counterpart``)."""
     old = {v.name: v for v in baseline.variants}
     new = {v.name: v for v in current.variants}
+    shipped = shipped_name(current)
+    pairs = {n: counterpart(baseline, n, shipped) for n in new}
+    paired_old = {o.name for o in pairs.values() if o is not None}
     d = ReportDiff(baseline=_report_identity(baseline), current=_report_identity(current), alpha=alpha,
-                   min_effect=min_effect, added=[n for n in new if n not in old],
-                   removed=[n for n in old if n not in new])
+                   min_effect=min_effect, added=[n for n in new if pairs[n] is None],
+                   removed=[n for n in old if n not in new and n not in paired_old])
     for name, v in new.items():
-        if name in old:
-            d.variants.append(diff_variant(old[name], v, alpha=alpha, min_effect=min_effect))
+        if pairs[name] is not None:
+            vd = diff_variant(pairs[name], v, alpha=alpha, min_effect=min_effect)
+            if pairs[name].name != name:
+                vd.baseline_variant = pairs[name].name
+            d.variants.append(vd)
     if baseline.target != current.target:
         d.warnings.append(f"targets differ ({baseline.target} vs {current.target}): latency is not comparable")
     if baseline.device.name != current.device.name:
@@ -164,7 +192,8 @@ def render_diff_markdown(d: ReportDiff) -> str:
             rel = "" if c.change_rel is None else f"{c.change_rel:+.1%}"
             sig = ("n/a" if c.significant is None and c.p_value is None else
                    (f"p={format_p(c.p_value)}" if c.p_value is not None else "CI") + (" (sig.)" if c.significant else ""))
-            lines.append(f"| {v.variant} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
+            name = v.variant + (f" (vs {v.baseline_variant})" if v.baseline_variant else "")
+            lines.append(f"| {name} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
                          f"{'**' + c.verdict + '**' if c.is_regression else c.verdict} |")
     if d.added:
         lines += ["", f"New variants (nothing to compare): {', '.join(d.added)}."]

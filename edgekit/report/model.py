@@ -375,6 +375,7 @@ class SearchCandidate(_Open):
 
 
 class SearchSection(_Open):
+    mode: str | None = None  # quick (`deploy` without a recipe: the likeliest winners) | full (--search)
     objective: str | None = None  # p50 | p99 | energy | size
     selected: str | None = None  # the variant chosen to ship; None when nothing qualified
     shipped: ShippedFile | None = None
@@ -453,6 +454,7 @@ REGRESSION_VERDICTS = frozenset({"slower", "worse", "larger"})
 
 class VariantDiff(_Open):
     variant: str
+    baseline_variant: str | None = None  # set when judged against another name: the previously shipped variant
     changes: list[MetricChange] = Field(default_factory=list)
 
     def get(self, metric: str, default: Any = None) -> MetricChange | None:  # type: ignore[override]

@@ -62,12 +62,15 @@ class LatencyJudgement:
                 f"{'significant' if self.significant else 'not significant'})")
 
 
-def release_judgement(session, run, measured: dict, judged: list[str], settings, opts, progress=None):
-    """The deploy options' release method for this run (None without --baseline); see judge_release."""
+def release_judgement(session, run, measured: dict, judged: list[str], settings, opts, progress=None,
+                      shipped: str | None = None):
+    """The deploy options' release method for this run (None without --baseline); see judge_release.
+    ``shipped``: the variant this run ships (a search's choice), judged against the previously shipped
+    one when the baseline report has no variant of its name (``diff.counterpart``)."""
     if run.previous is None:
         return None
     return judge_release(session, run, measured, judged, settings, requested=opts.release_method,
-                         blocks=opts.ab_blocks, progress=progress,
+                         blocks=opts.ab_blocks, progress=progress, shipped=shipped,
                          baseline_artifacts=Path(opts.baseline_artifacts) if opts.baseline_artifacts else None)
 
 
@@ -149,8 +152,10 @@ def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir
 
 
 def choose_method(requested: str, previous: Report, judged: list[VariantResult], ab_files: dict[str, Path],
-                  reference: VariantResult | None) -> str:
-    comparable = [v for v in judged if any(o.name == v.name for o in previous.variants)]
+                  reference: VariantResult | None, counterparts: dict[str, VariantResult] | None = None) -> str:
+    """``counterparts``: judged name -> the baseline report's variant it is judged against (default: by name)."""
+    counterparts = counterparts if counterparts is not None else {v.name: v for v in previous.variants}
+    comparable = [v for v in judged if v.name in counterparts]
     ab_ok = bool(comparable) and all(v.name in ab_files for v in comparable)
     old_ref = next((o for o in previous.variants if reference is not None and o.name == reference.name), None)
     norm_ok = (reference is not None and old_ref is not None and old_ref.sha256 == reference.sha256
@@ -198,22 +203,28 @@ class ReleaseJudgement:
 
 
 def judge_release(session, run, measured: dict, judged: list[str], settings, *, requested: str = "auto",
-                  blocks: int = 6, baseline_artifacts: Path | None = None, progress=None) -> ReleaseJudgement:
+                  blocks: int = 6, baseline_artifacts: Path | None = None, progress=None,
+                  shipped: str | None = None) -> ReleaseJudgement:
     """Choose the method and, for ``ab``, re-measure the baseline report's models against the new
     ones in this (still open) device session."""
+    from .diff import counterpart
+
     previous: Report = run.previous
     progress = progress or (lambda _m: None)
     new = {n: m.result for n, m in measured.items()}
     judged_v = [new[n] for n in judged if n in new]
-    old = {v.name: v for v in previous.variants}
+    # each judged variant's counterpart in the baseline report, under the new variant's name
+    old = {v.name: o for v in judged_v if (o := counterpart(previous, v.name, shipped)) is not None}
+    old.update({v.name: v for v in previous.variants if v.name not in old})
     ab_files = {}
     for v in judged_v:
-        if v.name in old:
+        # A/B runs both files through one runtime: a counterpart of another format is judged otherwise
+        if v.name in old and old[v.name].format == v.format:
             f = find_baseline_artifact(old[v.name], run.previous_path, baseline_artifacts)
             if f is not None:
                 ab_files[v.name] = f
     reference = new.get(run.recipe.baseline) if run.recipe.baseline in new else None
-    method = choose_method(requested, previous, judged_v, ab_files, reference)
+    method = choose_method(requested, previous, judged_v, ab_files, reference, old)
     judgements: dict[str, LatencyJudgement] = {}
     detail: dict = {"requested": requested}
     if method == "ab":
@@ -235,11 +246,13 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
                 continue
             judgements[v.name] = j
             detail[v.name] = {"baseline_file": str(ab_files[v.name]), "same_file": old[v.name].sha256 == v.sha256,
+                              **({"baseline_variant": old[v.name].name} if old[v.name].name != v.name else {}),
                               **j.detail}
     elif method == "normalized":
+        old_ref = next(o for o in previous.variants if o.name == reference.name)
         for v in judged_v:
             if v.name in old and v.name != reference.name:
-                j = judge_normalized(old[v.name], old[reference.name], v, reference)
+                j = judge_normalized(old[v.name], old_ref, v, reference)
                 if j is not None:
                     judgements[v.name] = j
                     detail[v.name] = j.detail
@@ -247,11 +260,13 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
 
 
 def release_checks(variant: str, diff: "ReportDiff", cfg: GateConfig) -> list[Check]:
-    """The checks of one variant against its namesake in the previous release's report."""
+    """The checks of one variant against its counterpart in the previous release's report (its
+    namesake, or for the shipped variant the previously shipped one: ``diff.counterpart``)."""
     vd = diff.variant(variant)
     if vd is None:
         return [Check(name="release_baseline", variant=variant, passed=True,
-                      message="no variant of this name in the baseline report: nothing to compare")]
+                      message="no variant of this name in the baseline report, and it is not the shipped one: "
+                              "nothing to compare")]
     checks: list[Check] = []
     lat = vd.get("latency_p50_ms")
     if cfg.max_latency_regression is not None and lat is not None:
@@ -309,7 +324,8 @@ def compare_reports(report: Report, previous: Report, previous_path, cfg: GateCo
     for vd in d.variants:
         j = (judgements or {}).get(vd.variant)
         if j is not None:
-            vd.changes = [latency_change(j, old[vd.variant], new[vd.variant], min_effect) if c.metric == "latency_p50_ms"
+            vd.changes = [latency_change(j, old[vd.baseline_variant or vd.variant], new[vd.variant], min_effect)
+                          if c.metric == "latency_p50_ms"
                           else c for c in vd.changes]
     for name, det in (method_detail or {}).items():
         if isinstance(det, dict) and det.get("ab_failed"):

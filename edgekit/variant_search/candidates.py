@@ -32,10 +32,11 @@ TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
     (c.name, dict(c.passes[0][1]), c.needs_calib) for c in format_spec(Format.TFLITE).search_candidates]
 
 
-def candidate_variants(target: TargetSpec, *, has_calib: bool) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
+def candidate_variants(target: TargetSpec, *, has_calib: bool,
+                       quick: bool = False) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
     """Candidates for ``target`` (the fp32 ONNX baseline is always measured besides these): the
-    ``search_candidates`` of each of its runtimes' registry rows, and the candidates skipped with
-    the reason."""
+    ``search_candidates`` of each of its runtimes' registry rows (``quick``: only those marked as the
+    likeliest winners, for the default deploy's short search), and the candidates skipped with the reason."""
     out: list[VariantSpec] = []
     skipped: list[tuple[str, str]] = []
     known = set(known_passes())
@@ -47,6 +48,9 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool) -> tuple[list[Var
             skipped.append((runtime, why.format(runtime=runtime)))
             continue
         for cand in row.search_candidates:
+            if quick and not cand.quick:
+                skipped.append((cand.name, "not in the default deploy's short search (--search tries it)"))
+                continue
             if any(name not in known for name, _ in cand.passes):
                 skipped.append((cand.name, f"the {row.label} converter is not installed in this edgekit"))
                 continue

@@ -55,6 +55,9 @@ class SearchOptions:
     # runtime's options (threads 1..cores unless --threads fixes them; onnxruntime's graph
     # optimization level) and the fastest setting ships, with the options it needs beside the file
     tune_runtime: bool = True
+    # only the target's likeliest winners (the registry's ``quick`` candidates): what `edgekit deploy`
+    # runs without a recipe; --search tries every candidate
+    quick: bool = False
 
 
 @dataclass
@@ -115,7 +118,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         run.measure = sopts.measure
     deadline = run.started + sopts.time_budget_s
     specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
-        candidate_variants(spec, has_calib=run.calib_ds is not None)
+        candidate_variants(spec, has_calib=run.calib_ds is not None, quick=sopts.quick)
     cands = [Candidate(s) for s in specs]
     _build(run, cands, deadline, progress)
     _host_filter(run, cands, sopts, progress)
@@ -142,7 +145,8 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
         if chosen is not None and run.previous is not None:
             from ..report.release import release_judgement
 
-            release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress)
+            release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
+                                        shipped=chosen.name)
         from ..measure.profile import profile_diffs, profile_variants, profiled_names
 
         profile_variants(session, final, profiled_names(final, BASE, opts.profile, [chosen.name] if chosen else [],
@@ -151,7 +155,7 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     from ..ship import write_ship
 
     ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
-    section = {"objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
+    section = {"mode": "quick" if sopts.quick else "full", "objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
                "seconds": round(time.perf_counter() - run.started, 2), "time_budget_s": sopts.time_budget_s,
                "candidates": [{"name": BASE, "status": "selected" if chosen and chosen.name == BASE else "baseline",
                                "format": run.fp32.format.value, "precision": "fp32", "size_bytes": run.fp32.size_bytes,
@@ -168,8 +172,24 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                              settings={"screening": screen_settings.measure.model_dump(),
                                        **recorded_settings(run, final_settings, builds)})
     report.profile_diffs = profile_diffs(report.variants, BASE)
+    report.decision = _decision(report, cands, chosen)
     report.write(run.out_dir)
     return report
+
+
+def _decision(report: Report, cands: list[Candidate], chosen) -> "Decision":
+    """The search's answer in deploy's words: what ships and why, and why every other candidate lost."""
+    from ..report.decision import ship_decision
+    from ..report.model import Decision
+
+    lost = {c.name: (f"dropped at {c.stage}: {c.reason}" if c.status == "dropped"
+                     else c.reason or f"a finalist, not the best by {report.search.objective}")
+            for c in cands if chosen is None or c.name != chosen.name}
+    lost.update({v.name: f"the same file under other runtime options, not the best by {report.search.objective}"
+                 for v in report.variants if "@" in v.name and (chosen is None or v.name != chosen.name)})
+    if chosen is None:
+        return Decision(ship=None, reason="no variant passes the gate (the fp32 baseline included)", lost=lost)
+    return ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
 
 
 def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_report, metric, eval_samples):
@@ -357,7 +377,7 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
 
     score(final, run.plan, BASE, run.gate)
     base = final[BASE].result
-    qualified, why_not = [], {}
+    qualified, why_not, failed_checks = [], {}, []
     for name, m in final.items():
         g = evaluate_gate([base, m.result], BASE, run.gate, judged=[name], latency_representative=representative)
         failed = [c for c in g.checks if not c.passed]
@@ -365,6 +385,7 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
             qualified.append(m.result)
             continue
         why_not[name] = _reasons(failed)
+        failed_checks += [c for c in failed if c not in failed_checks]
         if name != BASE:
             next(c for c in cands if c.name == name).drop("finals", why_not[name])
     if sopts.objective == "energy" and qualified and all(v.energy_mj_per_inference is None for v in qualified):
@@ -379,8 +400,9 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
         return chosen, None
     msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets (fp32 included)"
     msg += "".join(f"; {n}: {w}" for n, w in why_not.items())
+    # the checks each finalist failed come with it: CI's test view names the budget that was missed
     return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
-                                                  message=msg)])
+                                                  message=msg), *failed_checks])
 
 
 def _choose(finalists: list[VariantResult], objective: Objective) -> VariantResult | None:

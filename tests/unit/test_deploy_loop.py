@@ -12,7 +12,7 @@ import pytest
 
 from edgekit.report.model import Report
 
-FAST = ("--runs", "10", "--min-seconds", "0", "--warmup", "1")
+FAST = ("--runs", "10", "--min-seconds", "0", "--warmup", "1", "--no-search")  # the fixed default variants
 
 
 def _deploy(cli, digits, out, *extra):
@@ -110,7 +110,7 @@ def test_python_api_with_module(digits, tmp_path):
 
     model = DigitsCNN(8)
     rep = edgekit.deploy(model, example_inputs=(torch.zeros(1, 1, 8, 8),), eval_data=digits.eval, out=tmp_path,
-                         runs=5, min_seconds=0.0, warmup=0)
+                         runs=5, min_seconds=0.0, warmup=0, search=False)
     assert isinstance(rep, edgekit.Report)
     assert rep.variant("int8-dynamic").latency_ms.runs >= 5
     # the gate judged the compressed variant against the fp32 baseline: its accuracy check carries the drop

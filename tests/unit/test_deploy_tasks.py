@@ -122,7 +122,8 @@ def test_segmentation_with_per_pixel_labels_scores_miou_and_every_output(cli, el
     r = cli("deploy", "seg.pt2", "--eval-data", "seg-eval.npz", "--out", "seg-out", *FAST)
     assert r.exit_code == 2 and "(24, 3, 8, 8)" in r.stderr and "(24, 8, 8)" in r.stderr and "--metric" in r.stderr
     assert not (elsewhere / "seg-out" / "report.json").exists()
-    r = cli("deploy", "seg.pt2", "--eval-data", "seg-eval.npz", "--metric", "miou", "--out", "seg-out", *FAST)
+    r = cli("deploy", "seg.pt2", "--eval-data", "seg-eval.npz", "--metric", "miou", "--out", "seg-out", *FAST,
+            "--no-search")  # the fixed default variants: int8-dynamic is judged below
     assert r.exit_code in (0, 1), r.stderr
     rep = Report.load(elsewhere / "seg-out/report.json")
     base = rep.variant("fp32")
@@ -145,7 +146,7 @@ def test_no_labels_scores_against_the_float_model(cli, elsewhere):
     r = cli("deploy", "seg.pt2", "--eval-data", "seg-nolabels.npz", "--out", "nolab", *FAST)
     assert r.exit_code == 2 and "needs labels" in r.stderr and "mse" in r.stderr
     r = cli("deploy", "seg.pt2", "--eval-data", "seg-nolabels.npz", "--metric", "mse", "--max-metric-drop", "0.5",
-            "--out", "nolab", *FAST)
+            "--out", "nolab", *FAST, "--no-search")
     assert r.exit_code == 0, r.stdout + r.stderr
     doc = json.loads((elsewhere / "nolab/report.json").read_text())
     base = next(v for v in doc["variants"] if v["name"] == "fp32")
@@ -157,7 +158,7 @@ def test_no_labels_scores_against_the_float_model(cli, elsewhere):
     assert doc["settings"]["metric"]["name"] == "mse"
     # the same drop fails a tolerance below it
     r = cli("deploy", "seg.pt2", "--eval-data", "seg-nolabels.npz", "--metric", "mse", "--max-metric-drop",
-            f"{q['accuracy_drop'] / 10:.3g}", "--out", "nolab2", *FAST)
+            f"{q['accuracy_drop'] / 10:.3g}", "--out", "nolab2", *FAST, "--no-search")
     assert r.exit_code == 1 and "mse" in r.stdout
 
 

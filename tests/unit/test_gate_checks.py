@@ -179,7 +179,7 @@ def test_deploy_on_a_target_with_a_size_limit_fails_its_gate(cli, digits, tmp_pa
     target = _target_yaml(tmp_path, "{model_size_mb: 0.001}")  # 1 kB: no digits model fits
     out = tmp_path / "out"
     r = cli("deploy", digits.pt2, "--target", target, "--eval-data", digits.eval, "--calib-data", digits.calib,
-            "--out", out, "--runs", "5", "--min-seconds", "0", "--warmup", "1")
+            "--out", out, "--runs", "5", "--min-seconds", "0", "--warmup", "1", "--no-search")
     assert r.exit_code == 1, r.stdout + r.stderr
     doc = json.loads((out / "report.json").read_text())
     assert doc["target"] == "tight" and doc["settings"]["gate"]["model_size_mb"] == 0.001

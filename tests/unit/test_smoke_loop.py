@@ -6,15 +6,49 @@ from edgekit.report.model import Report
 
 
 def test_deploy_digits_local_passes(cli, digits, tmp_path):
+    """The first thing a user types, no recipe: a short search over the target's likeliest winners
+    names the file to ship, proved faster or said not to be, and why every other candidate lost."""
     out = tmp_path / "out"
     r = cli("deploy", digits.pt2, "--target", "local", "--eval-data", digits.eval, "--calib-data", digits.calib,
             "--out", out, "--runs", "20", "--min-seconds", "0.1", "--warmup", "2")
     assert r.exit_code == 0, r.stderr
     rep = Report.load(out / "report.json")
-    assert [v.name for v in rep.variants] == ["fp32", "int8-static"]
-    fp32, int8 = rep.variants
-    assert fp32.accuracy.value > 90 and int8.accuracy.n == 360
-    assert int8.latency_ms.runs >= 20 and int8.latency_ms.p50 > 0
+    assert rep.search.mode == "quick" and rep.variants[0].name == "fp32"
+    cands = {c.name: c for c in rep.search.candidates}
+    # the likeliest winners were tried; the encodings measured slower than fp32 here are left to --search
+    assert {"ort-int8-qdq-u8s8", "ort-int8-mixed", "tflite-fp32", "tflite-int8"} <= set(cands)
+    assert cands["ort-int8-qdq-s8s8"].status == "skipped" and "--search" in cands["ort-int8-qdq-s8s8"].reason
+    d = rep.decision
+    assert d.ship == rep.search.selected and d.ship is not None
+    assert set(d.lost) == {c.name for c in rep.search.candidates if c.status not in ("skipped", "baseline")
+                           and c.name != d.ship} | {v.name for v in rep.variants if "@" in v.name and v.name != d.ship}
+    ship, base = rep.variant(d.ship), rep.variant("fp32")
+    if d.proved_faster:  # claimed only when the device's 95% CIs separate
+        assert ship.latency_ms.ci95[1] < base.latency_ms.ci95[0] and "faster than fp32" in d.reason
+    else:
+        assert "faster than fp32 on the device" not in d.reason
+    assert (out / "ship" / "ship.json").is_file() and f"ship: {d.reason}"[:40] in r.stdout.replace("\n", " ")
+    fp32 = rep.variants[0]
+    assert fp32.accuracy.value > 90 and fp32.accuracy.n == 360 and fp32.latency_ms.runs >= 20
     assert fp32.parity.top1_agreement == 1.0 and fp32.parity.max_abs_err < 1e-3
     assert rep.gate.passed and (out / "report.md").read_text().startswith("# edgekit report")
     assert json.loads((out / "report.json").read_text())["schema_version"].startswith("1.")
+
+
+def test_deploy_no_search_measures_the_fixed_default_variants(cli, digits, tmp_path):
+    out = tmp_path / "out"
+    r = cli("deploy", digits.pt2, "--target", "local", "--eval-data", digits.eval, "--calib-data", digits.calib,
+            "--out", out, "--runs", "20", "--min-seconds", "0.1", "--warmup", "2", "--no-search")
+    assert r.exit_code == 0, r.stderr
+    rep = Report.load(out / "report.json")
+    assert [v.name for v in rep.variants] == ["fp32", "int8-static"] and rep.search is None
+    fp32, int8 = rep.variants
+    assert fp32.accuracy.value > 90 and int8.accuracy.n == 360
+    assert int8.latency_ms.runs >= 20 and int8.latency_ms.p50 > 0
+    assert rep.decision.ship in ("fp32", "int8-static")
+
+
+def test_search_steering_options_without_a_search_are_refused(cli, digits, tmp_path):
+    r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--out", tmp_path, "--no-search", "--objective", "p99")
+    assert r.exit_code == 2 and "--objective and --time-budget steer a search" in r.stderr
+    assert not (tmp_path / "report.json").exists()
