@@ -56,9 +56,11 @@ def metric_settings(plan) -> dict:
             **({"options": plan.spec.options} if plan.spec.options else {})}
 
 
-def run_warnings(measured: dict[str, "Measured"], baseline: str, session: "DeviceSession") -> list[str]:
+def run_warnings(measured: dict[str, "Measured"], baseline: str, session: "DeviceSession",
+                 judged: list[str] | None = None) -> list[str]:
     results = [m.result for m in measured.values()]
-    out = slower_warnings(results, baseline)
+    # a search's other rows (finalists, runtime settings) lost: report.decision says why, once
+    out = slower_warnings([v for v in results if judged is None or v.name in judged or v.name == baseline], baseline)
     for m in measured.values():
         v = m.result
         if v.latency_ms and not v.latency_ms.stable:
@@ -79,7 +81,7 @@ def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session
     warnings = list(warnings)
     if not scored:
         warnings += score(measured, run.plan, baseline, run.gate)
-    warnings += run_warnings(measured, baseline, session)
+    warnings += run_warnings(measured, baseline, session, judged)
     results = [m.result for m in measured.values()]
     ds, delivery = run.eval_ds, session.delivery
     report = Report(

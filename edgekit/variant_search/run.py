@@ -185,8 +185,12 @@ def _decision(report: Report, cands: list[Candidate], chosen) -> "Decision":
     lost = {c.name: (f"dropped at {c.stage}: {c.reason}" if c.status == "dropped"
                      else c.reason or f"a finalist, not the best by {report.search.objective}")
             for c in cands if chosen is None or c.name != chosen.name}
-    lost.update({v.name: f"the same file under other runtime options, not the best by {report.search.objective}"
-                 for v in report.variants if "@" in v.name and (chosen is None or v.name != chosen.name)})
+    others = [v for v in report.variants if "@" in v.name or (chosen is not None and "@" in chosen.name
+                                                               and v.name == chosen.name.split("@")[0])]
+    others = [v for v in others if chosen is None or v.name != chosen.name]
+    if others:  # one line for the runtime settings the shipped file was measured under
+        lost["other runtime settings"] = (f"not the best by {report.search.objective}: " + ", ".join(
+            f"{v.name} p50 {v.latency_ms.p50:.4g} ms" if v.latency_ms else f"{v.name} not measured" for v in others))
     if chosen is None:
         return Decision(ship=None, reason="no variant passes the gate (the fp32 baseline included)", lost=lost)
     return ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
