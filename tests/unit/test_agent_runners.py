@@ -276,3 +276,31 @@ def test_compiled_model_is_refused_on_tflite_runtime(agent, conv_tflite, monkeyp
         agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
     assert err.value.kind == "bad_request" and "CompiledModel" in str(err.value) and "tflite_runtime" in str(err.value)
     assert agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"xnnpack": "off"}).delegated_nodes == 0
+
+
+@needs_litert
+def test_litert_compiled_model_runs_integer_io(agent, tmp_path):
+    """A full-integer model with int8 I/O: float data quantized with the tensor's own parameters (the
+    Interpreter's metadata, which CompiledModel's details lack), int8 back, the same as the Interpreter."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32)])
+    def f(x):
+        return tf.nn.relu(x * 2.0 + 1.0)
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f)
+    rng = np.random.default_rng(0)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 4)).astype(np.float32)] for _ in range(50))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type, conv.inference_output_type = tf.int8, tf.int8
+    path = tmp_path / "relu8.tflite"
+    path.write_bytes(conv.convert())
+    x = np.array([[-0.9, -0.2, 0.3, 0.8]], np.float32)
+    interp = agent.LiteRTRunner(str(path), 1)
+    cm = agent.LiteRTRunner(str(path), 1, runtime_options={"api": "compiled"})
+    a, b = interp.run([x])[0], cm.run([x])[0]
+    assert b.dtype == np.int8 and cm.output_quantization(0) == interp.output_quantization(0)
+    np.testing.assert_array_equal(a, b)
+    scale, zp = cm.output_quantization(0)
+    np.testing.assert_allclose((b.astype(np.float32) - zp) * scale, np.maximum(2 * x + 1, 0), atol=0.05)
