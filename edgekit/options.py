@@ -150,15 +150,12 @@ _SEARCH_REFUSES = {
 
 
 def search_refusal(opts: DeployOptions) -> str | None:
-    """Why the search cannot take these options (the first refused option), or None."""
+    """The first option set here that the search cannot take (its field name), or None."""
     defaults = DeployOptions()
-    for name, why in _SEARCH_REFUSES.items():
-        if getattr(opts, name) != getattr(defaults, name):
-            return f"--search does not take {name.replace('_', '-')}: {why}"
-    return None
+    return next((name for name in _SEARCH_REFUSES if getattr(opts, name) != getattr(defaults, name)), None)
 
 
 def refused_by_search(opts: DeployOptions) -> None:
-    why = search_refusal(opts)
-    if why is not None:
-        raise BadInputError(why)
+    name = search_refusal(opts)
+    if name is not None:
+        raise BadInputError(f"--search does not take {name.replace('_', '-')}: {_SEARCH_REFUSES[name]}")

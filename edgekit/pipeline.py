@@ -201,14 +201,19 @@ def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetS
         return "recipe"
     from .options import search_refusal
 
-    why = search_refusal(opts)
-    if why is None:
+    refused = search_refusal(opts)
+    if refused is None:
         from .variant_search.candidates import candidate_variants
 
         if candidate_variants(spec, has_calib=has_calib, quick=True)[0]:
             return "quick"
         why = f"target {spec.name} has no runtime the search can measure here ({', '.join(spec.runtimes)})"
-    opts.extra_warnings.append(f"no recipe: measured the fixed default variants, not the short search, because {why}")
+    else:
+        why = (f"the search takes no --{refused.replace('_', '-')} ("
+               + ("it measures on one device; to measure its choice on every unit, run it on one unit and "
+                  "put the shipped variant in a recipe" if refused != "train_data"
+                  else "pruning and distillation need a recipe that names them") + ")")
+    opts.extra_warnings.append(f"no recipe: measured the fixed default variants, not the short search: {why}")
     return "recipe"
 
 
