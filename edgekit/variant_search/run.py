@@ -52,8 +52,9 @@ class SearchOptions:
     remeasure: bool = False  # kept for callers; the same as DeployOptions.remeasure
     measure: MeasureDefaults | None = None  # final measurement settings (None = the target's with the options')
     # runtime options as a search dimension: the selected variant is measured again under the
-    # runtime's options (threads 1..cores unless --threads fixes them; onnxruntime's graph
-    # optimization level) and the fastest setting ships, with the options it needs beside the file
+    # runtime's options (threads 1..cores unless --threads fixes them, and each runtime's own:
+    # variant_search/tuning.py RUNTIME_OPTIONS) and the fastest setting ships, with the options it
+    # needs beside the file
     tune_runtime: bool = True
     # only the target's likeliest winners (the registry's ``quick`` candidates): what `edgekit deploy`
     # runs without a recipe; --search tries every candidate
