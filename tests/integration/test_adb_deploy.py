@@ -59,7 +59,7 @@ def test_deploy_digits_over_adb(adb_device, digits, tmp_path):
     with _transport(adb_device) as t:
         report = edgekit.deploy(digits.pt2, target="pixel-arm64", eval_data=digits.eval, calib_data=digits.calib,
                                 out=tmp_path / "out", transport=t, runs=20, min_seconds=0.1, warmup=2,
-                                benchmark_binary=FAKE_BM)
+                                benchmark_binary=FAKE_BM, search=False)  # the target's fixed default variants
         sent_first = t.bytes_sent
     names = [v.name for v in report.variants]
     assert len(names) >= 2 and len(set(names)) == len(names)
@@ -88,7 +88,7 @@ def test_deploy_digits_over_adb(adb_device, digits, tmp_path):
     # the bundle is content-addressed: a second deploy re-sends only its requests
     with _transport(adb_device) as t:
         edgekit.deploy(digits.pt2, target="pixel-arm64", eval_data=digits.eval, calib_data=digits.calib,
-                       out=tmp_path / "out2", transport=t, runs=5, min_seconds=0.0, warmup=0)
+                       out=tmp_path / "out2", transport=t, runs=5, min_seconds=0.0, warmup=0, search=False)
         assert t.bytes_sent < sent_first / 4
 
 
