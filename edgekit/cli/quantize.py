@@ -20,7 +20,14 @@ Examples:
 
   edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --max-accuracy-drop 0.5 --out model-int8.onnx
 
+  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --train-data train.npz --out model-int8.onnx
+
   edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --backend inc --out model-inc.onnx
+
+--train-data (x and labels y) adds the ladder's quantization-aware fine-tuning rung: when no post-training
+configuration meets the tolerance (or mixed precision needs many float ops), the PyTorch model is fine-tuned
+under simulated INT8 for a few epochs (--qat-epochs), with the fp32 model as distillation teacher, and
+quantized again.
 
 --backend inc takes PyTorch models only (INC's ONNX package needs numpy<2, which conflicts with edgekit's stack).
 """
@@ -30,6 +37,8 @@ def quantize_cmd(
     model: Path = typer.Argument(..., help="A .pt2, .onnx, or .pt/.pth state dict with --arch."),
     calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for calibration (static INT8)."),
     eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x and y: makes the result accuracy-aware."),
+    train_data: Optional[Path] = typer.Option(None, "--train-data", help=".npz with x and y: enables quantization-aware fine-tuning when PTQ misses the tolerance (needs --eval-data and a PyTorch model)."),
+    qat_epochs: Optional[int] = typer.Option(None, "--qat-epochs", help="Epochs of quantization-aware fine-tuning (default 10; the best is kept)."),
     max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Allowed drop in accuracy points vs fp32 (0-100)."),
     relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the fp32 accuracy."),
     backend: str = typer.Option("ort", "--backend", help="ort (onnxruntime) or inc (Intel Neural Compressor, PyTorch models)."),
@@ -54,6 +63,14 @@ def quantize_cmd(
     if fmt is not None and fmt not in ("qdq", "qoperator"):
         raise BadInputError(f"--format must be qdq or qoperator, got {fmt!r}")
     C.check_out(out, (".onnx",))
+    if train_data is not None and eval_data is None:
+        raise BadInputError("--train-data enables the accuracy-aware search's quantization-aware fine-tuning, which "
+                            "scores every result on the eval set", hint="give --eval-data EVAL.npz (x and y) too")
+    if train_data is not None and backend != "ort":
+        raise BadInputError("--train-data (quantization-aware fine-tuning) is a rung of the onnxruntime ladder",
+                            hint="drop --backend inc, or drop --train-data")
+    if qat_epochs is not None and (train_data is None or qat_epochs < 1):
+        raise BadInputError("--qat-epochs needs --train-data and a positive number", hint="e.g. --train-data train.npz --qat-epochs 5")
     if backend == "inc" and model.suffix.lower() == ".onnx":
         from ..passes.quantize_inc import ONNX_UNSUPPORTED
 
@@ -62,11 +79,15 @@ def quantize_cmd(
         raise DataError("--backend inc tunes against accuracy: it needs --calib-data and --eval-data (with labels)")
     calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)
     ev = C.load_data(eval_data, "eval", labels=metric is None, x_key=x_key, y_key=y_key)
+    train = C.load_data(train_data, "train", labels=False, x_key=x_key, y_key=y_key)
     with C.Workdir() as wd:
-        data = [calib, ev, None]
+        data = [calib, ev, train]
         source = C.load_model(model, arch, data, wd)
-        calib, ev = data[0], data[1]
-        ctx = PassContext(workdir=wd, calib=calib, eval=ev)
+        calib, ev, train = data
+        ctx = PassContext(workdir=wd, calib=calib, eval=ev, train=train)
+        if train is not None:
+            _check_train(train, source, calib, model)
+            ctx.extras["source"] = source  # the QAT rung fine-tunes the PyTorch program
         if ev is not None and (metric is not None or output):
             from ..metrics import MetricSpec
             from ..metrics.evaluate import eval_plan
@@ -93,8 +114,9 @@ def quantize_cmd(
                     **({"format": fmt} if fmt is not None else {}),
                     **({"per_channel": per_channel} if per_channel is not None else {})}
             if ev is not None:
-                art = C.run_one("quantize_accuracy_aware", art,
-                                {**base, "max_accuracy_drop": max_accuracy_drop, "relative": relative}, ctx, "quantized")
+                aa = {**base, "max_accuracy_drop": max_accuracy_drop, "relative": relative,
+                      **({"qat": {"epochs": qat_epochs}} if qat_epochs is not None else {})}
+                art = C.run_one("quantize_accuracy_aware", art, aa, ctx, "quantized")
             else:
                 art = C.run_one("quantize", art, base, ctx, "quantized")
         art = C.write_out(art, out, parity_xs)
@@ -105,6 +127,31 @@ def quantize_cmd(
                          f"{m['accuracy_drop']:.4g}, tolerance {m['tolerance_points']:.4g})")
         if m.get("full_int8"):
             lines.append(f"full INT8 would drop {m['full_int8']['drop']:.2f} points")
+        q = m.get("qat") or {}
+        if q.get("ran"):
+            rungs = ", ".join(f"{r['rung']} {r['seconds']:.1f} s" for r in m.get("rungs", []))
+            lines.append(f"ladder rung: {m['rung']} ({rungs})")
+            ft = q.get("finetune", {})
+            lines.append(f"quantization-aware fine-tuning: {ft.get('epochs_run')} epochs in {q.get('finetune_seconds', 0):.1f} s "
+                         f"(epoch {ft.get('chosen_epoch')} kept); {'won' if q.get('won') else 'did not meet the tolerance'}")
+        elif q.get("skipped"):
+            lines.append(f"quantization-aware fine-tuning not tried: {q['skipped']}")
         for d in m.get("kept_in_float") or []:
             lines.append(f"kept in float: {d['node']} ({d['op_type']}): {d['reason']}")
         C.report(art, out, as_json, lines)
+
+
+def _check_train(train, source, calib, model: Path) -> None:
+    """Train data the QAT rung cannot use is refused before any export or quantization."""
+    from ..errors import BadInputError, DataError
+    from ..formats import Format
+    from ..passes.quantize_qat import QatSettings, task_of
+
+    if source.artifact.format != Format.TORCH:
+        raise BadInputError(f"--train-data: quantization-aware fine-tuning trains the PyTorch model, and {model.name} "
+                            f"is {source.artifact.format.value}",
+                            hint="give the .pt2 (or a .pt/.pth state dict with --arch), or drop --train-data")
+    if calib is None:
+        raise DataError("--train-data: quantization-aware fine-tuning simulates static INT8, which is calibrated",
+                        hint="give --calib-data CALIB.npz too")
+    task_of(train, tuple(source.artifact.io.outputs[0].shape), QatSettings().alpha)

@@ -11,6 +11,12 @@ The rungs, cheapest and fastest-running first; the first configuration inside th
      (``nodes_to_exclude``): a galloping search then bisection over the sensitivity order, scored on
      ``screen_samples`` eval samples first and confirmed on the whole eval set, then each kept unit
      dropped again when the rest suffices.
+  5. ``qat``: with train data (``--train-data``) and the PyTorch model, when no configuration above met
+     the tolerance, or mixed precision met it only with more than ``qat.above_float_fraction`` of the
+     ops in float: quantization-aware fine-tuning (``quantize_qat.py``: fake-quant fine-tuning that
+     mirrors onnxruntime's static INT8, the fp32 model as distillation teacher), then rungs 1-4 again on
+     the fine-tuned weights, scored against the original fp32 model (a mixed result must keep fewer
+     ops in float than the PTQ one). Without train data the failure message says QAT needs it.
 Calibration ranges are computed once per method and reused by every trial (``quantize_ort``).
 Every trial (rung, encoding, float nodes, accuracy, seconds) is in the lineage; when no
 configuration meets the tolerance the pass raises PassError naming the best one found.
@@ -42,6 +48,7 @@ from ..logs import quiet
 from . import sensitivity as sens
 from .base import Pass, PassContext, PassOutput
 from .quantize_ort import CalibrationMethodName, OrtQuantize, OrtQuantizeConfig, encoding_label
+from .quantize_qat import QatSettings
 
 Device = Literal["host", "x86-vnni", "x86-avx2", "arm64"]
 
@@ -67,6 +74,16 @@ ENCODING_SOURCES = {
 _PINNABLE = ("format", "activation_type", "weight_type", "per_channel", "reduce_range")
 
 
+class QatRung(QatSettings):
+    """The QAT rung's settings (``qat:`` in the pass config; the fine-tune's own fields are
+    ``quantize_qat.QatSettings``)."""
+
+    enabled: bool = Field(True, description="with train data, fine-tune under simulated INT8 when PTQ misses")
+    above_float_fraction: float = Field(0.25, ge=0, le=1, description="also try QAT when mixed precision meets the "
+                                        "tolerance only by keeping more than this fraction of the quantizable ops in "
+                                        "float (1: only when PTQ fails); the QAT model wins with fewer float ops")
+
+
 class AccuracyAwareConfig(OrtQuantizeConfig):
     max_accuracy_drop: float = Field(1.0, ge=0, le=100, description="accuracy points vs fp32 (1 = one point)")
     relative: bool = Field(False, description="read max_accuracy_drop as percent of the fp32 accuracy")
@@ -82,6 +99,8 @@ class AccuracyAwareConfig(OrtQuantizeConfig):
     sensitivity_samples: int = Field(32, ge=1, description="eval samples the layer sensitivity is measured on")
     speed_probe: bool = Field(True, description="device 'host': order the encodings by their measured speed on "
                               "this CPU (full INT8 builds, thread CPU time, ~1 s) instead of the table's order")
+    qat: QatRung = Field(default_factory=QatRung, description="the quantization-aware fine-tuning rung (needs train "
+                         "data and the PyTorch model)")
 
 
 def tolerance_points(max_drop: float, relative: bool, base_accuracy: float) -> float:
@@ -235,6 +254,9 @@ class AccuracyAwareQuantize(Pass):
         if config.mode == "static" and ctx.calib is None:
             raise DataError("static INT8 quantization needs a calibration set",
                             hint="pass --calib-data CALIB.npz (or use mode: dynamic in the recipe)")
+        qat_source, qat_skip = _qat_source(artifact, config, ctx)
+        qat_train, bad_train = _qat_train(qat_source, config, ctx)
+        qat_skip = qat_skip or bad_train
         started = time.perf_counter()
         n = config.eval_samples or ctx.eval.n
         full = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y, plan)
@@ -267,16 +289,22 @@ class AccuracyAwareQuantize(Pass):
             except _OutOfBudget:
                 chosen = None
                 search.why = "trial budget (max_trials) spent"
+            # 5: quantization-aware fine-tuning when PTQ missed (or needed too many float ops) and train data is here
+            qat = _QatRung(config, ctx, qat_source, qat_skip, qat_train, full, screen, base_acc, base_screen, tol, tmpdir)
+            won = qat.maybe_run(chosen, search, trials, candidates, encodings, methods, user_excluded)
+            if won is not None:
+                chosen = won
             if chosen is None:
-                best_acc, best_enc, best_nodes = trials.best
+                best_acc, best_enc, best_nodes = max(trials.best, qat.best, key=lambda b: b[0])
                 mname = full.metric.label()
                 raise PassError(
-                    f"no INT8 configuration met the tolerance of {tol:.4g} ({mname}; {search.why}): the best "
-                    f"found keeps {best_nodes or 'no op'} in float ({best_enc or 'no encoding ran'}) and drops "
+                    f"no INT8 configuration met the tolerance of {tol:.4g} ({mname}; {search.why}{qat.note()}): the "
+                    f"best found keeps {best_nodes or 'no op'} in float ({best_enc or 'no encoding ran'}) and drops "
                     f"{base_acc - best_acc:.4g} (fp32 {_g(full.value(base_acc))}, full INT8 "
                     f"{_g(search.full_int8.get('accuracy'))}); no model was written",
                     hint="raise --max-accuracy-drop, allow more float ops (max_float_ops), give more "
-                    "representative calibration data, or ship the fp32 model")
+                    "representative calibration data, " + ("give --train-data TRAIN.npz (inputs and labels) for "
+                    "quantization-aware fine-tuning, " if qat.wants_train_data else "") + "or ship the fp32 model")
             cfg, nodes, acc, mse, path = chosen
             out = ctx.workdir / f"{stem}.onnx"
             tmp = ctx.workdir / f".{stem}.partial.onnx"
@@ -285,6 +313,7 @@ class AccuracyAwareQuantize(Pass):
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
         kept = sorted(nodes)
+        ladder, op_type = (qat.ladder, qat.op_type) if won is not None else (search, op_type)
         metrics = {
             "metric": full.metric.label(),
             "fp32_accuracy": round(full.value(base_acc), 4),
@@ -293,19 +322,20 @@ class AccuracyAwareQuantize(Pass):
             "accuracy_drop": round(base_acc - acc, 4),
             "tolerance_points": round(tol, 4),
             "encoding": encoding_label(cfg),
-            "rung": search.rung,
+            "rung": "qat" if won is not None else search.rung,
             "device": device,
             "encoding_source": ENCODING_SOURCES[device],
             "encodings_tried": [encoding_label(e) for e in encodings],
             **({"speed_probe": probe} if probe else {}),
-            "kept_in_float": [search.reason(nd, op_type.get(nd, "?")) for nd in kept],
-            "float_ops": sorted(user_excluded | set(kept)),
-            "quantizable_ops": len(candidates),
+            "kept_in_float": [ladder.reason(nd, op_type.get(nd, "?")) for nd in kept],
+            "float_ops": sorted((user_excluded if won is None else qat.user_excluded) | set(kept)),
+            "quantizable_ops": len(candidates) if won is None else len(qat.candidates),
             "sensitivity": search.sensitivity_doc,
-            "trials": trials.count,
-            "trial_log": trials.log[:80],
-            "rungs": search.rungs,
-            "failed_trials": trials.failures[:20],
+            "trials": trials.count + qat.trial_count,
+            "trial_log": (trials.log + qat.trial_log)[:80],
+            "rungs": search.rungs + qat.rungs,
+            "failed_trials": (trials.failures + qat.failures)[:20],
+            **({"qat": qat.doc} if qat.doc else {}),
             "seconds": round(time.perf_counter() - started, 3),
             **({"preprocess": preprocess_note} if preprocess_note else {}),
             "eval_data": str(ctx.eval.path),
@@ -313,8 +343,9 @@ class AccuracyAwareQuantize(Pass):
             "screen_samples": screen.n,
             "output_mse": mse,
             **({"calibration_data": str(ctx.calib.path)} if ctx.calib is not None else {}),
+            **({"train_data": str(ctx.train.path)} if qat.ran else {}),
         }
-        return PassOutput(path=out, precision="mixed" if kept or user_excluded else "int8", metrics=metrics)
+        return PassOutput(path=out, precision="mixed" if metrics["float_ops"] else "int8", metrics=metrics)
 
     @staticmethod
     def _preprocess(artifact, config, tmpdir: Path, full: _Scorer, screen: _Scorer):
@@ -506,6 +537,195 @@ class _Ladder:
                 "relative_output_error": float(f"{u.error:.4g}"), "sensitivity_rank": rank + 1,
                 "reason": f"quantizing {u.kind} {u.tensor} alone moves the outputs by a relative error of "
                           f"{u.error:.3g} (rank {rank + 1}); keeping {node} ({op_type}) in float keeps it in float"}
+
+
+def _qat_source(artifact: Artifact, config: AccuracyAwareConfig, ctx: PassContext):
+    """(the PyTorch source the input ONNX was exported from, None) or (None, why QAT cannot run)."""
+    if not config.qat.enabled:
+        return None, "qat.enabled is false"
+    if config.mode != "static":
+        return None, "QAT simulates static INT8 (give --calib-data)"
+    src = ctx.extras.get("source")
+    if getattr(src, "program", None) is None:
+        return None, "QAT fine-tunes the PyTorch model and the source is not one (give the .pt2)"
+    k = len(src.artifact.lineage)
+    if tuple(artifact.lineage[:k]) != tuple(src.artifact.lineage) or any(
+            st.kind == "pass" for st in artifact.lineage[k:]):
+        return None, "the input is not the source model's own export (QAT fine-tunes the source program)"
+    return src, None
+
+
+def _qat_train(source, config: AccuracyAwareConfig, ctx: PassContext):
+    """(the train data aligned to the source's inputs, None) or (None, why the rung cannot use it).
+    Checked before any quantization time; not an error here: a deploy's train data may be meant for
+    another pass (`edgekit quantize --train-data` refuses it itself)."""
+    if source is None or ctx.train is None:
+        return None, None
+    from ..data import check_fits
+    from .quantize_qat import task_of
+
+    try:
+        train = check_fits(ctx.train, source.artifact.io, "train")
+        task_of(train, tuple(source.artifact.io.outputs[0].shape), config.qat.alpha)
+    except DataError as exc:
+        return None, f"the train data does not fit it ({exc.message})"
+    return train, None
+
+
+class _QatRung:
+    """Quantization-aware fine-tuning (``quantize_qat``), then the PTQ rungs again on the fine-tuned
+    weights, scored against the original fp32 model. Runs when no PTQ configuration met the tolerance,
+    or when mixed precision met it only with more than ``qat.above_float_fraction`` of the ops in float
+    (then the QAT model must keep fewer ops in float to win)."""
+
+    def __init__(self, config: AccuracyAwareConfig, ctx: PassContext, source, skip: str | None, train,
+                 full: _Scorer, screen: _Scorer, base: float, base_screen: float, tol: float, tmpdir: Path):
+        self.config, self.ctx, self.source, self.skip, self.train = config, ctx, source, skip, train
+        self.full, self.screen, self.base, self.base_screen, self.tol, self.tmpdir = full, screen, base, base_screen, tol, tmpdir
+        self.doc: dict = {}
+        self.rungs: list[dict] = []
+        self.ran = False
+        self.wants_train_data = False
+        self.ladder: _Ladder | None = None
+        self.trials: _Trials | None = None
+        self.op_type: dict[str, str] = {}
+        self.candidates: set[str] = set()
+        self.user_excluded: set[str] = set()
+
+    @property
+    def best(self) -> tuple[float, str, list[str]]:
+        return self.trials.best if self.trials is not None else (float("-inf"), "", [])
+
+    @property
+    def trial_count(self) -> int:
+        return self.trials.count if self.trials is not None else 0
+
+    @property
+    def trial_log(self) -> list[dict]:
+        return [{**t, "rung": f"qat/{t['rung']}"} for t in self.trials.log] if self.trials is not None else []
+
+    @property
+    def failures(self) -> list[dict]:
+        return self.trials.failures if self.trials is not None else []
+
+    def note(self) -> str:
+        """What the failure message says about this rung."""
+        if not self.doc:
+            return ""
+        if not self.ran:
+            return f"; quantization-aware fine-tuning was not tried: {self.doc['skipped']}"
+        return f"; quantization-aware fine-tuning: {self.rungs[-1]['result']}"
+
+    def maybe_run(self, chosen, search: _Ladder, trials: _Trials, candidates: set[str], encodings, methods,
+                  user_excluded: set[str]):
+        """The QAT result (config, nodes, acc, mse, path) when it wins, else None."""
+        frac = self.config.qat.above_float_fraction
+        if chosen is None:
+            why = "no PTQ configuration met the tolerance"
+        elif search.rung == "mixed" and candidates and len(chosen[1]) > frac * len(candidates):
+            why = (f"mixed precision met the tolerance only with {len(chosen[1])} of {len(candidates)} quantizable ops "
+                   f"in float (more than qat.above_float_fraction {frac:g})")
+        else:
+            return None
+        skip = self.skip or (None if self.ctx.train is not None else
+                             "it needs --train-data TRAIN.npz (inputs and labels; train_data in a recipe)")
+        if skip:
+            self.wants_train_data = self.ctx.train is None and self.skip is None
+            self.doc = {"why": why, "ran": False, "skipped": skip}
+            return None
+        self.ran = True
+        started = time.perf_counter()
+        try:
+            result, doc = self._run(chosen, trials, encodings, methods, user_excluded)
+        except DataError:
+            raise
+        except Exception as exc:  # a rung of the batch: torch/onnx failures of many kinds become its result
+            result, doc = None, {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+        within = result is not None
+        outcome = (f"within tolerance ({self.ladder.rung}: {encoding_label(result[0])}, {len(result[1])} ops in float)"
+                   if within else (f"failed ({doc['error']})" if "error" in doc else
+                                   f"outside tolerance ({self.ladder.why}; best drop "
+                                   f"{_g(self.base - self.best[0] if np.isfinite(self.best[0]) else None)})"))
+        self.rungs.append({"rung": "qat", "trials": self.trial_count, "seconds": round(time.perf_counter() - started, 3),
+                           "result": outcome, **{k: doc[k] for k in ("finetune_seconds", "export_seconds") if k in doc},
+                           **({"ladder": self.ladder.rungs} if self.ladder is not None else {})})
+        self.doc = {"why": why, "ran": True, "won": within, **doc}
+        return result
+
+    def _run(self, chosen, trials: _Trials, encodings, methods, user_excluded: set[str]):
+        import onnx
+
+        from ..source import load_onnx
+        from ._torch import torch_threads
+        from .quantize_qat import finetune, finetuned_onnx
+
+        q, src = self.config.qat, self.source
+        qdir = self.tmpdir / "qat"
+        qdir.mkdir()
+        t0 = time.perf_counter()
+        # simulate the encoding whose full INT8 came closest (fine-tuning from a collapsed model, e.g. per-tensor
+        # weights with outlier channels, does not recover in a few epochs); its ladder tries that one first
+        enc = _closest_full_int8(trials, encodings, methods, self.full.n)
+        encodings = [enc, *[e for e in encodings if encoding_label(e.model_copy(update={"calibration_method": "minmax"}))
+                            != encoding_label(enc.model_copy(update={"calibration_method": "minmax"}))]]
+        with torch_threads(q.threads):
+            res = finetune(src.program, src.artifact.io, self.train, self.ctx.calib, q, enc)
+            t1 = time.perf_counter()
+            fp32 = finetuned_onnx(res, qdir / "finetuned.onnx", [x[:8] for x in self.full.xs])
+        t2 = time.perf_counter()
+        doc: dict = {"simulated": f"{encoding_label(enc)} (the closest full INT8 of the PTQ rungs)",
+                     "finetune_seconds": round(t1 - t0, 3), "export_seconds": round(t2 - t1, 3),
+                     "finetune": res.metrics, "finetuned_parity": (fp32.lineage[-1].metrics or {}).get("parity")}
+        qsrc = load_onnx(Path(fp32.path)).artifact
+        if self.config.preprocess:
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+
+            pre = qdir / "pre.onnx"
+            try:
+                with quiet("root", "onnxruntime"):
+                    quant_pre_process(str(qsrc.path), str(pre), skip_symbolic_shape=True)
+                ft_acc = self.full(pre)[0]  # onnxruntime runs it
+                qsrc = Artifact.from_file(pre, Format.ONNX, qsrc.io)
+            except Exception as exc:  # onnxruntime refuses some pre-processed graphs: quantize as exported
+                doc["preprocess"] = f"skipped ({str(exc).splitlines()[0][:200]})"
+                ft_acc = self.full(Path(qsrc.path))[0]
+        else:
+            ft_acc = self.full(Path(qsrc.path))[0]
+        doc["finetuned_fp32_accuracy"] = _r(self.full.value(ft_acc))
+        graph = onnx.load(str(qsrc.path)).graph
+        self.op_type = {nd.name: nd.op_type for nd in graph.node}
+        allowed = set(self.config.op_types) if self.config.op_types else quantizable_ops()
+        self.user_excluded = user_excluded & set(self.op_type)
+        if user_excluded - self.user_excluded:  # the fine-tuned model's export named those nodes otherwise
+            doc["nodes_to_exclude_not_found"] = sorted(user_excluded - self.user_excluded)
+        self.candidates = {nd.name for nd in graph.node
+                           if nd.op_type in allowed and nd.name and nd.name not in self.user_excluded}
+        limit = self.config.max_float_ops
+        if chosen is not None:  # beat the mixed-precision result: fewer ops in float
+            limit = len(chosen[1]) - 1 if limit is None else min(limit, len(chosen[1]) - 1)
+        cfg = self.config.model_copy(update={"max_float_ops": limit})
+        self.trials = _Trials(qsrc, self.ctx, qdir, self.user_excluded,
+                              max(3, self.config.max_trials - trials.count))
+        self.trials.full_n = self.full.n
+        self.ladder = _Ladder(self.trials, self.full, self.screen, self.base, self.base_screen, self.tol, cfg)
+        try:
+            result = self.ladder.run(encodings, methods, qsrc, self.candidates, qdir)
+        except _OutOfBudget:
+            result = None
+            self.ladder.why = "trial budget (max_trials) spent"
+        if self.ladder.sensitivity_doc:
+            doc["sensitivity"] = self.ladder.sensitivity_doc
+        return result, doc
+
+
+def _closest_full_int8(trials: _Trials, encodings: list[OrtQuantizeConfig], methods: list[str], n: int) -> OrtQuantizeConfig:
+    """The encoding (with its calibration method) of the best full-INT8 trial on the whole eval set,
+    else the fastest encoding."""
+    by_label = {encoding_label(e.model_copy(update={"calibration_method": m})): e.model_copy(update={"calibration_method": m})
+                for e in encodings for m in methods}
+    scored = [(acc, label) for (label, nodes, samples), (acc, _, _) in trials.memo.items()
+              if not nodes and samples == n and label in by_label and np.isfinite(acc)]
+    return by_label[max(scored)[1]] if scored else encodings[0]
 
 
 def _speed_probe(trials: _Trials, encodings: list[OrtQuantizeConfig], method: str, src: Artifact,

@@ -12,6 +12,7 @@ _PASSES: dict[str, str] = {
     "convert": "edgekit.passes.convert:Convert",
     "quantize_accuracy_aware": "edgekit.passes.quantize_accuracy_aware:AccuracyAwareQuantize",
     "quantize_fp16": "edgekit.passes.quantize_fp16:Fp16Convert",
+    "quantize_qat": "edgekit.passes.quantize_qat:QatQuantize",
     "quantize_inc": "edgekit.passes.quantize_inc:IncQuantize",
     "prune_magnitude": "edgekit.passes.prune_magnitude:MagnitudePrune",
     "prune_structured": "edgekit.passes.prune_structured:StructuredPrune",
