@@ -141,8 +141,6 @@ def check_release_options(opts: DeployOptions) -> None:
 
 # Deploy options the search cannot honour, and why (every other option reaches it).
 _SEARCH_REFUSES = {
-    "train_data": "--search builds quantize and convert candidates only; --train-data feeds pruning and "
-                  "distillation, which need a --recipe (drop --search to run that recipe)",
     **{k: "--search measures its candidates on one device; a fleet run (--devices/--pool, --shard-eval, "
           "--fleet-gate, --min-devices) measures a recipe's variants on every unit (drop --search)"
        for k in ("devices", "pool", "shard_eval", "fleet_gate", "min_devices")},

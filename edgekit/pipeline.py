@@ -209,10 +209,8 @@ def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetS
             return "quick"
         why = f"target {spec.name} has no runtime the search can measure here ({', '.join(spec.runtimes)})"
     else:
-        why = (f"the search takes no --{refused.replace('_', '-')} ("
-               + ("it measures on one device; to measure its choice on every unit, run it on one unit and "
-                  "put the shipped variant in a recipe" if refused != "train_data"
-                  else "pruning and distillation need a recipe that names them") + ")")
+        why = (f"the search takes no --{refused.replace('_', '-')} (it measures on one device; to measure its "
+               "choice on every unit, run it on one unit and put the shipped variant in a recipe)")
     opts.extra_warnings.append(f"no recipe: measured the fixed default variants, not the short search: {why}")
     return "recipe"
 

@@ -220,7 +220,8 @@ def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_r
 
 def _build(run: PreparedRun, cands: list[Candidate], deadline: float, progress) -> None:
     """Every candidate's passes (through the pass cache); a failed build drops only that candidate."""
-    ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds,
+    # train data (--train-data) reaches the accuracy-aware candidate's QAT rung (ort-int8-mixed)
+    ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds,
                       extras={"source": run.source, "metric_plan": run.plan})
     for c in cands:
         if time.perf_counter() > deadline:

@@ -300,3 +300,33 @@ def test_qat_on_the_zoo_mobilenet_folds_batchnorm_and_keeps_accuracy(tmp_path):
     assert mm["batch_size"] == 64 and mm["fake_quant_nodes"] > 100
     top = mm["eval_top1"]
     assert top["fp32"] - top["qat_int8"] <= 2 and _qdq_counts(q.path)[0] > 50
+
+
+def test_search_ships_the_qat_rescue(unequalized, tmp_path):
+    """--train-data reaches the search: the registry's accuracy-aware candidate (ort-int8-mixed) climbs
+    to the QAT rung and is built full INT8 inside the tolerance; without train data the same candidate
+    can only keep ops in float."""
+    from edgekit.options import DeployOptions
+    from edgekit.targets import MeasureDefaults, load_target
+    from edgekit.variant_search import SearchOptions, search
+    from edgekit.variant_search.candidates import candidate_variants
+
+    d, pt2, *_ = unequalized
+    mixed = next(v for v in candidate_variants(load_target("local"), has_calib=True, quick=True)[0]
+                 if v.name == "ort-int8-mixed")
+    sopts = SearchOptions(candidates=[mixed], tune_runtime=False, screening_runs=5,
+                          measure=MeasureDefaults(warmup=1, runs=5, min_seconds=0.0, threads=1))
+
+    def cand(out, **over):
+        rep = search(pt2, eval_data=d / "eval.npz", calib_data=d / "calib.npz", out=tmp_path / out, options=sopts,
+                     deploy_options=DeployOptions(max_accuracy_drop=TOL, **over))
+        base = next(c for c in rep.search.candidates if c.name == "fp32")
+        return next(c for c in rep.search.candidates if c.name == "ort-int8-mixed"), rep, base
+
+    c, rep, _ = cand("qat", train_data=d / "train.npz")
+    assert c.status != "dropped" or c.dropped_at != "build", c.reason
+    assert c.precision == "int8" and c.build_seconds > 0  # QAT won: no op left in float
+    fp32_acc = rep.variant("fp32").accuracy.value
+    assert c.host_accuracy is not None and fp32_acc - c.host_accuracy <= TOL
+    c2, _, _ = cand("ptq")
+    assert c2.precision == "mixed"  # PTQ alone meets the tolerance only with ops in float

@@ -133,6 +133,7 @@ def test_every_deploy_option_reaches_search_or_is_refused(data, tmp_path):
 
 # options whose effect shows before or around the device, not in a report: checked by these tests
 CHECKED_BY_OTHER_TESTS = {"postprocess": "test_search_reads_the_postprocess_option",
+                          "train_data": "test_quantize_qat.py::test_search_ships_the_qat_rescue",
                           "lock_wait": "test_search_takes_the_lock_options",
                           "lock_timeout": "test_search_takes_the_lock_options"}
 
@@ -144,11 +145,11 @@ def test_search_reads_the_postprocess_option(data, tmp_path):
                deploy_options=DeployOptions(metric="map50", postprocess="no_such_module:boxes"))
 
 
-def test_search_refuses_train_data_with_the_reason(data, tmp_path):
+def test_search_refuses_the_fleet_options_with_the_reason(data, tmp_path):
     model, ev = data
-    with pytest.raises(BadInputError, match="pruning and distillation"):
+    with pytest.raises(BadInputError, match="measures its candidates on one device"):
         search(model, eval_data=ev, out=tmp_path / "o", options=SearchOptions(**SOPTS),
-               deploy_options=DeployOptions(train_data=ev))
+               deploy_options=DeployOptions(pool="local:lab"))
     assert not (tmp_path / "o").exists() or not (tmp_path / "o" / "report.json").exists()
 
 
