@@ -140,8 +140,12 @@ class DeviceSession:
         self.transport = t
         try:
             if self._given is None and self.device is not None:  # the device-side lease (other hosts)
+                from .lab.coordinator import session_place
                 from .lease import session_lease
 
+                # with EDGEKIT_COORDINATOR: the device's labgrid place first (None without it)
+                self.place = session_place(self.device, wait=self._lock[0], timeout=self._lock[1],
+                                           progress=self.progress)
                 self.lease = session_lease(t, self.device, wait=self._lock[0], timeout=self._lock[1])
             self.progress(f"deploying the bundle to {t.describe()}")
             self.deployer = BundleDeployer(t)
@@ -168,6 +172,9 @@ class DeviceSession:
         if lease is not None:
             self.lease_lost = lease.lost  # another host took the device over while we measured: said in the report
             lease.release()  # before the transport closes; never raises
+        place, self.place = getattr(self, "place", None), None
+        if place is not None:  # the labgrid place: after the lease, before the host lock; never raises
+            self.lease_lost = getattr(self, "lease_lost", None) or place.release()
         if self._given is None and self.transport is not None:
             self.transport.close()  # releases the device's lock
 
