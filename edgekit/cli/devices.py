@@ -109,7 +109,8 @@ def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated
 
 
 @app.command("list", help="List the devices in the inventory with their pool labels and who holds them on this "
-             "host; --leases also asks each device who holds its device-side lease (any host).\n\n"
+             "host; with EDGEKIT_COORDINATOR set, also who holds each device's labgrid place (any host); --leases "
+             "also asks each device who holds its device-side lease (any host).\n\n"
              "Example: edgekit devices list --leases --json")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
              leases: bool = typer.Option(False, "--leases", help="Connect to each device and show the holder of its "
@@ -127,13 +128,15 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
         h = host_lock_holder(d.name)
         held[d.name] = None if h is None else (f"PID {h.get('pid')} on {h.get('host')} since {h.get('started')}"
                                                if h else "another edgekit process")
+    places = _place_holders(inv.devices)  # None without EDGEKIT_COORDINATOR
     remote = {}
     if leases and inv.devices:
         with ThreadPoolExecutor(max_workers=min(8, len(inv.devices))) as pool:
             remote = dict(zip([d.name for d in inv.devices], pool.map(device_lease_holder, inv.devices)))
     if as_json:
         print(json.dumps([d.model_dump(mode="json") | {"held_here_by": held[d.name],
-                                                       **({"lease": remote[d.name]} if leases else {})}
+                                                       **({"lease": remote[d.name]} if leases else {}),
+                                                       **({"place": places[d.name]} if places is not None else {})}
                           for d in inv.devices]))
         return
     if not inv.devices:
@@ -144,10 +147,30 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
         addr = f"{d.host}:{d.port}" if d.kind == "ssh" else (f"adb {d.serial or d.adb_tcp or '(only device)'}"
                                                               if d.kind == "adb" else "-")
         who = held[d.name] or "-"
+        if places is not None:
+            who = f"{who if held[d.name] else 'free here'}; labgrid place: {places[d.name]['holder']}"
         if leases:
             who = f"{who if held[d.name] else 'free here'}; device lease: {remote[d.name]}"
         t.add_row(d.name, d.kind, d.target, addr, d.user or "-", d.workdir, ",".join(d.labels) or "-", who, d.notes)
     out_console.print(t)
+
+
+def _place_holders(devices) -> dict | None:
+    """Each device's labgrid place (EDGEKIT_COORDINATOR): its holder in words and as the coordinator names it."""
+    from ..lab.coordinator import address_from_env, describe_holder, place_holders
+
+    addr = address_from_env()
+    if addr is None:
+        return None
+    found = place_holders(addr) if devices else {}
+    out = {}
+    for d in devices:
+        p = found.get(d.name)
+        out[d.name] = ({"coordinator": str(addr), "exists": False, "acquired": None,
+                        "holder": f"no place (`edgekit lab export {d.name}`)"} if p is None else
+                       {"coordinator": str(addr), "exists": True, "acquired": p.acquired,
+                        "holder": describe_holder(p.acquired, p.changed) if p.acquired else "free"})
+    return out
 
 
 @app.command("check", help="Connect and report OS, arch, Python, runtimes, free disk and memory, and whether the "

@@ -21,6 +21,7 @@ from . import prune as _prune
 from . import quantize as _quantize
 from . import profile as _profile
 from . import doctor as _doctor
+from . import lab as _lab
 
 app = typer.Typer(
     name="edgekit",
@@ -56,6 +57,7 @@ app.command("distill", help=_distill.HELP, no_args_is_help=True)(_distill.distil
 app.add_typer(_report.app, name="report")
 app.add_typer(_devices.app, name="devices")
 app.add_typer(_sim.app, name="sim")
+app.add_typer(_lab.app, name="lab")
 app.command("profile", help=_profile.HELP, no_args_is_help=True)(_profile.profile_cmd)
 app.command("doctor", help=_doctor.HELP)(_doctor.doctor_cmd)
 
