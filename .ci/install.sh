@@ -33,6 +33,7 @@ pipi() { "$VENV/bin/pip" install --disable-pip-version-check "$@" >>"$LOG" 2>&1 
 pipi --upgrade pip
 # The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 pipi "torch==2.13.0"
-pipi -e ".[all,dev]"
+# lab: labgrid (its coordinator and client) for the shared-lab tests; kept out of `all` (see pyproject.toml)
+pipi -e ".[all,dev,lab]"
 "$VENV/bin/python" -c "import edgekit, torch, onnxruntime; print('edgekit install: ok (torch', torch.__version__, ')')"
 echo "$WANT" > "$STAMP"
