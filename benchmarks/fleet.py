@@ -4,13 +4,17 @@ Prints (1) the device-stage wall time of a sharded fleet run on 3 SSH devices ag
 of them (eval throughput = eval samples scored per second of the device stage; target >= 2.5x on units
 with their own CPUs) and the whole deploy's wall time of each, and (2) how often two processes acting as
 two hosts (separate EDGEKIT_HOMEs, so their host locks never meet) measured one device at the same time
-through the device-side lease over N rounds (each busy interval logged ON the device; target 0).
+over N rounds (each busy interval logged ON the device; target 0): through the device-side lease, and
+through a real labgrid coordinator on loopback (each round a DeviceSession with EDGEKIT_COORDINATOR set
+and the device-side lease off, so the coordinator alone keeps them apart; needs `edgekit[lab]`).
+The CPU's ISA is printed beside the figures.
 
 The simulated devices are real sshd servers on loopback (or in network namespaces as root) sharing this
 machine's cores: with fewer cores than units the fleet's speed-up is capped by the host, not by edgekit;
 the core count is printed beside the ratio.
 
     sudo .venv/bin/python benchmarks/fleet.py [--samples 24000] [--width 1024] [--rounds 20] [--cpu-quota 0.25]
+                                             [--contention-only]
 
 Seen on the 2-core dev VM (load ~4 from other work), 24000 samples, 0.25 core per unit: device stage 1 unit
 31.5 s vs 3 units sharded 15.4 s = 2.05x (the eval part alone ~3x: ~7 s per unit is fixed cost, agent start
@@ -65,6 +69,56 @@ CONTENDER = textwrap.dedent("""
 """)
 
 
+# The same contention through the labgrid coordinator: each round one DeviceSession (host lock, the
+# device's labgrid place; EDGEKIT_DEVICE_LEASE=0), a busy interval (0.3 s) logged on the device, release.
+COORDINATED = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from edgekit.device_session import DeviceSession
+    from edgekit.targets import load_target
+    busy = "import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.3); f.write('%r %r\\\\n' % (s, time.time()))"
+    waited = 0
+    for i in range({rounds}):
+        with DeviceSession(load_target("local"), "u0", source_io=None, plan=None, lock_timeout=300) as s:
+            waited += bool(s.place and s.place.waited_s > 0.05)
+            s.transport.run([s.transport.python, "-c", busy, {log!r}], timeout=60)
+    print(waited)
+""")
+
+
+def isa() -> str:
+    flags = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    return "+".join(f for f in ("avx2", "avx512f", "avx512_vnni", "amx_int8") if f in flags) or "unknown"
+
+
+def contend(work: Path, code_template: str, tag: str, rounds: int, env: dict) -> tuple[int, int, list, float, str]:
+    """Two processes (homes copied from work/home: two hosts) running ``code_template``: the measurements
+    logged on the device, the double bookings, exit codes, seconds and their stdout."""
+    log = work / f"busy-{tag}.log"
+    code = code_template.format(root=str(ROOT), rounds=rounds, log=str(log))
+    procs = []
+    for h in ("host-a", "host-b"):
+        home = work / f"{tag}-{h}"
+        shutil.copytree(work / "home", home)
+        base = {k: v for k, v in os.environ.items() if k != "EDGEKIT_COORDINATOR"}
+        procs.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                      env={**base, **env, "EDGEKIT_HOME": str(home)}))
+    t0 = time.perf_counter()
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    rcs = [p.returncode for p in procs]
+    spans = sorted(tuple(map(float, ln.split())) for ln in log.read_text().splitlines() if ln.strip()) \
+        if log.is_file() else []
+    double = sum(1 for (_, e0), (s1, _) in zip(spans, spans[1:]) if s1 < e0)
+    return len(spans), double, rcs, time.perf_counter() - t0, " + ".join(o.strip() for o in outs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=24000, help="eval samples (the sharded work)")
@@ -73,6 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-quota", type=float, default=0.25,
                     help="as root: each unit a simulated device (netns) with this CPU quota, so the units have "
                          "their own CPU budget as real boards do (0 = loopback sshd, all sharing the host)")
+    ap.add_argument("--contention-only", action="store_true", help="skip the fleet timing; only the two "
+                    "contention counts")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-bench-"))
     os.environ["EDGEKIT_HOME"] = str(work / "home")
@@ -82,7 +138,7 @@ def main(argv=None) -> int:
     from sshd import register, start_loopback_sshd
 
     model, data = build(work, args.width, args.samples)
-    servers, sims = [], []
+    servers, sims, coord = [], [], None
     rooted = os.geteuid() == 0 and args.cpu_quota > 0
     try:
         for i in range(3):
@@ -95,42 +151,61 @@ def main(argv=None) -> int:
                 s = start_loopback_sshd(work / f"sshd{i}")
                 servers.append(s)
                 register(s, f"u{i}", target="local", workdir=work / f"dev{i}")
-        common = dict(eval_data=data, target="local", recipe=Recipe(baseline="fp32", variants=[]), runs=10,
-                      min_seconds=0.0, warmup=1, shard_eval=True)
-        edgekit.deploy(model, devices=["u0", "u1", "u2"], out=work / "warm", **common)  # agent + files delivered
-        t0 = time.perf_counter()
-        one = edgekit.deploy(model, devices=["u0"], out=work / "one", **common)
-        t1 = time.perf_counter()
-        three = edgekit.deploy(model, devices=["u0", "u1", "u2"], out=work / "three", **common)
-        t2 = time.perf_counter()
-        one_s = one.fleet.units[0].seconds
-        three_s = max(u.seconds for u in three.fleet.units)
-        same = one.variants[0].accuracy.value == three.variants[0].accuracy.value
         where = (f"3 simulated devices (netns), {args.cpu_quota:g} core each (cgroup)" if rooted else
                  "3 loopback sshd devices sharing the host's cores")
-        print(f"machine: {os.cpu_count()} cores; {where}; {args.samples} eval samples, MLP width {args.width}")
-        print(f"device stage: 1 unit {one_s:.2f} s, 3 units sharded {three_s:.2f} s -> eval throughput "
-              f"{one_s / three_s:.2f}x (target >= 2.5x" + ("" if rooted else f"; capped near {os.cpu_count()}x by "
-                                                         "this host's cores") + ")")
-        print(f"whole deploy: 1 unit {t1 - t0:.2f} s, 3 units {t2 - t1:.2f} s; same metric: {same} "
-              f"({three.variants[0].accuracy.value})")
+        print(f"machine: {os.cpu_count()} cores, CPU ISA {isa()}; {where}; {args.samples} eval samples, "
+              f"MLP width {args.width}")
+        if not args.contention_only:
+            common = dict(eval_data=data, target="local", recipe=Recipe(baseline="fp32", variants=[]), runs=10,
+                          min_seconds=0.0, warmup=1, shard_eval=True)
+            edgekit.deploy(model, devices=["u0", "u1", "u2"], out=work / "warm", **common)  # agent + files delivered
+            t0 = time.perf_counter()
+            one = edgekit.deploy(model, devices=["u0"], out=work / "one", **common)
+            t1 = time.perf_counter()
+            three = edgekit.deploy(model, devices=["u0", "u1", "u2"], out=work / "three", **common)
+            t2 = time.perf_counter()
+            one_s = one.fleet.units[0].seconds
+            three_s = max(u.seconds for u in three.fleet.units)
+            same = one.variants[0].accuracy.value == three.variants[0].accuracy.value
+            print(f"device stage: 1 unit {one_s:.2f} s, 3 units sharded {three_s:.2f} s -> eval throughput "
+                  f"{one_s / three_s:.2f}x (target >= 2.5x" + ("" if rooted else f"; capped near {os.cpu_count()}x "
+                                                             "by this host's cores") + ")")
+            print(f"whole deploy: 1 unit {t1 - t0:.2f} s, 3 units {t2 - t1:.2f} s; same metric: {same} "
+                  f"({three.variants[0].accuracy.value})")
 
-        log = work / "busy.log"
-        code = CONTENDER.format(root=str(ROOT), rounds=args.rounds, log=str(log))
-        procs = []
-        for h in ("host-a", "host-b"):
-            shutil.copytree(work / "home", work / h)
-            procs.append(subprocess.Popen([sys.executable, "-c", code],
-                                          env={**os.environ, "EDGEKIT_HOME": str(work / h)}))
-        t3 = time.perf_counter()
-        rcs = [p.wait(timeout=1800) for p in procs]
-        spans = sorted(tuple(map(float, ln.split())) for ln in log.read_text().splitlines() if ln.strip())
-        double = sum(1 for (_, e0), (s1, _) in zip(spans, spans[1:]) if s1 < e0)
+        n, double, rcs, secs, _ = contend(work, CONTENDER, "lease", args.rounds, {})
         print(f"contention: 2 processes x {args.rounds} rounds on one device through the device-side lease: "
-              f"{len(spans)} measurements, {double} double bookings (target 0), exit codes {rcs}, "
-              f"{time.perf_counter() - t3:.1f} s")
-        return 0 if double == 0 and rcs == [0, 0] else 1
+              f"{n} measurements, {double} double bookings (target 0), exit codes {rcs}, {secs:.1f} s")
+        ok = double == 0 and rcs == [0, 0]
+        try:
+            import labgrid.remote.client  # noqa: F401
+        except ImportError:
+            print("contention through a labgrid coordinator: skipped (labgrid is not installed: "
+                  "pip install 'edgekit[lab]')")
+            return 0 if ok else 1
+        from lab_coordinator import start_coordinator
+
+        from edgekit.devices import get_device
+        from edgekit.lab.coordinator import Coordinator, parse_address
+        from edgekit.lab.export import export_places
+
+        coord = start_coordinator(work / "coordinator")
+        with Coordinator(parse_address(coord.address)) as c:
+            export_places(c, [get_device("u0")])
+        n, double, rcs, secs, waits = contend(work, COORDINATED, "coordinator", args.rounds,
+                                              {"EDGEKIT_COORDINATOR": coord.address, "EDGEKIT_DEVICE_LEASE": "0"})
+        print(f"contention: 2 processes x {args.rounds} rounds on one device through a labgrid coordinator "
+              f"(labgrid {_labgrid_version()}, device-side lease off): {n} measurements, {double} double bookings "
+              f"(target 0), rounds that queued behind the other host: {waits}, exit codes {rcs}, {secs:.1f} s")
+        ok = ok and double == 0 and rcs == [0, 0]
+        # the control: the same two processes with no reservation at all (the check must see overlaps)
+        n, double, rcs, secs, _ = contend(work, COORDINATED, "none", args.rounds, {"EDGEKIT_DEVICE_LEASE": "0"})
+        print(f"control: the same without any reservation (no coordinator, no device-side lease): {n} measurements, "
+              f"{double} double bookings, {secs:.1f} s")
+        return 0 if ok else 1
     finally:
+        if coord is not None:
+            coord.stop()
         for s in servers:
             s.stop()
         if sims:
@@ -139,6 +214,12 @@ def main(argv=None) -> int:
             for n in sims:
                 down(n)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _labgrid_version() -> str:
+    from importlib.metadata import version
+
+    return version("labgrid")
 
 
 if __name__ == "__main__":
