@@ -19,7 +19,10 @@ the core count is printed beside the ratio.
 Seen on the 2-core dev VM (load ~4 from other work), 24000 samples, 0.25 core per unit: device stage 1 unit
 31.5 s vs 3 units sharded 15.4 s = 2.05x (the eval part alone ~3x: ~7 s per unit is fixed cost, agent start
 and latency runs at a quarter core); same metric; 20 rounds x 2 processes: 0 double bookings. Loopback units
-sharing the 2 cores: 1.3x (3000-40000 samples).
+sharing the 2 cores: 1.3x (3000-40000 samples). Contention (`--contention-only --rounds 20`, same VM, AVX-512
+VNNI, netns units at 0.25 core): device-side lease 40 measurements, 0 double bookings (102 s); labgrid 26.0.1
+coordinator 40 measurements, 0 double bookings, 4 rounds queued behind the other host (40 s); the control
+without any reservation 3 double bookings in 40 (27 s).
 """
 
 from __future__ import annotations
