@@ -40,6 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+from _cpu import isa  # noqa: E402
 
 
 def build(work: Path, width: int, n: int):
@@ -87,18 +89,6 @@ COORDINATED = textwrap.dedent("""
             s.transport.run([s.transport.python, "-c", busy, {log!r}], timeout=60)
     print(waited)
 """)
-
-
-def isa() -> str:
-    flags = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    return "+".join(f for f in ("avx2", "avx512f", "avx512_vnni", "amx_int8") if f in flags) or "unknown"
 
 
 def contend(work: Path, code_template: str, tag: str, rounds: int, env: dict) -> tuple[int, int, list, float, str]:

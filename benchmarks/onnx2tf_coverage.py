@@ -33,6 +33,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+from _cpu import isa  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -76,14 +78,6 @@ def suite(all_models: bool) -> list[tuple[str, Path]]:
         keep = set(DEFAULT)
         models = [m for m in models if m[0] in keep]
     return models
-
-
-def cpu_isa() -> str:
-    try:
-        flags = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    return " ".join(f"{f}={'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_vnni"))
 
 
 # --------------------------------------------------------------------------- worker (one model)
@@ -285,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         pats = [p for p in args.only.split(",") if p]
         models = [m for m in models if any(p in m[0] for p in pats)]
-    print(f"CPU ISA: {cpu_isa()}  ({os.cpu_count()} cores)  suite: {len(models)} models from {backend_data()}")
+    print(f"CPU ISA: {isa()}  ({os.cpu_count()} cores)  suite: {len(models)} models from {backend_data()}")
     print(f"{'model':<42} {'in':<6} {'plain':<7} {'edgekit':<8} {'no-data':<8} {'s':>6}")
     results = {}
     t0 = time.perf_counter()
@@ -331,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     loses = [k for k, v in done.items() if v["plain"]["ok"] and not v["edgekit"]["ok"]]
     wins = [k for k, v in done.items() if v["edgekit"]["ok"] and not v["plain"]["ok"]]
     print()
-    print(f"CPU ISA: {cpu_isa()}")
+    print(f"CPU ISA: {isa()}")
     print(f"models run: {len(done)} of {len(results)} (crashed/timed out: {len(results) - len(done)})")
     print(f"converted within fp32 parity vs onnxruntime on the model's inputs:")
     print(f"  plain onnx2tf (defaults)       {plain:3d} / {len(done)}")

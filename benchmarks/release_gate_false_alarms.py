@@ -28,19 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+from _cpu import isa  # noqa: E402
 A = ROOT / "examples" / "digits" / "artifacts"
-
-
-def isa() -> str:
-    flags = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    return "+".join(f for f in ("avx2", "avx512f", "avx512_vnni", "amx_int8") if f in flags) or "unknown"
 
 
 def _hog(stop) -> None:  # a busy neighbour on the shared machine

@@ -24,17 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def isa() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        flags = set(next(ln for ln in text.splitlines() if ln.startswith("flags")).split())
-        model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
-    except (OSError, StopIteration):
-        return "unknown (no /proc/cpuinfo)"
-    have = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
-    return f"{model}; {' '.join(have) or 'no avx2'}"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+from _cpu import isa  # noqa: E402
 
 
 def digits(work: Path) -> tuple[str, Path, Path]:

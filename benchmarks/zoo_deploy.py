@@ -18,14 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def isa() -> str:
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    return "+".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if f in flags) or "no AVX2"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+from _cpu import isa  # noqa: E402
 
 
 def run(args: list[str]) -> tuple[int, float]:

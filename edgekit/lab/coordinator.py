@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 
 from ..errors import BadInputError, DeviceError, require
 from ..lock import DeviceLockedError
+from ..sim.procs import alive  # a zombie counts as gone
 
 ENV = "EDGEKIT_COORDINATOR"
 TTL_ENV = "EDGEKIT_PLACE_TTL_S"
@@ -194,20 +195,8 @@ def describe_holder(acquired: str | None, changed: float | None = None) -> str:
     return who
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not reaped yet) is gone for our purposes
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 # --- the client ----------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class PlaceView:
     """A place as the coordinator last described it (a copy: safe to read from any thread)."""
@@ -502,7 +491,7 @@ class PlaceReservation:
             with _HELD_LOCK:
                 live = self.key in _HELD
             return None if live else "left acquired by this process (a release that never reached the coordinator)"
-        if h.host_id == host_id() and not pid_alive(h.pid):
+        if h.host_id == host_id() and not alive(h.pid):
             return f"its process (PID {h.pid} on this host) is gone"
         seen = (place.acquired, place.changed)
         now = time.monotonic()
