@@ -1720,8 +1720,11 @@ def measure(req):
             op_profile = no_op_profile(f"{runtime}'s profiler failed: {type(exc).__name__}: {exc}")
 
     outputs_path = req.get("outputs_path")
+    eval_s = None
     if xs is not None:
+        t_eval = time.perf_counter()
         outs = eval_outputs(np, runner, xs, in_specs, out_specs, batch["eval"], batch["static"])
+        eval_s = time.perf_counter() - t_eval  # the eval pass alone: what a sharded fleet divides
         if outputs_path:
             os.makedirs(os.path.dirname(outputs_path) or ".", exist_ok=True)
             tmp = outputs_path + ".partial.npz"
@@ -1753,7 +1756,8 @@ def measure(req):
         },
         "energy": energy,
         "warnings": warnings,
-        "eval": {"samples": n, "batch_size": batch["eval"], "static_batch": batch["static"]} if xs is not None else None,
+        "eval": {"samples": n, "batch_size": batch["eval"], "static_batch": batch["static"],
+                 "seconds": round(eval_s, 4) if eval_s is not None else None} if xs is not None else None,
         "outputs_path": outputs_path if xs is not None else None,
         **({"op_profile": op_profile} if op_profile is not None else {}),
     }

@@ -246,6 +246,7 @@ def fleet_section(units: list[Unit], judged: list[str], opts: DeployOptions, nee
             failed_checks=[c.name + (f" [{c.variant}]" if c.variant else "") for c in u.report.gate.failed_checks]
             if u.report is not None else [],
             latency_ms=lat, transport=dev.transport if dev else None, hostname=dev.hostname if dev else None,
+            eval_seconds={n: ((mm.doc or {}).get("eval") or {}).get("seconds") for n, mm in u.measured.items()},
             shard_accuracy=u.shard_accuracy or None))
     variants = []
     for n in names:

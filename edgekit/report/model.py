@@ -499,6 +499,8 @@ class FleetUnit(_Open):
     gate_passed: bool | None = None
     failed_checks: list[str] = Field(default_factory=list)
     latency_ms: dict[str, dict[str, float]] = Field(default_factory=dict)  # variant -> p50/p90/p99/mean
+    # variant -> the device's wall seconds for its eval pass (its shard, when sharded), as the agent timed it
+    eval_seconds: dict[str, float | None] = Field(default_factory=dict)
     transport: str | None = None
     hostname: str | None = None
 

@@ -87,6 +87,8 @@ def test_sharded_fleet_gives_the_one_device_metric(three, mlp, tmp_path):
     # each unit really scored only its part: its shard's own metric differs from the whole set's somewhere
     assert all(set(u.shard_accuracy) == {"fp32"} for u in fl.units)
     assert {u.transport for u in fl.units} == {"ssh"}
+    # each unit's eval pass, timed by the agent on the device (what the benchmark's throughput divides)
+    assert all(u.eval_seconds["fp32"] is not None and u.eval_seconds["fp32"] > 0 for u in fl.units)
     v = fl.variants[0]
     assert v.units == 3 and v.worst_p50 >= v.median_of_medians_ms >= v.best_p50 > 0
     doc = json.loads((tmp_path / "fleet" / "report.json").read_text())
