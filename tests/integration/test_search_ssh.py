@@ -70,16 +70,18 @@ def test_search_over_ssh_picks_a_variant_inside_the_tolerance(digits, board, tmp
     assert figures(cached) == figures(first)
     assert verdicts(cached) == verdicts(first)
     # measured afresh: new timings, but the same models, the same accuracy on the same eval set, the same
-    # candidates qualifying; the choice is run 0's, or a variant statistically tied with it in this run
+    # candidates qualifying; the choice is run 0's, or one this run measured tied with it or faster (a
+    # shared machine drifts between runs by more than one run's CI: run 0's choice must only never be
+    # clearly faster than this run's, in this run)
     assert not any("measurement cache" in w for w in fresh.warnings), fresh.warnings
     assert fresh.variants[0].latency_ms.raw != first.variants[0].latency_ms.raw
     f0, f2 = figures(first), figures(fresh)
     assert "fp32" in f2 and all(f2[n][3:] == f0[n][3:] for n in set(f0) & set(f2))  # accuracy, drop, size, sha256
     if fresh.search["selected"] != first.search["selected"]:
         prev = first.search["selected"]
-        if prev in f2:  # both were finalists this time: tied within this run's noise
+        if prev in f2:  # both were finalists this time: tied, or this run's choice measured faster
             a, b = fresh.variant(fresh.search["selected"]).latency_ms.ci95, fresh.variant(prev).latency_ms.ci95
-            assert a[0] <= b[1] and b[0] <= a[1], (fresh.search["selected"], a, prev, b)
+            assert not b[1] < a[0], (fresh.search["selected"], a, prev, b)
         else:  # or run 0's choice lost the race this time, on timing (never on accuracy)
             c = next(c for c in fresh.search["candidates"] if c["name"] == prev)
             assert c["dropped_at"] == "racing", c
