@@ -301,6 +301,8 @@ def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
                      options=replace(final.options, sustained_seconds=None), benchmark_binary=None)
 
 
+# what screening drops on (latency is left to racing and the finals: a short run's timing is noisy)
+_SCREENED = {"accuracy_drop", "peak_memory_budget", "model_size_budget"}
 _WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "peak memory over the budget",
         "latency_p50_budget": "over the p50 latency budget", "latency_p90_budget": "over the p90 latency budget",
         "model_size_budget": "over the model size budget", "min_speedup": "below the minimum speed-up"}
@@ -328,7 +330,10 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
     if isinstance(base, MeasureFailure):
         raise base.error()
     latency = sopts.objective in ("p50", "p99")
-    entries = [race_entry(BASE, base.result.latency_ms.raw or [])] if latency else []
+    # a racer must be able to ship: fp32 over the size or memory budget never knocks a candidate out
+    base_can_ship = not [c for c in evaluate_gate([base.result], BASE, run.gate, judged=[BASE]).checks
+                         if not c.passed and c.name in _SCREENED]
+    entries = [race_entry(BASE, base.result.latency_ms.raw or [])] if latency and base_can_ship else []
     for c in [c for c in cands if c.status == "built"]:
         if time.perf_counter() > deadline:
             c.drop("screening", "time budget exhausted before screening")
@@ -339,7 +344,7 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
             c.drop("screening", f"failed on the device ({r.kind}): {r.message}")
             continue
         v = r.result
-        failed = _failed_checks(run, base, r, {"accuracy_drop", "peak_memory_budget"}, session.emulation is None)
+        failed = _failed_checks(run, base, r, _SCREENED, session.emulation is None)
         c.screening = {"p50": v.latency_ms.p50, "ci95": v.latency_ms.ci95,
                        "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
                        "peak_memory_mb": v.peak_memory_mb, "energy_mj_per_inference": v.energy_mj_per_inference}

@@ -123,6 +123,21 @@ def test_target_memory_budget_drops_candidates_at_screening(digits_onnx, digits,
     assert ("peak_memory_budget", "fp32") in failed or ("search", None) in failed, failed
 
 
+def test_a_baseline_over_the_size_budget_never_races_a_candidate_out(digits_onnx, digits, tmp_path):
+    """fp32 (202 KB) cannot ship under a 0.1 MB budget: however fast it screens, it must not knock out
+    the INT8 candidate that fits, and a candidate over the budget is dropped at screening, by name."""
+    target = _target(tmp_path, "{model_size_mb: 0.1}")
+    big = VariantSpec(name="same-size", passes=[PassStep(name="sleep_past_deadline")])
+    register("sleep_past_deadline", f"{__name__}:SleepPastDeadline")
+    SLEEP_UNTIL.append(0.0)  # no wait: the pass just copies the fp32 model (over the budget too)
+    rep = _search(digits_onnx, digits, tmp_path / "out", target=target, candidates=[STATIC, big], host_filter=False)
+    c = _cands(rep)
+    assert c["same-size"]["status"] == "dropped" and c["same-size"]["dropped_at"] == "screening"
+    assert "model size" in c["same-size"]["reason"], c["same-size"]["reason"]
+    assert c["int8"]["status"] == "selected", c["int8"]
+    assert rep.search["selected"].split("@")[0] == "int8" and rep.gate.passed
+
+
 def test_nothing_inside_the_budgets_selects_and_ships_nothing(digits_onnx, digits, tmp_path):
     target = _target(tmp_path, "{peak_memory_mb: 1}")
     out = tmp_path / "out"
