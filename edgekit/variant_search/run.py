@@ -185,7 +185,8 @@ def _decision(report: Report, cands: list[Candidate], chosen) -> "Decision":
 
     lost = {c.name: (f"dropped at {c.stage}: {c.reason}" if c.status == "dropped"
                      else c.reason or f"a finalist, not the best by {report.search.objective}")
-            for c in cands if chosen is None or c.name != chosen.name}
+            for c in cands if chosen is None or c.name not in (chosen.name, chosen.name.split("@")[0])
+            and not ("@" in c.name and c.status != "dropped")}  # tuning rows that ran: the one line below
     others = [v for v in report.variants if "@" in v.name or (chosen is not None and "@" in chosen.name
                                                                and v.name == chosen.name.split("@")[0])]
     others = [v for v in others if chosen is None or v.name != chosen.name]
