@@ -189,7 +189,7 @@ QUICK_SEARCH_BUDGET_S = 300.0  # the default deploy's short search; `--search` d
 def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetSpec, has_calib: bool) -> str:
     """"recipe" (measure the given or the fixed default recipe), "quick" (no recipe: the short search)
     or "full" (``search=True``). Without a recipe, options only a recipe run honours (the fleet
-    options, --train-data) keep the fixed default recipe and the report says so."""
+    options) keep the fixed default recipe and the report says so."""
     from .errors import BadInputError
 
     if search and recipe is not None:
