@@ -23,6 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "digits"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _cpu import isa  # noqa: E402
 
 
 def direct_median_ms(model_path: Path, x: np.ndarray, threads: int, warmup: int, runs: int) -> float:
@@ -91,7 +92,8 @@ def main():
         med = lambda a: float(np.median(a))  # noqa: E731
         rows.append((name, rep, {v: med(agent[v]) for v in agent}, {v: med(direct[v]) for v in direct}))
 
-    print(f"\nthreads={args.threads}, repeats={args.repeats} (median of repeats), host: {rep.device.get('cpu')}")
+    print(f"\nthreads={args.threads}, repeats={args.repeats} (median of repeats), host: {rep.device.get('cpu')}; "
+          f"ISA {isa()}")
     print("\n(a) agent overhead: agent-reported p50 vs direct in-process onnxruntime loop p50")
     print(f"{'model':18} {'variant':12} {'agent ms':>10} {'direct ms':>10} {'ratio':>7}")
     for name, _, a, dct in rows:

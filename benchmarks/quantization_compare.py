@@ -25,6 +25,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+from _cpu import isa  # noqa: E402
 ART = ROOT / "examples" / "digits" / "artifacts"
 ARCH = f"{ROOT / 'examples' / 'digits' / 'model.py'}:DigitsCNN"
 
@@ -161,6 +163,7 @@ def main(argv=None) -> None:
         torch.export.save(ep, str(tmp / "outlier.pt2"))
         rows += run_case("digits CNN + activation outlier", tmp / "outlier.pt2", calib, ev, args.tolerance,
                          tmp / "outlier", args.rounds, args.runs)
+    print(f"host CPU: {isa()}")
     print(f"\nINT8 side by side (tolerance {args.tolerance} points; latency: onnxruntime 1 thread, batch 1, "
           f"median of {args.rounds} interleaved rounds x {args.runs} runs)\n")
     hdr = f"{'case':32} {'method':32} {'acc %':>7} {'drop':>6} {'size KB':>8} {'p50 ms':>8} {'vs fp32':>8}  note"

@@ -23,6 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "digits"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _cpu import isa  # noqa: E402
 
 
 def mobilenet_case(work: Path):
@@ -89,7 +90,8 @@ def main():
             return (c.get("screening") or {}).get("p50")  # dropped after screening: its screening median
 
         rows.append((name, p50("fp32"), p50("ort-int8-default"), single, chosen, seconds, rep))
-    print(f"\ntarget {args.target}, device {args.device or 'local'}; tolerance {args.max_drop} pts; p50 ms on the device")
+    print(f"\ntarget {args.target}, device {args.device or 'local'}; tolerance {args.max_drop} pts; p50 ms on the device; "
+          f"host CPU {isa()}")
     print(f"{'model':16} {'fp32':>8} {'ORT default INT8':>17} {'best single-runtime':>26} {'searched choice':>26} {'search s':>9}")
     for name, f, dflt, single, chosen, seconds, rep in rows:
         s = f"{single.name}={single.latency_ms.p50:.4f}" if single else "n/a"
