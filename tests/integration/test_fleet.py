@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_log import AGENT_LOGGER, overlaps  # noqa: E402
 from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd  # noqa: E402
 
 import edgekit  # noqa: E402
@@ -153,11 +154,6 @@ CONTENDER = textwrap.dedent("""
 """)
 
 
-def _overlaps(log: Path) -> tuple[int, int]:
-    spans = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines() if line.strip())
-    return len(spans), sum(1 for (_, e0), (s1, _) in zip(spans, spans[1:]) if s1 < e0)
-
-
 def test_two_hosts_contending_through_the_device_lease_never_overlap(home, tmp_path):
     s = start_loopback_sshd(tmp_path / "sshd")
     try:
@@ -173,7 +169,7 @@ def test_two_hosts_contending_through_the_device_lease_never_overlap(home, tmp_p
             shutil.copytree(home, hh)
             procs.append(subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "EDGEKIT_HOME": str(hh)}))
         assert [p.wait(timeout=600) for p in procs] == [0, 0]
-        n, double = _overlaps(log)
+        n, double = overlaps(log)
         assert n == 2 * rounds and double == 0
     finally:
         s.stop()
@@ -264,20 +260,6 @@ def test_throttled_unit_fails_the_worst_unit_gate_by_name(home, tmp_path):
                 pass
 
 
-AGENT_LOGGER = textwrap.dedent("""
-    # the device's python for this test: logs the busy interval of every measuring agent run ON the device
-    import subprocess, sys, time
-    args = sys.argv[1:]
-    measuring = any("/edgekit_agent" in a for a in args) and not any(a.startswith("-") for a in args)
-    s = time.time()
-    rc = subprocess.call([{py!r}, *args])
-    if measuring:
-        with open({log!r}, "a") as f:
-            f.write("%r %r\\n" % (s, time.time()))
-    sys.exit(rc)
-""")
-
-
 @pytest.mark.slow
 def test_two_edgekit_deploys_on_two_hosts_never_double_book(home, tmp_path, digits):
     """Two `edgekit deploy` processes with separate EDGEKIT_HOMEs (two CI hosts: their host locks never meet)
@@ -306,7 +288,7 @@ def test_two_edgekit_deploys_on_two_hosts_never_double_book(home, tmp_path, digi
                                           env={**os.environ, "EDGEKIT_HOME": str(tmp_path / h),
                                                "EDGEKIT_LEASE_TTL_S": "15"}))
         assert [p.wait(timeout=1800) for p in procs] == [0, 0]
-        n, double = _overlaps(log)
+        n, double = overlaps(log)
         assert n >= 2 * rounds and double == 0, (n, double)
     finally:
         s.stop()

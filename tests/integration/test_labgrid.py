@@ -30,6 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab_coordinator import LabNet, start_coordinator  # noqa: E402
+from device_log import AGENT_LOGGER, overlaps  # noqa: E402
 from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd  # noqa: E402
 
 from edgekit.devices import add_device, get_device  # noqa: E402
@@ -195,11 +196,6 @@ CONTENDER = textwrap.dedent("""
             assert r.ok, r.stderr
     print("WAITED", waited, flush=True)
 """)
-
-
-def overlaps(log: Path) -> tuple[int, int]:
-    spans = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines() if line.strip())
-    return len(spans), sum(1 for (_, e0), (s1, _) in zip(spans, spans[1:]) if s1 < e0)
 
 
 def test_two_hosts_contend_through_the_coordinator_without_double_booking(lab, home, coordinator, tmp_path):
@@ -375,18 +371,6 @@ def test_unreachable_coordinator_missing_place_and_missing_labgrid_say_what_to_d
 
 
 # --- slow: two CI hosts in network namespaces, a pool of three devices in namespaces of their own ------------
-AGENT_LOGGER = textwrap.dedent("""
-    # the device's python for this test: logs the busy interval of every measuring agent run ON the device
-    import subprocess, sys, time
-    args = sys.argv[1:]
-    measuring = any("/edgekit_agent" in a for a in args) and not any(a.startswith("-") for a in args)
-    s = time.time()
-    rc = subprocess.call([{py!r}, *args])
-    if measuring:
-        with open({log!r}, "a") as f:
-            f.write("%r %r\\n" % (s, time.time()))
-    sys.exit(rc)
-""")
 
 # One CI host: ROUNDS `edgekit deploy --pool` runs one after the other; each must pass (every unit measured,
 # no budget to fail), else the host stops with that deploy's output. Progress lines are kept for the test.
