@@ -160,13 +160,17 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec(
         format=Format.EXECUTORCH, label="ExecuTorch", suffixes=(".pte",), runtime="executorch",
         hop="edgekit.convert.torch_to_executorch:executorch_hop", hop_from=Format.TORCH,
-        precisions=("fp32", "int8"), precision_hint="ExecuTorch's XNNPACK delegate gets fp32 or int8 here",
-        precision_note="ExecuTorch int8 is PT2E static quantization (XNNPACK quantizer, per-channel weights), "
-        "calibrated on --calib-data",
+        hop_config="edgekit.convert.torch_to_executorch:ExecutorchConfig",
+        precisions=("fp32", "int8"), options=("quantization", "calibration_samples"),
+        precision_hint="ExecuTorch's XNNPACK delegate gets fp32 or int8 here",
+        precision_note="ExecuTorch int8 is PT2E quantization (XNNPACK quantizer, per-channel weights): static "
+        "activations calibrated on --calib-data, or --quantization dynamic",
         parity_hint="an op lowers with different numerics; the hop's lineage lists which ops XNNPACK took",
         search_candidates=(Candidate("executorch-fp32", _convert(to="executorch", precision="fp32"), quick=True),
                            Candidate("executorch-int8", _convert(to="executorch", precision="int8"), True,
-                                     quick=True)),
+                                     quick=True),
+                           Candidate("executorch-dynamic", _convert(to="executorch", precision="int8",
+                                                                    quantization="dynamic"))),
         extra="executorch",
         packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
     ),

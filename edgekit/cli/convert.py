@@ -61,7 +61,7 @@ def convert_cmd(
     eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x: the parity inputs (else calib)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: MODEL-PRECISION.EXT here)."),
     io: str = typer.Option("float", "--io", help="TFLite full-integer int8: float | int8 inputs/outputs."),
-    quantization: str = typer.Option("full", "--quantization", help="TFLite int8: full | dynamic (weights only)."),
+    quantization: str = typer.Option("full", "--quantization", help="int8 (TFLite, ExecuTorch): full (calibrated activations) | dynamic (activations quantized at run time; no calibration)."),
     route: str = typer.Option("auto", "--route", help="TFLite: auto | onnx2tf | litert-torch."),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME:1,3,224,224 for a dynamic ONNX input."),
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),

@@ -1,6 +1,9 @@
 """PyTorch -> ExecuTorch (.pte) lowered to the XNNPACK delegate: fp32, and int8 through PT2E
-(``prepare_pt2e``/``convert_pt2e`` with XNNPACK's quantizer, symmetric per-channel weights, static
-activations calibrated on the user's calibration set). The model's I/O stays float in both.
+(``prepare_pt2e``/``convert_pt2e`` with XNNPACK's quantizer, symmetric per-channel weights; activations
+either static, calibrated on the user's calibration set (``quantization: full``), or dynamic, quantized
+per batch at run time (``quantization: dynamic``: no calibration; XNNPACK's dynamic quantizer takes the
+Linear and Conv layers, which suits transformers whose activation ranges move with the input).
+The model's I/O stays float in all three.
 
 Parity runs the .pte on this host through the agent's own ``ExecuTorchRunner`` (imported from its
 file), fed exactly as the device feeds it, in chunks of the program's fixed batch.
@@ -15,8 +18,11 @@ from __future__ import annotations
 import importlib.util
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from ..errors import ConversionError, MissingExtraError
@@ -28,6 +34,26 @@ from .parity import compare_outputs, parity_metrics
 HOP = "torch->executorch"
 PRECISIONS = ("fp32", "int8")
 CALIBRATION_SAMPLES = 200  # the calibration set's first samples (the same default as TFLite's)
+
+
+class ExecutorchConfig(BaseModel):
+    """Options of the PyTorch -> ExecuTorch hop (the recipe's ``convert: {to: executorch, ...}`` step)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    precision: Literal["fp32", "int8"] = "fp32"
+    quantization: Literal["full", "dynamic"] = Field(
+        "full", description="int8 only: static activations calibrated on --calib-data (full) or quantized at "
+        "run time (dynamic: weights only need no calibration)")
+    calibration_samples: int = Field(CALIBRATION_SAMPLES, ge=1, description="calibration samples used (first N)")
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.precision == "int8" and self.quantization == "full"
+
+    @property
+    def label(self) -> str:
+        return self.precision if self.precision == "fp32" else f"int8 {'static' if self.quantization == 'full' else 'dynamic'}"
 
 
 def available() -> bool:
@@ -58,9 +84,17 @@ def _static_program(source, example):
                               hop=HOP, hint="export the model with static input shapes") from exc
 
 
-def _quantized_program(ep, example, calib: list[np.ndarray], samples: int, source):
+def _is_float(node) -> bool:
+    import torch
+
+    val = node.meta.get("val")
+    return not isinstance(val, torch.Tensor) or val.dtype.is_floating_point
+
+
+def _quantized_program(ep, example, calib: list[np.ndarray] | None, samples: int, dynamic: bool = False):
     """PT2E with XNNPACK's quantizer: observers inserted, the calibration samples run through them in
-    chunks of the program's batch, then folded into quantize/dequantize pairs and re-exported."""
+    chunks of the program's batch (dynamic: the example once, which only traces; its activations are
+    quantized at run time), then folded into quantize/dequantize pairs and re-exported."""
     import torch
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
                                                                          get_symmetric_quantization_config)
@@ -68,10 +102,33 @@ def _quantized_program(ep, example, calib: list[np.ndarray], samples: int, sourc
 
     from ..source import model_batch, run_batched
 
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    class FloatOnlyQuantizer(XNNPACKQuantizer):
+        """XNNPACK's quantizer turns the scalars of add/mul into float tensor constants before annotating,
+        also those of integer arithmetic (BERT's position indices are ``arange + 0``), and an index tensor
+        that turns float fails; such a constant gets its integer user's dtype back, and integer tensors
+        are never annotated."""
+
+        def transform_for_annotation(self, model):
+            model = super().transform_for_annotation(model)
+            for node in model.graph.nodes:
+                t = getattr(model, node.target, None) if node.op == "get_attr" else None
+                ints = {u.meta["val"].dtype for u in node.users if not _is_float(u)}
+                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and len(ints) == 1:
+                    setattr(model, node.target, t.to(ints.pop()))
+            return model
+
+        def annotate(self, model):
+            model = super().annotate(model)
+            for node in model.graph.nodes:
+                if "quantization_annotation" in node.meta and not _is_float(node):
+                    del node.meta["quantization_annotation"]
+            return model
+
+    quantizer = FloatOnlyQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True,
+                                                                                  is_dynamic=dynamic))
     prepared = prepare_pt2e(ep.module(), quantizer)
     batch = model_batch([tuple(x.shape) for x in example]) or 1
-    cal = [np.asarray(x[:samples]) for x in calib]
+    cal = [x.numpy() for x in example] if dynamic or not calib else [np.asarray(x[:samples]) for x in calib]
 
     def observe(feed):
         with torch.no_grad():
@@ -79,7 +136,7 @@ def _quantized_program(ep, example, calib: list[np.ndarray], samples: int, sourc
         return [np.zeros(len(feed[0]))] if out is not None else []
 
     run_batched(observe, cal, batch)
-    return torch.export.export(convert_pt2e(prepared), example), int(len(cal[0]))
+    return torch.export.export(convert_pt2e(prepared), example), (None if dynamic else int(len(cal[0])))
 
 
 def _delegation(edge) -> dict:
@@ -119,9 +176,10 @@ def run_pte_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) 
 
 def torch_to_executorch(source, out_path: str | Path, *, precision: str = "fp32", parity_inputs: list[np.ndarray],
                         calib: list[np.ndarray] | None = None, calibration_samples: int = CALIBRATION_SAMPLES,
-                        parity_samples: int = 64) -> Artifact:
-    """Lower ``source.program`` to an XNNPACK-delegated .pte at ``out_path`` (int8: calibrated on
-    ``calib``) and check parity against the PyTorch reference on ``parity_inputs``."""
+                        parity_samples: int = 64, quantization: str = "full") -> Artifact:
+    """Lower ``source.program`` to an XNNPACK-delegated .pte at ``out_path`` (int8: static activations
+    calibrated on ``calib``, or ``quantization="dynamic"``) and check parity against the PyTorch
+    reference on ``parity_inputs``."""
     if not available():
         raise MissingExtraError("executorch", "executorch", "PyTorch -> ExecuTorch conversion")
     if source.program is None:
@@ -130,9 +188,12 @@ def torch_to_executorch(source, out_path: str | Path, *, precision: str = "fp32"
     if precision not in PRECISIONS:
         raise ConversionError(f"edgekit's ExecuTorch hop makes {' and '.join(PRECISIONS)} programs, not {precision}",
                               hop=HOP)
-    if precision == "int8" and not calib:
+    if quantization not in ("full", "dynamic"):
+        raise ConversionError(f"ExecuTorch int8 quantization is full (static) or dynamic, not {quantization}", hop=HOP)
+    dynamic = precision == "int8" and quantization == "dynamic"
+    if precision == "int8" and not dynamic and not calib:
         raise ConversionError("int8 ExecuTorch (PT2E static quantization) is calibrated on your data, and none was "
-                              "given", hop=HOP, hint="pass --calib-data CALIB.npz")
+                              "given", hop=HOP, hint="pass --calib-data CALIB.npz, or --quantization dynamic")
     from executorch import version as et_version
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -149,7 +210,8 @@ def torch_to_executorch(source, out_path: str | Path, *, precision: str = "fp32"
     try:
         with quiet("executorch", "torchao", "torch"):
             if precision == "int8":
-                ep, calibrated = _quantized_program(ep, example, list(calib), calibration_samples, source)
+                ep, calibrated = _quantized_program(ep, example, list(calib) if calib else None,
+                                                    calibration_samples, dynamic)
             edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
             delegation = _delegation(edge)
             program = edge.to_executorch()
@@ -175,7 +237,9 @@ def torch_to_executorch(source, out_path: str | Path, *, precision: str = "fp32"
     config = {"precision": precision, "converter": "executorch", "executorch": et_version.__version__,
               "partitioner": "XnnpackPartitioner"}
     if precision == "int8":
-        config["quantizer"] = "XNNPACKQuantizer(symmetric, per-channel weights, static activations)"
+        config["quantization"] = "dynamic" if dynamic else "full"
+        config["quantizer"] = (f"XNNPACKQuantizer(symmetric, per-channel weights, "
+                               f"{'dynamic' if dynamic else 'static'} activations)")
         metrics["calibration_samples"] = calibrated
     step = LineageStep(kind="convert", name=HOP, config=config, metrics=metrics,
                        seconds=round(time.perf_counter() - start, 3))
@@ -190,10 +254,12 @@ def executorch_hop(h) -> Artifact:
     if h.source is None:
         raise ConversionError("ExecuTorch conversion needs the PyTorch model; this run started from ONNX", hop=HOP,
                               hint="give edgekit the .pt2 (or .pth with --arch)")
+    cfg = h.config if h.config is not None else ExecutorchConfig(precision=h.precision)
     calib = list(h.calib.xs) if h.calib is not None else None
     xs = h.parity_inputs or calib or synthetic_inputs(h.source.artifact.io)
-    h.progress(f"lowering PyTorch -> ExecuTorch (XNNPACK, {h.precision})")
-    return torch_to_executorch(h.source, h.out, precision=h.precision, parity_inputs=list(xs), calib=calib)
+    h.progress(f"lowering PyTorch -> ExecuTorch (XNNPACK, {cfg.label})")
+    return torch_to_executorch(h.source, h.out, precision=h.precision, parity_inputs=list(xs), calib=calib,
+                               calibration_samples=cfg.calibration_samples, quantization=cfg.quantization)
 
 
-__all__ = ["torch_to_executorch", "executorch_hop", "run_pte_all", "available", "HOP", "PRECISIONS"]
+__all__ = ["ExecutorchConfig", "torch_to_executorch", "executorch_hop", "run_pte_all", "available", "HOP", "PRECISIONS"]

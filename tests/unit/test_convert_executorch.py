@@ -139,6 +139,57 @@ def test_int8_needs_calibration_data(digits_source, tmp_path, monkeypatch):
                                 parity_inputs=[np.zeros((1, 1, 8, 8), "float32")])
 
 
+@needs_executorch
+def test_dynamic_int8_needs_no_calibration_and_the_cli_makes_it(cli, digits, tmp_path, monkeypatch):
+    """`--quantization dynamic`: XNNPACK's dynamic quantizer (int8 weights, activations quantized at run
+    time), lowered without any calibration data, as a user types it (relative paths, no --calib-data)."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.pt2").write_bytes(digits.pt2.read_bytes())
+    (tmp_path / "eval.npz").write_bytes(digits.eval.read_bytes())
+    r = cli("convert", "model.pt2", "--to", "executorch", "--precision", "int8", "--quantization", "dynamic",
+            "--eval-data", "eval.npz", "--out", "m.pte", "--json")
+    assert r.exit_code == 0, r.stderr
+    art = json.loads(r.stdout.strip().splitlines()[-1])
+    step = art["lineage"][-1]
+    assert step["config"]["quantization"] == "dynamic" and "dynamic activations" in step["config"]["quantizer"]
+    assert step["metrics"]["calibration_samples"] is None and step["metrics"]["parity_violations"] == []
+    assert step["metrics"]["parity"]["top1_agreement"] >= 0.95
+    assert (tmp_path / "m.pte").stat().st_size < 0.5 * digits.pt2.stat().st_size  # int8 weights
+    # static int8 without calibration data is refused, naming both ways out, and nothing is written
+    r2 = cli("convert", "model.pt2", "--to", "executorch", "--precision", "int8", "--eval-data", "eval.npz",
+             "--out", "s.pte")
+    assert r2.exit_code == 2 and "--calib-data" in r2.stderr and "--quantization dynamic" in r2.stderr
+    assert not (tmp_path / "s.pte").exists()
+
+
+@needs_executorch
+@pytest.mark.slow
+def test_zoo_bert_lowers_int8_static_and_dynamic(tmp_path):
+    """BERT (transformers): XNNPACK's quantizer turned the integer `arange + 0` of its position indices
+    into float arithmetic and the lowering failed (an index tensor must be integer); both int8 modes
+    now lower and agree with PyTorch."""
+    from tests import zoo
+
+    from edgekit.convert.torch_to_executorch import torch_to_executorch
+    from edgekit.source import load_source
+
+    z = zoo.get("text")
+    src = load_source(z.pt2, workdir=tmp_path)
+    ev, cal = np.load(z.eval), np.load(z.calib)
+    xs, cs = [ev[k] for k in z.input_names], [cal[k] for k in z.input_names]
+    fp32 = None
+    for q in ("full", "dynamic"):
+        art = torch_to_executorch(src, tmp_path / f"bert-{q}.pte", precision="int8", quantization=q,
+                                  parity_inputs=xs, calib=cs, parity_samples=32)
+        m = art.lineage[-1].metrics
+        assert m["parity_violations"] == [] and m["parity"]["top1_agreement"] >= 0.9, q
+        assert m["delegation"]["delegated_subgraphs"] >= 1
+        fp32 = fp32 or torch_to_executorch(src, tmp_path / "bert-fp32.pte", parity_inputs=xs, parity_samples=8)
+        assert art.size_bytes < 0.8 * fp32.size_bytes, q
+
+
 def test_arm_targets_list_executorch():
     from edgekit.targets import load_target
 
@@ -155,8 +206,10 @@ def test_executorch_is_a_search_candidate_where_targets_list_it():
     steps = {v.name: v.passes[0] for v in got}
     assert steps["executorch-fp32"].config == {"to": "executorch", "precision": "fp32"}
     assert steps["executorch-int8"].config == {"to": "executorch", "precision": "int8"}
+    assert steps["executorch-dynamic"].config == {"to": "executorch", "precision": "int8", "quantization": "dynamic"}
     got, skipped = candidate_variants(load_target("rpi4"), has_calib=False)
-    assert "executorch-fp32" in {v.name for v in got} and ("executorch-int8", "needs --calib-data") in skipped
+    assert {"executorch-fp32", "executorch-dynamic"} <= {v.name for v in got}
+    assert ("executorch-int8", "needs --calib-data") in skipped
     assert not any(v.name.startswith("executorch") for v in candidate_variants(load_target("local"), has_calib=True)[0])
 
 
