@@ -1,7 +1,9 @@
 """`edgekit deploy --search` / `edgekit.search(...)`: for this model on this device, ship THIS file.
 
 Stages, cheapest first:
- 1. build every candidate the target can run (a failed build drops that candidate, with its error);
+ 1. build every candidate the target can run (a failed build drops that candidate, with its error)
+    while BUILD_SHARE of the time budget is left; every candidate built is measured below, so the
+    budget is spent on builds that count;
  2. host filter: accuracy on the eval set with the same runtime on the host (the agent's own code,
     run in-process); a candidate whose host drop exceeds the tolerance by more than ``host_slack``
     points is dropped before it costs device time;
@@ -38,12 +40,17 @@ from .racing import clearly_slower, race_entry
 
 Objective = Literal["p50", "p99", "energy", "size"]
 BASE = "fp32"
+BUILD_SHARE = 0.8  # of the time budget: the rest is left to measure what was built
 
 
 @dataclass
 class SearchOptions:
     objective: Objective = "p50"
-    time_budget_s: float = 900.0  # total wall time; candidates not reached are dropped with that reason
+    # wall time: builds start only inside the first BUILD_SHARE of it, and a candidate that was built is
+    # always measured (a short search on a slow machine must not spend its budget on builds it then
+    # throws away, shipping fp32 unmeasured against them); runtime tuning stops at it. Candidates not
+    # built are dropped with that reason.
+    time_budget_s: float = 900.0
     screening_runs: int = 30
     race_margin: float = 0.05
     host_filter: bool = True
@@ -118,10 +125,11 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     if sopts.measure is not None:
         run.measure = sopts.measure
     deadline = run.started + sopts.time_budget_s
+    build_deadline = run.started + BUILD_SHARE * sopts.time_budget_s
     specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
         candidate_variants(spec, has_calib=run.calib_ds is not None, quick=sopts.quick)
     cands = [Candidate(s) for s in specs]
-    _build(run, cands, deadline, progress)
+    _build(run, cands, build_deadline, progress)
     _host_filter(run, cands, sopts, progress)
 
     from ..pipeline import run_settings
@@ -133,8 +141,8 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                        progress=progress) as session:
         session.use_eval(run.eval_ds, run.art_dir)
         session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
-        base_screen = _screen(session, run, cands, screen_settings, sopts, deadline, progress)
-        final = _finals(session, run, cands, final_settings, deadline, progress)
+        base_screen = _screen(session, run, cands, screen_settings, sopts, progress)
+        final = _finals(session, run, cands, final_settings, progress)
         chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
@@ -220,13 +228,15 @@ def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_r
 
 
 def _build(run: PreparedRun, cands: list[Candidate], deadline: float, progress) -> None:
-    """Every candidate's passes (through the pass cache); a failed build drops only that candidate."""
+    """Every candidate's passes (through the pass cache) started before ``deadline`` (BUILD_SHARE of
+    the time budget); a failed build drops only that candidate."""
     # train data (--train-data) reaches the accuracy-aware candidate's QAT rung (ort-int8-mixed)
     ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds,
                       extras={"source": run.source, "metric_plan": run.plan})
     for c in cands:
         if time.perf_counter() > deadline:
-            c.drop("build", "time budget exhausted before this candidate was built")
+            c.drop("build", f"time budget exhausted before this candidate was built (builds start in the first "
+                            f"{BUILD_SHARE:.0%} of it; --time-budget raises it)")
             continue
         progress(f"building candidate {c.name}")
         started = time.perf_counter()
@@ -324,8 +334,9 @@ def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[
 
 
 def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings, sopts: SearchOptions,
-            deadline: float, progress) -> VariantResult:
-    """Short measurement of the baseline and every survivor; drops on accuracy, memory, racing."""
+            progress) -> VariantResult:
+    """Short measurement of the baseline and every survivor (every built one: past the time budget
+    too); drops on accuracy, memory, racing."""
     progress("screening the fp32 baseline on the device")
     base = session.measure(BASE, run.fp32, settings)
     if isinstance(base, MeasureFailure):
@@ -336,9 +347,6 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
                          if not c.passed and c.name in _SCREENED]
     entries = [race_entry(BASE, base.result.latency_ms.raw or [])] if latency and base_can_ship else []
     for c in [c for c in cands if c.status == "built"]:
-        if time.perf_counter() > deadline:
-            c.drop("screening", "time budget exhausted before screening")
-            continue
         progress(f"screening {c.name} on the device ({settings.measure.runs} runs)")
         r = session.measure(c.name, c.artifact, settings)
         if isinstance(r, MeasureFailure):
@@ -360,7 +368,7 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
     return base.result
 
 
-def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings, deadline: float,
+def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings,
             progress) -> dict[str, Measured]:
     progress("final measurement of the fp32 baseline")
     base = session.measure(BASE, run.fp32, settings)
@@ -368,9 +376,6 @@ def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
         raise base.error()
     final = {BASE: base}
     for c in [c for c in cands if c.status == "built"]:
-        if time.perf_counter() > deadline:
-            c.drop("finals", "time budget exhausted before the final measurement")
-            continue
         progress(f"final measurement of {c.name}")
         r = session.measure(c.name, c.artifact, settings)
         if isinstance(r, MeasureFailure):

@@ -94,20 +94,25 @@ def test_no_time_budget_drops_every_candidate_before_building(digits_onnx, digit
 
 
 def test_time_budget_running_out_mid_search(digits_onnx, digits, tmp_path):
-    """The first candidate is built in time but its build outlasts the budget: it is dropped before
-    screening, and the next one is never built; both say why."""
+    """The first candidate's build outlasts the budget: it is still measured (its build time is not thrown
+    away, and a slow machine's short search does not ship fp32 unmeasured against it); the next one is
+    never built, and says why. Runtime tuning stops at the budget."""
+    from edgekit.variant_search.run import BUILD_SHARE
+
     register("sleep_past_deadline", f"{__name__}:SleepPastDeadline")
     budget = 6.0  # ample for loading an ONNX model and its reference outputs before the first build
     slow = VariantSpec(name="slow-build", passes=[PassStep(name="sleep_past_deadline")])
     SLEEP_UNTIL.append(time.perf_counter() + budget + 0.5)
     rep = _search(digits_onnx, digits, tmp_path, candidates=[slow, STATIC], time_budget_s=budget, host_filter=False)
     c = _cands(rep)
-    assert c["slow-build"]["size_bytes"], f"built after the budget had run out: {c['slow-build']}"
-    assert c["slow-build"]["status"] == "dropped" and c["slow-build"]["dropped_at"] == "screening"
-    assert "time budget exhausted before screening" in c["slow-build"]["reason"]
+    assert c["slow-build"]["size_bytes"] and c["slow-build"]["screening"]["p50"] > 0, c["slow-build"]
+    assert c["slow-build"]["status"] != "dropped" or c["slow-build"]["dropped_at"] in ("racing", "finals"), c
     assert c["int8"]["status"] == "dropped" and c["int8"]["dropped_at"] == "build"
     assert "time budget exhausted before this candidate was built" in c["int8"]["reason"]
-    assert rep.search["selected"] == "fp32" and rep.search["seconds"] >= budget
+    assert f"{BUILD_SHARE:.0%}" in c["int8"]["reason"]
+    assert rep.search["seconds"] >= budget
+    tuned = [x for x in c.values() if x.get("dropped_at") == "tuning"]
+    assert all("time budget exhausted" in x["reason"] for x in tuned)
 
 
 def test_target_memory_budget_drops_candidates_at_screening(digits_onnx, digits, tmp_path):
