@@ -105,8 +105,8 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
     row = format_spec(to)
     # --- validate the cheap things first ------------------------------------------------------
     given = {"io": io, "quantization": quantization}  # --input-shape also sizes synthetic parity inputs: any format
-    foreign = [k for k in given if k in all_options() and k not in row.options]
-    if any(given[k] != _DEFAULTS[k] for k in foreign):
+    foreign = [k for k in given if k in all_options() and k not in row.options and given[k] != _DEFAULTS[k]]
+    if foreign:
         owners = " / ".join(s.label for s in _owners(foreign))
         raise BadInputError(f"--{' and --'.join(foreign)} are {owners} options"
                             + (f"; {row.precision_note}" if row.precision_note else ""),
