@@ -6,11 +6,18 @@
    never re-sent), give them back their wheel file names on the device (symlinks), and run
    ``pip install --no-index --find-links`` into ``WORKDIR/site``: no root, no venv, no PEP 668 clash.
 3. The device's python command becomes ``env PYTHONPATH=WORKDIR/site python3``.
+
+A target's ``wheels.runtime_packages`` adds a runtime's own wheels (ExecuTorch: a CPU torch and
+executorch) only when that runtime is asked for (``runtimes=``; `devices provision --runtime`), so the
+default provisioning stays the light one. Their ``no_deps`` pins are downloaded and installed with
+``--no-deps``: pip evaluates requirement markers against the host that runs it, so downloading torch
+for aarch64 on an x86-64 host with its dependencies would chase its x86-only nvidia-* requirements.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 import subprocess
 import sys
@@ -40,7 +47,35 @@ def default_wheelhouse(spec: TargetSpec) -> Path:
     return wheelhouse_root() / f"{spec.name}-py{ver}"
 
 
-def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = None) -> list[str]:
+def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]:
+    """(packages, no_deps pins) the named runtimes add to the target's wheels; an unknown name is refused."""
+    table = spec.wheels.runtime_packages if spec.wheels else {}
+    packages: list[str] = []
+    no_deps: list[str] = []
+    for r in runtimes:
+        if r not in spec.runtimes:
+            raise BadInputError(f"target '{spec.name}' has no runtime '{r}'",
+                                hint=f"its runtimes: {', '.join(spec.runtimes)}")
+        extra = table.get(r)
+        if extra is None:
+            from .formats import spec_for_runtime
+
+            row = spec_for_runtime(r)
+            names = {p.split("=")[0].split(">")[0].split("<")[0].strip().lower()
+                     for p in (spec.wheels.packages if spec.wheels else ())}
+            if row is not None and row.packages and not any(pk.dist.lower() in names for pk in row.packages):
+                raise BadInputError(f"target '{spec.name}' names no device wheels for the {r} runtime",
+                                    hint=f"add wheels.runtime_packages.{r} to the target file (see targets/rpi5.yaml)"
+                                         + ("; on a Cortex-A72 (Raspberry Pi 4) PyPI has no torch/executorch pair "
+                                            "that runs: see README, ExecuTorch" if r == "executorch" else ""))
+            continue  # its wheels are among the target's packages
+        packages += [p for p in extra.packages if p not in packages]
+        no_deps += [p for p in extra.no_deps if p not in no_deps]
+    return packages, no_deps
+
+
+def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = None, *,
+                     no_deps: bool = False) -> list[str]:
     if spec.wheels is None or not (packages or spec.wheels.packages):
         raise BadInputError(f"target '{spec.name}' names no wheels to provision",
                             hint="add a `wheels:` section (python_version, platforms, packages) to the target file")
@@ -48,23 +83,52 @@ def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = 
             "--python-version", spec.wheels.python_version, "--implementation", "cp", "-d", str(dest)]
     for p in spec.wheels.platforms:
         argv += ["--platform", p]
+    if no_deps:
+        return [*argv, "--no-deps", *packages]
     # pip itself rides along: a device python without pip runs pip straight from its wheel
     return [*argv, "pip", *(packages or spec.wheels.packages)]
 
 
 def build_wheelhouse(spec: TargetSpec, dest: Path | None = None, packages: list[str] | None = None,
-                     progress: Callable[[str], None] = lambda m: None) -> Path:
-    """Download the target's wheels on this host (the one step that needs a package index)."""
+                     progress: Callable[[str], None] = lambda m: None, *, runtimes=()) -> Path:
+    """Download the target's wheels (plus the named runtimes' extra wheels) on this host (the one step
+    that needs a package index)."""
     dest = Path(dest or default_wheelhouse(spec))
     dest.mkdir(parents=True, exist_ok=True)
-    argv = download_command(spec, dest, packages)
+    extra, pins = runtime_wheels(spec, runtimes)
+    base = list(packages or (spec.wheels.packages if spec.wheels else ()))
     progress(f"downloading wheels for {spec.name} into {dest}")
+    _pip_download(spec, download_command(spec, dest, base + [p for p in extra if p not in base]))
+    if pins:
+        progress(f"downloading {', '.join(pins)} (without their declared dependencies) into {dest}")
+        _pip_download(spec, download_command(spec, dest, pins, no_deps=True))
+    return dest
+
+
+def wheelhouse_lacks(spec: TargetSpec, wheelhouse: Path, runtimes=()) -> bool:
+    """Whether ``wheelhouse`` needs a download: no wheels at all, or no wheel for one of the
+    named runtimes' pinned packages (checked by file name; no index is asked)."""
+    wheels = [w.name.lower() for w in Path(wheelhouse).glob("*.whl")]
+    if not wheels:
+        return True
+    _, pins = runtime_wheels(spec, runtimes)
+    return any(not any(_pin_pattern(pin).match(w) for w in wheels) for pin in pins)
+
+
+def _pin_pattern(pin: str) -> re.Pattern:
+    """The wheel file names a ``NAME==VERSION`` pin matches: NAME-VERSION[+local]-TAGS.whl (wheel
+    file names spell the project in lower case with underscores)."""
+    name, _, version = pin.partition("==")
+    return re.compile(re.escape(re.sub(r"[-_.]+", "_", name.strip().lower())) + "-"
+                      + (re.escape(version.strip()) + r"[-+]" if version.strip() else ""))
+
+
+def _pip_download(spec: TargetSpec, argv: list[str]) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     if proc.returncode != 0:
         raise DeviceError(f"pip download for {spec.name} failed: {proc.stderr.strip()[-800:]}",
                           hint="this step needs a package index; or pass --wheelhouse DIR with the wheels "
                                "already downloaded")
-    return dest
 
 
 def _wheels(wheelhouse: Path) -> list[Path]:
@@ -79,15 +143,27 @@ def _wheels(wheelhouse: Path) -> list[Path]:
 
 
 def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[str] | None = None,
-              progress: Callable[[str], None] = lambda m: None, timeout: float = PIP_TIMEOUT_S) -> ProvisionResult:
-    """Install ``packages`` (default: the target's) on the device from ``wheelhouse``."""
+              progress: Callable[[str], None] = lambda m: None, timeout: float = PIP_TIMEOUT_S,
+              runtimes=()) -> ProvisionResult:
+    """Install ``packages`` (default: the target's) and the named ``runtimes``' extra wheels
+    (``wheels.runtime_packages``) on the device from ``wheelhouse``."""
     from .agent.bundle import BundleDeployer
 
+    extra, pins = runtime_wheels(spec, runtimes)
     want = list(packages or (spec.wheels.packages if spec.wheels else ()))
-    if not want:
+    want += [p for p in extra if p not in want]
+    if not want and not pins:
         raise BadInputError(f"nothing to provision for target '{spec.name}'", hint="pass --package NAME")
     t = transport
     wheels = _wheels(Path(wheelhouse))
+    # a runtime's pinned wheels travel only when that runtime is asked for (torch alone is ~146 MB)
+    unasked = [_pin_pattern(p) for r, rw in (spec.wheels.runtime_packages if spec.wheels else {}).items()
+               for p in rw.no_deps if p not in pins]
+    wheels = [w for w in wheels if not any(m.match(w.name.lower()) for m in unasked)]
+    missing = [p for p in pins if not any(_pin_pattern(p).match(w.name.lower()) for w in wheels)]
+    if missing:
+        raise BadInputError(f"wheelhouse {wheelhouse} has no wheel for {', '.join(missing)}",
+                            hint="let edgekit download it (no --wheelhouse) or add the wheel to the folder")
     deployer = BundleDeployer(t)
     _ = deployer.agent  # installed first, so the counts below are the wheels' alone
     deployer.stats = type(deployer.stats)()
@@ -114,8 +190,16 @@ def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[s
                           f"{(res.stderr or res.stdout).strip()[-800:]}",
                           hint="the wheelhouse may not match the device's Python or platform "
                                "(see the target's wheels: section and `edgekit devices check`)")
+    if pins:
+        progress(f"pip install --no-index --no-deps {' '.join(pins)} on the device")
+        res = t.run([*pip, "install", "--disable-pip-version-check", "--no-index", "--no-deps", "--find-links", wh,
+                     "--target", site, "--upgrade", *pins], timeout=timeout)
+        if not res.ok:
+            raise DeviceError(f"pip install --no-deps {' '.join(pins)} on the device failed (exit {res.returncode}): "
+                              f"{(res.stderr or res.stdout).strip()[-800:]}",
+                              hint="the wheelhouse may not match the device's Python or platform")
     python = f"env PYTHONPATH={shlex.quote(site)} {base_python}"
-    return ProvisionResult(python=python, installed=want, wheels_sent=deployer.stats.files_sent,
+    return ProvisionResult(python=python, installed=want + pins, wheels_sent=deployer.stats.files_sent,
                            wheels_reused=deployer.stats.files_reused, bytes_sent=deployer.stats.bytes_sent)
 
 

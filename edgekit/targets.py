@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator, BaseModel, ConfigDict, Field
+from pydantic import field_validator, model_validator, BaseModel, ConfigDict, Field
 
 from .config import load_model_file
 from .errors import TargetError
@@ -43,12 +43,24 @@ class Limits(_Strict):
     model_size_mb: float | None = Field(None, gt=0)
 
 
+class RuntimeWheels(_Strict):
+    """The extra wheels one runtime needs on the device, provisioned only when asked for
+    (``edgekit devices provision NAME --runtime R``, ``sim up --runtime R``)."""
+
+    packages: tuple[str, ...] = Field((), description="installed with their dependencies, like `packages`")
+    no_deps: tuple[str, ...] = Field((), description="exact pins downloaded and installed without their declared "
+                                     "dependencies (pip evaluates a wheel's markers against this host, not the "
+                                     "device: torch's nvidia-* requirements would follow onto an aarch64 device)")
+
+
 class WheelSpec(_Strict):
     """Wheels the device runtime needs, for offline provisioning from a host-side wheelhouse."""
 
     python_version: str = "3.11"
     platforms: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
+    runtime_packages: dict[str, RuntimeWheels] = Field(default_factory=dict, description="per runtime (a name in "
+                                                       "`runtimes`), the wheels it adds on top of `packages`")
 
 
 class TargetSpec(_Strict):
@@ -78,6 +90,13 @@ class TargetSpec(_Strict):
     wheels: WheelSpec | None = None
     big_cores_mask: str | None = None  # taskset mask of the fast cores (big.LITTLE SoCs)
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _runtime_wheels_for_listed_runtimes(self):
+        extra = sorted(set(self.wheels.runtime_packages) - set(self.runtimes)) if self.wheels else []
+        if extra:
+            raise ValueError(f"wheels.runtime_packages names runtime(s) {extra} that `runtimes` does not list")
+        return self
 
 
 def targets_dirs() -> list[Path]:

@@ -236,23 +236,29 @@ def provision_cmd(
                                               "the target's wheels into the edgekit cache)."),
     package: Optional[list[str]] = typer.Option(None, "--package", "-p", help="Package to install (repeatable; "
                                                 "default: the target's wheels.packages)."),
+    runtime: Optional[list[str]] = typer.Option(None, "--runtime", help="Also install this runtime's own wheels "
+                                                "(the target's wheels.runtime_packages, e.g. executorch: a CPU torch + "
+                                                "executorch); repeatable. Default: only wheels.packages."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     from ..devices import add_device, get_device, transport_for
-    from ..provision import build_wheelhouse, default_wheelhouse, provision
+    from ..provision import build_wheelhouse, default_wheelhouse, provision, runtime_wheels, wheelhouse_lacks
     from ..targets import load_target
 
     entry = get_device(name)
     spec = load_target(entry.target)
+    runtimes = tuple(runtime or ())
+    runtime_wheels(spec, runtimes)  # refused before any download
     with progress_display(not as_json) as progress:
         wh = wheelhouse
         if wh is None:
             wh = default_wheelhouse(spec)
-            if not any(wh.glob("*.whl")):
-                build_wheelhouse(spec, wh, progress=progress)
+            if wheelhouse_lacks(spec, wh, runtimes):
+                build_wheelhouse(spec, wh, progress=progress, runtimes=runtimes)
         t = transport_for(entry, spec.python)
         try:
-            res = provision(t, spec, wh, packages=list(package) if package else None, progress=progress)
+            res = provision(t, spec, wh, packages=list(package) if package else None, progress=progress,
+                            runtimes=runtimes)
         finally:
             t.close()
     add_device(entry.model_copy(update={"python": res.python}), replace=True)

@@ -34,6 +34,9 @@ def up_cmd(
                                    "runtime wheels on the twin (downloaded on this host; the twin has no network)."),
     wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="arm64: folder of aarch64 .whl files to "
                                               "install from (default: download them into the edgekit cache)."),
+    runtime: Optional[list[str]] = typer.Option(None, "--runtime", help="arm64: also install this runtime's own "
+                                                "wheels (the target's wheels.runtime_packages, e.g. executorch: a CPU "
+                                                "torch + executorch, ~167 MB); repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the simulator's state as JSON."),
 ):
     from ..sim.device import status, up
@@ -50,7 +53,8 @@ def up_cmd(
         from ..sim import arm64 as _arm64
 
         state, entry, timings = _arm64.up(name, target=target, cpu_quota=cpu_quota, memory=memory,
-                                          provision=provision, wheelhouse=wheelhouse, say=say)
+                                          provision=provision, wheelhouse=wheelhouse, say=say,
+                                          runtimes=tuple(runtime or ()))
     else:
         state, entry = up(name, target=target, cpu_quota=cpu_quota, memory=memory, say=say)
     if as_json:

@@ -54,7 +54,7 @@ TWIN_WORKDIR = ".edgekit"  # under /root in the twin
 # The CPU qemu emulates, per target. The Pi 4's Cortex-A72 (ARMv8.0-A) makes the runtimes pick the
 # kernels a Pi 4 runs; qemu's default `max` CPU advertises SVE2/I8MM/dot-product, and with it (qemu
 # 7.2) LiteRT's XNNPACK int8 kernels returned wrong results (digits int8: 9.7% instead of 99.4%).
-QEMU_CPUS = {"rpi4": "cortex-a72"}
+QEMU_CPUS = {"rpi4": "cortex-a72", "rpi5": "cortex-a76"}  # the boards' cores (ISA features differ: v8.0 / v8.2)
 DEFAULT_QEMU_CPU = "cortex-a72"
 
 # Runs inside `ip netns exec NS unshare --mount --propagation private`: every mount below lives in
@@ -377,9 +377,10 @@ class TwinTimings:
 
 
 def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memory: str | None = None,
-       provision: bool = True, wheelhouse: Path | None = None, say: Say = _quiet):
+       provision: bool = True, wheelhouse: Path | None = None, say: Say = _quiet, runtimes=()):
     """Build (once) and start an arm64 twin, register it as a ``target`` device (emulated), and
-    install the target's runtimes on it from a host-side wheelhouse. Returns (state, entry, timings)."""
+    install the target's runtimes on it from a host-side wheelhouse (plus the extra wheels of the
+    named ``runtimes``, e.g. executorch). Returns (state, entry, timings)."""
     from ..devices import DeviceEntry, add_device
     from ..fsutil import atomic_write_text
     from . import cgroup as _cg
@@ -446,7 +447,7 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
         # the twin is up and registered: a failure here leaves it up (say so), `sim down` removes it
         t1 = time.perf_counter()
         try:
-            entry, timings.wheels_downloaded = provision_runtimes(entry, spec, wheelhouse, say)
+            entry, timings.wheels_downloaded = provision_runtimes(entry, spec, wheelhouse, say, runtimes=runtimes)
         except Exception as exc:
             if hasattr(exc, "message"):
                 exc.message += f" (the twin '{name}' is up without runtimes; `edgekit sim down {name}` removes it)"
@@ -455,20 +456,21 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     return state, entry, timings
 
 
-def provision_runtimes(entry, spec, wheelhouse: Path | None = None, say: Say = _quiet):
+def provision_runtimes(entry, spec, wheelhouse: Path | None = None, say: Say = _quiet, runtimes=()):
     """Download the target's aarch64 wheels on this host (once, cached) and install them on the twin
     over SSH with ``pip install --no-index`` (edgekit/provision.py). Updates the inventory entry."""
     from ..devices import add_device, transport_for
-    from ..provision import build_wheelhouse, default_wheelhouse, provision
+    from ..provision import build_wheelhouse, default_wheelhouse, provision, runtime_wheels, wheelhouse_lacks
 
+    runtime_wheels(spec, runtimes)  # an unknown runtime, or one the target has no wheels for: refused first
     wh = Path(wheelhouse) if wheelhouse else default_wheelhouse(spec)
     downloaded = False
-    if wheelhouse is None and not any(wh.glob("*.whl")):
-        build_wheelhouse(spec, wh, progress=say)
+    if wheelhouse is None and wheelhouse_lacks(spec, wh, runtimes):
+        build_wheelhouse(spec, wh, progress=say, runtimes=runtimes)
         downloaded = True
     t = transport_for(entry, spec.python)
     try:
-        res = provision(t, spec, wh, progress=say)
+        res = provision(t, spec, wh, progress=say, runtimes=runtimes)
     finally:
         t.close()
     entry = entry.model_copy(update={"python": res.python})

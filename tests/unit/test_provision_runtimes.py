@@ -1,0 +1,47 @@
+"""Per-runtime device wheels (targets' wheels.runtime_packages): installed only when asked for."""
+
+import pytest
+
+from edgekit.errors import BadInputError
+from edgekit.provision import download_command, runtime_wheels, wheelhouse_lacks
+from edgekit.targets import load_target
+
+
+def test_executorch_wheels_come_only_with_the_runtime():
+    spec = load_target("rpi5")
+    assert runtime_wheels(spec, ()) == ([], [])
+    assert runtime_wheels(spec, ["onnxruntime", "litert"]) == ([], [])  # in the target's packages
+    packages, pins = runtime_wheels(spec, ["executorch"])
+    assert pins == ["torch==2.10.0", "executorch==1.1.0"]
+    assert "sympy>=1.13.3" in packages and not any(p.startswith("nvidia") for p in packages)
+    assert "torch" not in " ".join(spec.wheels.packages)  # the default provisioning stays light
+
+
+def test_pins_are_downloaded_without_their_declared_dependencies(tmp_path):
+    spec = load_target("jetson-orin-nano")
+    _, pins = runtime_wheels(spec, ["executorch"])
+    argv = download_command(spec, tmp_path, pins, no_deps=True)
+    assert "--no-deps" in argv and argv[-2:] == pins and "pip" not in argv[-3:]
+    assert argv[argv.index("--python-version") + 1] == "3.10"
+
+
+def test_a_target_without_executorch_wheels_refuses_clearly():
+    with pytest.raises(BadInputError) as err:
+        runtime_wheels(load_target("rpi4"), ["executorch"])
+    assert "no device wheels for the executorch runtime" in err.value.message and "Cortex-A72" in err.value.hint
+    with pytest.raises(BadInputError):
+        runtime_wheels(load_target("rpi5"), ["coreml"])
+
+
+def test_wheelhouse_lacks_checks_the_pins_by_file_name(tmp_path):
+    spec = load_target("rpi5")
+    assert wheelhouse_lacks(spec, tmp_path)
+    (tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
+    assert not wheelhouse_lacks(spec, tmp_path)
+    assert wheelhouse_lacks(spec, tmp_path, ["executorch"])
+    (tmp_path / "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
+    (tmp_path / "executorch-1.1.0-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
+    assert not wheelhouse_lacks(spec, tmp_path, ["executorch"])
+    (tmp_path / "executorch-1.1.0-cp311-cp311-manylinux_2_28_aarch64.whl").unlink()
+    (tmp_path / "executorch-1.1.01-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
+    assert wheelhouse_lacks(spec, tmp_path, ["executorch"])
