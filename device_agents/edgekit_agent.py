@@ -1188,9 +1188,46 @@ class LiteRTRunner(Runner):
             "output); per-op times need benchmark_model --enable_op_profiling=true")
 
 
+def _aarch64_hwcap():
+    """AT_HWCAP of this process on aarch64 Linux (from /proc/self/auxv), else None."""
+    if platform.machine() not in ("aarch64", "arm64"):
+        return None
+    try:
+        with open("/proc/self/auxv", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    import struct
+
+    for i in range(0, len(data) - 15, 16):
+        key, value = struct.unpack_from("<QQ", data, i)
+        if key == 16:  # AT_HWCAP
+            return value
+    return None
+
+
+def _dist_version(name):
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _version_tuple(v):
+    out = []
+    for part in (v or "").split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
 class ExecuTorchRunner(Runner):
     """A .pte program (XNNPACK-delegated or portable kernels) on ExecuTorch's Python runtime. Its
-    pybindings link libtorch, so the device needs torch beside executorch."""
+    pybindings link libtorch, so the device needs torch beside executorch: on aarch64 the pair
+    edgekit provisions is PyPI's CPU-only torch 2.10.0 + executorch 1.1.0 (its extension is
+    ``_portable_lib``; 1.5.1's is ``_C``), which runs the .pte files the host's executorch 1.5.1 writes."""
 
     name = "executorch"
     log_missing = False
@@ -1222,24 +1259,35 @@ class ExecuTorchRunner(Runner):
     def load(self, model_path, request):
         threads = int(request.get("threads", 1))
         self.check_options(request.get("runtime_options"))
+        found = self.found()
+        hwcap = _aarch64_hwcap()
+        torch_v = _dist_version("torch")
+        if hwcap is not None and not hwcap & (1 << 8) and torch_v and _version_tuple(torch_v) >= (2, 10):
+            # measured: torch 2.10.0's aarch64 wheel executes an LSE atomic (ldaddal, libc10.so) while it
+            # imports; without them the process dies of SIGILL and the host would only see a lost agent
+            raise AgentFailure("runtime_missing", f"ExecuTorch needs torch on this device, and {found}: torch "
+                               f"{torch_v}'s aarch64 wheel uses ARMv8.1 LSE atomics, which this CPU lacks "
+                               f"(AT_HWCAP {hwcap:#x} has no 'atomics'; e.g. a Cortex-A72 / Raspberry Pi 4), so "
+                               "`import torch` would die of SIGILL; torch 2.9.1 imports there, but executorch "
+                               "1.0.1 (its pair) hit SIGILL on an SDOT in XNNPACK's int8 kernels", EXIT_RUNTIME)
         try:
             import torch  # first: the pybindings resolve libtorch from the loaded torch
-            # The C extension that executorch.runtime wraps: the wrapper also imports the exir compiler
-            # stack (torchao, sympy), 4 of the 5.5 s an import takes on an x86 host, none of it needed here.
-            from executorch.extension.pybindings import _C
+            _C = self._extension()
         except ImportError as exc:
-            raise AgentFailure("runtime_missing", f"ExecuTorch's runtime does not import on this device ({exc}); "
-                               "pip install executorch (with torch)", EXIT_RUNTIME) from exc
-        import importlib.metadata
+            raise AgentFailure("runtime_missing", f"ExecuTorch's runtime does not import on this device ({found}): "
+                               f"{exc}; pip install executorch with the torch its extension was built against (on "
+                               "aarch64: torch==2.10.0 + executorch==1.1.0, `edgekit devices provision NAME --runtime "
+                               "executorch`)", EXIT_RUNTIME) from exc
 
         self.torch = torch
-        self.version = importlib.metadata.version("executorch")
+        self.version = _dist_version("executorch")
         self.pool_threads = self._size_pool(_C, threads)
         try:
             self.program = _C._load_program(str(model_path))
             self.method = self.program.load_method("forward")
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"ExecuTorch cannot load {model_path}: {exc}",
+            raise AgentFailure("model_load_failed", f"ExecuTorch cannot load {model_path} ({found}; a .pte "
+                               f"whose flatbuffer or delegate blobs are newer than this runtime fails here): {exc}",
                                EXIT_RUNTIME) from exc
         ExecuTorchRunner._alive.add(self)
         meta = self.method.method_meta()
@@ -1247,6 +1295,40 @@ class ExecuTorchRunner(Runner):
         self.input_dtypes = [self.DTYPES.get(meta.input_tensor_meta(i).dtype()) for i in range(meta.num_inputs())]
         self.threads = self.pool_threads  # read back from the pool where the build can
         self.model_path = str(model_path)
+
+    @staticmethod
+    def found():
+        """What the device has, for error messages: executorch's and torch's versions (metadata only)
+        and the torch range the executorch wheel was built for."""
+        import importlib.metadata
+
+        et = _dist_version("executorch")
+        built = ""
+        if et:
+            try:
+                reqs = importlib.metadata.requires("executorch") or []
+            except importlib.metadata.PackageNotFoundError:
+                reqs = []
+            pin = next((r.split(";")[0].strip() for r in reqs if r.replace(" ", "").startswith("torch") and
+                        r.replace(" ", "")[5:6] in "<>=!~"), None)
+            built = f" (built for {pin.replace(' ', '')})" if pin else ""
+        torch_v = _dist_version("torch")
+        return (f"found executorch {et or 'not installed'}{built}, torch {torch_v or 'not installed'}, "
+                f"{platform.machine()}")
+
+    @staticmethod
+    def _extension():
+        """The C extension that executorch.runtime wraps (the wrapper also imports the exir compiler
+        stack: torchao, sympy; 4 of the 5.5 s an import takes on an x86 host, none of it needed here).
+        executorch 1.5.1 names it ``_C``; 1.1.0 (the aarch64 device pair of torch 2.10) ``_portable_lib``."""
+        import importlib
+
+        try:
+            return importlib.import_module("executorch.extension.pybindings._C")
+        except ModuleNotFoundError as exc:
+            if exc.name != "executorch.extension.pybindings._C":
+                raise
+            return importlib.import_module("executorch.extension.pybindings._portable_lib")
 
     @classmethod
     def _size_pool(cls, _C, threads):
@@ -1293,8 +1375,7 @@ class ExecuTorchRunner(Runner):
         import subprocess
         import tempfile
 
-        from executorch.extension.pybindings import _C
-
+        _C = self._extension()
         program = _C._load_program(self.model_path, enable_etdump=True)
         if not program.has_etdump():
             return no_op_profile(f"executorch {self.version} was built without the event tracer (ETDump)")

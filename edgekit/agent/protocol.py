@@ -246,7 +246,8 @@ def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: flo
                 raise DataError(f"the device rejected the eval data: {msg}")
             hint = None
             if kind == "runtime_missing":
-                hint = "install the runtime on the device (edgekit provisions it from a wheelhouse over SSH)"
+                hint = ("install the runtime on the device: `edgekit devices provision DEVICE` installs the target's "
+                        "wheels over SSH; `--runtime executorch` adds ExecuTorch's torch + executorch")
             raise AgentRunFailed(f"agent failed on variant '{request.variant}' ({kind}): {msg}", kind=kind,
                                  variant=request.variant, hint=hint)
         parse_result_doc(doc, request.variant)  # a malformed answer fails here, once
