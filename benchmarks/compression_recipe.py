@@ -41,7 +41,11 @@ def main(argv=None) -> None:
                          out=Path(tmp) / label, runs=args.runs, remeasure=True)
             wall = time.perf_counter() - t
             results.append((label, wall, rep))
-    print(f"\n{'variant':28} {'acc %':>7} {'drop':>6} {'size KB':>8} {'p50 ms':>8} {'ci95 of p50':>20} {'speedup':>8}")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+    from _cpu import isa
+
+    print(f"\nCPU: {isa()}")
+    print(f"{'variant':28} {'acc %':>7} {'drop':>6} {'size KB':>8} {'p50 ms':>8} {'ci95 of p50':>20} {'speedup':>8}")
     cold = results[0][2]
     for v in cold.variants:
         lat = v.latency_ms

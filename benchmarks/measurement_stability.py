@@ -139,7 +139,10 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="matmul64,mobilenetv2-0.35-96")
     args = ap.parse_args(argv)
 
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
+    from _cpu import isa
+
+    print(f"machine: {os.cpu_count()} CPUs ({isa()}), load average {os.getloadavg()[0]:.2f} at start; "
           f"{args.repeats} profiles x {args.runs} runs, warmup {args.warmup}, threads {args.threads}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as td:
