@@ -27,7 +27,12 @@ def test_pins_are_downloaded_without_their_declared_dependencies(tmp_path):
 
 def test_a_target_without_executorch_wheels_refuses_clearly():
     with pytest.raises(BadInputError) as err:
-        runtime_wheels(load_target("rpi4"), ["executorch"])
+        runtime_wheels(load_target("rpi4"), ["executorch"])  # not among its runtimes: nothing runs on a Cortex-A72
+    assert "has no runtime 'executorch'" in err.value.message and "litert" in err.value.hint
+    spec = load_target("rpi5")
+    bare = spec.model_copy(update={"wheels": spec.wheels.model_copy(update={"runtime_packages": {}})})
+    with pytest.raises(BadInputError) as err:
+        runtime_wheels(bare, ["executorch"])
     assert "no device wheels for the executorch runtime" in err.value.message and "Cortex-A72" in err.value.hint
     with pytest.raises(BadInputError):
         runtime_wheels(load_target("rpi5"), ["coreml"])
