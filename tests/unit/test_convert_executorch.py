@@ -109,7 +109,9 @@ def test_a_missing_runtime_is_an_agent_failure(monkeypatch, tmp_path):
     from edgekit.agent.inprocess import load_agent
 
     agent = load_agent()
-    monkeypatch.setitem(sys.modules, "executorch.extension.pybindings", None)  # the import raises ImportError
+    for mod in ("executorch.extension.pybindings", "executorch.extension.pybindings._C",
+                "executorch.extension.pybindings._portable_lib"):  # each import raises ImportError
+        monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(agent.AgentFailure) as err:
         agent.RUNNERS["executorch"].open(str(tmp_path / "m.pte"), {"threads": 1})
     assert err.value.kind == "runtime_missing" and "pip install executorch" in str(err.value)
