@@ -98,7 +98,11 @@ def test_cnn_stays_full_int8_in_the_fast_encoding_in_one_trial(cnn, tmp_path):
     # the encodings were ordered by their measured speed on this CPU, fp32 beside them
     probe = m["speed_probe"]
     assert set(probe["cpu_ms"]) == {"fp32", *m["encodings_tried"]} and probe["seconds"] < 20
-    assert m["encoding"] == min(m["encodings_tried"], key=lambda e: probe["cpu_ms"][e])
+    from edgekit.passes.quantize_accuracy_aware import PROBE_TIE
+
+    fastest = min(probe["cpu_ms"][e] for e in m["encodings_tried"])
+    tied = [e for e in m["encodings_tried"] if probe["cpu_ms"][e] <= fastest * (1 + PROBE_TIE)]
+    assert m["encoding"] == tied[0], (tied, probe)  # the fastest, or the device table's first among ties
     if host_device() == "x86-vnni":
         assert "u8s8" in m["encoding"] and m["encoding"].endswith("-minmax")
 
@@ -126,9 +130,9 @@ def test_explicit_fields_pin_the_encoding_the_rest_comes_from_the_device_table()
 
     _, encs = encodings_for(validate(AccuracyAwareConfig, {"device": "x86-vnni"}, "t"))
     assert [(e.format, e.activation_type, e.per_channel) for e in encs] == [
-        ("qdq", "uint8", False), ("qdq", "uint8", True), ("qoperator", "uint8", False)]
+        ("qoperator", "uint8", False), ("qdq", "uint8", False), ("qdq", "uint8", True)]
     _, encs = encodings_for(validate(AccuracyAwareConfig, {"device": "x86-vnni", "per_channel": True}, "t"))
-    assert [(e.format, e.per_channel) for e in encs] == [("qdq", True), ("qoperator", True)]
+    assert [(e.format, e.per_channel) for e in encs] == [("qoperator", True), ("qdq", True)]
     _, encs = encodings_for(validate(AccuracyAwareConfig, {"device": "x86-vnni", "format": "qdq",
                                                            "per_channel": False}, "t"))
     assert len(encs) == 1 and encs[0].activation_type == "uint8"
