@@ -190,11 +190,13 @@ def main() -> int:
                               work / f"home-{name}")
         rep, secs, code = fixed["report"], fixed["seconds"], 0 if fixed["passed"] else 1
         rows = rows_of(rep, drop)
-        for c in rep["search"]["candidates"]:  # outside the tolerance (screening) or failed to build
+        cands = rep["search"]["candidates"]
+        # a screened-out variant is compared with fp32's screening run (same settings), not its final one
+        base_p50 = next(c for c in cands if c["name"] == "fp32")["screening"]["p50"]
+        for c in cands:  # outside the tolerance (screening) or failed to build
             if c["name"] in rows or c.get("status") == "skipped":
                 continue
             sc = c.get("screening") or {}
-            base_p50 = rows["fp32"]["p50_ms"]
             rows[c["name"]] = {"name": c["name"], "format": c.get("format"), "precision": c.get("precision"),
                                "metric": m.metric, "value": sc.get("accuracy"), "drop": sc.get("accuracy_drop"),
                                "p50_ms": sc.get("p50"), "speedup": base_p50 / sc["p50"] if sc.get("p50") else None,
@@ -252,7 +254,7 @@ def _print(name: str, t: dict, cpu: str) -> None:
     print(f"\n== {name}: metric {t['metric']} (tolerance {t['tolerance']}), 1 thread; CPU: {cpu}")
     print(f"   fixed variants: {len(rows)} measured side by side in one device session, {t['fixed_seconds']:.0f} s; "
           "x fp32 = ORT fp32 p50 / p50 (agent, 1 thread); cpu x = the same from thread CPU time on this host "
-          "(ORT files only); a variant outside the tolerance shows its screening figures (20 runs)")
+          "(ORT files only); a variant outside the tolerance shows its screening figures (20 runs, against fp32's)")
     print(f"   {'':44} {'value':>8} {'drop':>6} {'p50 ms':>9} {'x fp32':>6} {'cpu x':>6} {'build s':>8}  in tol")
     for fmt in ("onnx", "tflite", "executorch"):
         r = rows.get("fp32") if fmt == "onnx" else rows.get(f"{fmt}-fp32")

@@ -61,7 +61,7 @@ def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]
             from .formats import spec_for_runtime
 
             row = spec_for_runtime(r)
-            names = {p.split("=")[0].split(">")[0].split("<")[0].strip().lower()
+            names = {re.split(r"[<>=!~;\[ ]", p, maxsplit=1)[0].lower()
                      for p in (spec.wheels.packages if spec.wheels else ())}
             if row is not None and row.packages and not any(pk.dist.lower() in names for pk in row.packages):
                 raise BadInputError(f"target '{spec.name}' names no device wheels for the {r} runtime",
@@ -103,6 +103,20 @@ def build_wheelhouse(spec: TargetSpec, dest: Path | None = None, packages: list[
         progress(f"downloading {', '.join(pins)} (without their declared dependencies) into {dest}")
         _pip_download(spec, download_command(spec, dest, pins, no_deps=True))
     return dest
+
+
+def ensure_wheelhouse(spec: TargetSpec, wheelhouse: Path | None = None, runtimes=(),
+                      progress: Callable[[str], None] = lambda m: None) -> tuple[Path, bool]:
+    """The wheelhouse to provision from, and whether it was downloaded now: ``wheelhouse`` as given, or
+    the cached default one, downloaded when it lacks the target's or the named runtimes' wheels. A
+    runtime the target cannot provision is refused before any download."""
+    runtime_wheels(spec, runtimes)
+    if wheelhouse is not None:
+        return Path(wheelhouse), False
+    wh = default_wheelhouse(spec)
+    if not wheelhouse_lacks(spec, wh, runtimes):
+        return wh, False
+    return build_wheelhouse(spec, wh, progress=progress, runtimes=runtimes), True
 
 
 def wheelhouse_lacks(spec: TargetSpec, wheelhouse: Path, runtimes=()) -> bool:

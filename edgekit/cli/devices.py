@@ -242,19 +242,15 @@ def provision_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     from ..devices import add_device, get_device, transport_for
-    from ..provision import build_wheelhouse, default_wheelhouse, provision, runtime_wheels, wheelhouse_lacks
+    from ..provision import ensure_wheelhouse, provision, runtime_wheels
     from ..targets import load_target
 
     entry = get_device(name)
     spec = load_target(entry.target)
     runtimes = tuple(runtime or ())
-    runtime_wheels(spec, runtimes)  # refused before any download
+    runtime_wheels(spec, runtimes)  # refused before the progress display starts
     with progress_display(not as_json) as progress:
-        wh = wheelhouse
-        if wh is None:
-            wh = default_wheelhouse(spec)
-            if wheelhouse_lacks(spec, wh, runtimes):
-                build_wheelhouse(spec, wh, progress=progress, runtimes=runtimes)
+        wh, _ = ensure_wheelhouse(spec, wheelhouse, runtimes, progress)
         t = transport_for(entry, spec.python)
         try:
             res = provision(t, spec, wh, packages=list(package) if package else None, progress=progress,

@@ -128,7 +128,7 @@ def _quantized_program(ep, example, calib: list[np.ndarray] | None, samples: int
                                                                                   is_dynamic=dynamic))
     prepared = prepare_pt2e(ep.module(), quantizer)
     batch = model_batch([tuple(x.shape) for x in example]) or 1
-    cal = [x.numpy() for x in example] if dynamic or not calib else [np.asarray(x[:samples]) for x in calib]
+    cal = [x.numpy() for x in example] if dynamic else [np.asarray(x[:samples]) for x in calib]
 
     def observe(feed):
         with torch.no_grad():

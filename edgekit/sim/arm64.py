@@ -460,14 +460,10 @@ def provision_runtimes(entry, spec, wheelhouse: Path | None = None, say: Say = _
     """Download the target's aarch64 wheels on this host (once, cached) and install them on the twin
     over SSH with ``pip install --no-index`` (edgekit/provision.py). Updates the inventory entry."""
     from ..devices import add_device, transport_for
-    from ..provision import build_wheelhouse, default_wheelhouse, provision, runtime_wheels, wheelhouse_lacks
+    from ..provision import ensure_wheelhouse, provision
 
-    runtime_wheels(spec, runtimes)  # an unknown runtime, or one the target has no wheels for: refused first
-    wh = Path(wheelhouse) if wheelhouse else default_wheelhouse(spec)
-    downloaded = False
-    if wheelhouse is None and wheelhouse_lacks(spec, wh, runtimes):
-        build_wheelhouse(spec, wh, progress=say, runtimes=runtimes)
-        downloaded = True
+    # an unknown runtime, or one the target has no wheels for, is refused before any download
+    wh, downloaded = ensure_wheelhouse(spec, wheelhouse, runtimes, say)
     t = transport_for(entry, spec.python)
     try:
         res = provision(t, spec, wh, progress=say, runtimes=runtimes)

@@ -110,6 +110,9 @@ def test_host_lowered_pte_runs_on_twin_like_on_host(et_twin, digits, tmp_path):
     host_target.write_text((Path(__file__).resolve().parents[2] / "targets" / "local.yaml").read_text()
                            .replace("name: local", "name: local-et")
                            .replace("runtimes: [onnxruntime, litert]", "runtimes: [onnxruntime, litert, executorch]"))
+    from edgekit.targets import load_target
+
+    assert "executorch" in load_target(host_target).runtimes  # the local.yaml edit above took
     common = [digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--recipe", recipe]
     t0 = time.perf_counter()
     _ok(run_edgekit_subprocess("deploy", *common, "--target", TARGET, "--device", NAME, "--out", tmp_path / "twin",
