@@ -233,6 +233,94 @@ def state_warnings(before, after, other_cpu):
 BUSY_OTHER_CPU = 0.15  # other processes' share of all CPUs above which the device counts as busy
 
 
+def _cgroup_quota_cores(root="/"):
+    """This process's CPU quota in cores (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``), None when
+    unlimited or unreadable: a container or a sim board held to 25% of a core has 0.25, whatever
+    os.cpu_count() says."""
+    rel = {}
+    for line in (_read(os.path.join(root, "proc/self/cgroup")) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for ctrl in (parts[1].split(",") if parts[1] else [""]):
+                rel[ctrl] = parts[2].lstrip("/")
+    base = os.path.join(root, "sys/fs/cgroup")
+    best = None
+    v2 = rel.get("")
+    if v2 is not None and os.path.isfile(os.path.join(base, "cgroup.controllers")):
+        parts = v2.split("/") if v2 else []
+        for i in range(len(parts), -1, -1):  # every level up to the root limits it
+            raw = _read(os.path.join(base, *parts[:i], "cpu.max"))
+            if raw and not raw.startswith("max"):
+                q, _, period = raw.partition(" ")
+                try:
+                    c = int(q) / float(period or 100000)
+                except ValueError:
+                    continue
+                best = c if best is None else min(best, c)
+        return best
+    v1 = rel.get("cpu") if "cpu" in rel else rel.get("cpu,cpuacct")
+    if v1 is None:
+        return None
+    parts = v1.split("/") if v1 else []
+    for d in ("cpu", "cpu,cpuacct"):
+        if not os.path.isdir(os.path.join(base, d)):
+            continue
+        for i in range(len(parts), -1, -1):
+            q, period = _read(os.path.join(base, d, *parts[:i], "cpu.cfs_quota_us")), \
+                _read(os.path.join(base, d, *parts[:i], "cpu.cfs_period_us"))
+            try:
+                q, period = int(q), int(period)
+            except (TypeError, ValueError):
+                continue
+            if q > 0 and period > 0:
+                best = q / float(period) if best is None else min(best, q / float(period))
+        return best
+    return best
+
+
+def _procs_running(root="/"):
+    """Runnable tasks on the machine right now (``procs_running`` in /proc/stat), this one included."""
+    for line in (_read(os.path.join(root, "proc/stat")) or "").splitlines():
+        if line.startswith("procs_running "):
+            try:
+                return int(line.split()[1])
+            except ValueError:
+                return None
+    return None
+
+
+def cpu_budget(root="/", samples=5, interval=0.01):
+    """The CPU this process may use now: the cores of its affinity mask, capped by its cgroup quota
+    (``usable``), and the other runnable tasks competing for them (the run queue less this process,
+    median of a few quick samples). ``free`` = usable - others, never below 1 core's worth of work:
+    threads beyond it spin-wait for cores other processes hold (the busy-host collapse)."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = os.cpu_count() or 1
+    quota = _cgroup_quota_cores(root)
+    usable = min(float(affinity), quota) if quota else float(affinity)
+    runs = []
+    for i in range(max(1, samples)):
+        r = _procs_running(root)
+        if r is not None:
+            runs.append(r)
+        if i + 1 < samples:
+            time.sleep(interval)
+    others = None
+    if runs:
+        runs.sort()
+        others = max(0, runs[len(runs) // 2] - 1)
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        load1 = None
+    free = usable if others is None else max(0.0, usable - others)
+    return {"affinity": affinity, "quota_cores": quota, "usable_cores": round(usable, 3),
+            "others_running": others, "load1": round(load1, 2) if load1 is not None else None,
+            "free_cores": round(free, 3), "threads": max(1, int(free + 1e-9))}
+
+
 def device_facts():
     return {
         "arch": platform.machine(),
@@ -242,6 +330,9 @@ def device_facts():
         "python": platform.python_version(),
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
+        # what this agent may really use (affinity, cgroup quota) and how busy it is now: the search
+        # tunes thread counts up to the free cores, not the target file's nominal count
+        "cpu_budget": cpu_budget(),
         "hostname": platform.node(),
         "machine_id": _machine_id(),
     }
@@ -1914,6 +2005,24 @@ def probe():
     }
 
 
+def _test_fault_injection(req):
+    """TEST FAULT INJECTION ONLY (tests/unit/test_tuning_robust.py), off unless the variable is set in
+    the agent's own environment (the local transport's subprocess; never forwarded over SSH or adb):
+    EDGEKIT_AGENT_TEST_HANG_ON / EDGEKIT_AGENT_TEST_KILL_ON = "key=value[,key=value]" over the
+    request's runtime options and ``threads``; a request matching all of them hangs, or is killed by
+    SIGKILL, as a runtime stuck or crashing on one setting would."""
+    for var in ("EDGEKIT_AGENT_TEST_HANG_ON", "EDGEKIT_AGENT_TEST_KILL_ON"):
+        spec = os.environ.get(var)
+        have = {k: str(v) for k, v in (req.get("runtime_options") or {}).items()}
+        have["threads"] = str(req.get("threads", 1))
+        if spec and all(have.get(k) == v for k, _, v in (p.partition("=") for p in spec.split(","))):
+            if var.endswith("HANG_ON"):
+                time.sleep(3600)
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(argv):
     try:
         if len(argv) == 2 and argv[1] == "--probe":
@@ -1932,6 +2041,7 @@ def main(argv):
             if req.get("protocol") != PROTOCOL:
                 raise AgentFailure("bad_request", f"request protocol {req.get('protocol')} != agent protocol "
                                    f"{PROTOCOL}", EXIT_BAD_REQUEST)
+            _test_fault_injection(req)
             doc = measure_ab(req) if req.get("ab") else measure(req)
         else:
             raise AgentFailure("usage", "usage: edgekit_agent.py REQUEST.json | --probe | --sha256 FILE... | --version", EXIT_BAD_REQUEST)

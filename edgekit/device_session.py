@@ -11,6 +11,8 @@ orchestrations over this one class; ``measure_ab`` serves the release gate's A/B
 
 from __future__ import annotations
 
+import json
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,7 +21,7 @@ from .agent.bundle import BundleDeployer
 from .agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
 from .artifact import Artifact
 from .data import Dataset
-from .errors import BadInputError, DeviceError
+from .errors import BadInputError, DeviceError, EdgekitError
 from .formats import Format
 from .measure.stats import latency_stats
 from .report.model import VariantResult
@@ -41,6 +43,9 @@ class RunSettings:
     benchmark_binary: str | Path | None = None  # also run TFLite's benchmark_model on .tflite variants
     cached: bool = True  # False: always measure (the A/B blocks of the release gate)
     runtime_options: dict | None = None  # e.g. {"graph_optimization_level": "basic"} (onnxruntime)
+    # seconds one agent run may take (None: the request's own, max_seconds + AGENT_TIMEOUT_MARGIN_S); the
+    # search's runtime tuning gives each row its share of the remaining budget
+    timeout_s: float | None = None
 
     def but(self, **changes: Any) -> "RunSettings":
         from dataclasses import replace
@@ -89,13 +94,27 @@ class ABBlocks:
     order: list[str] = field(default_factory=list)
 
 
+LOCAL_LOCK = "local"  # the lock name of this host as a device (the local target)
+
+
 def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = True,
                    lock_timeout: float | None = None) -> Transport:
     if device is None:
         if target.transport == "local":
+            from .devices import _attach_lock
+            from .lock import DeviceLock
             from .transport.local import LocalTransport
 
-            return LocalTransport()
+            # this host's CPU is the device: two deploys measuring on it at once inflate each other's figures
+            lock = DeviceLock(LOCAL_LOCK)
+            lock.acquire(wait=lock_wait, timeout=lock_timeout)
+            try:
+                t = LocalTransport()
+            except BaseException:
+                lock.release()
+                raise
+            _attach_lock(t, lock)
+            return t
         raise BadInputError(f"target '{target.name}' is reached over {target.transport}: name the device",
                             hint="pass --device NAME (see `edgekit devices list`), or use --target local")
     from .devices import open_device_transport
@@ -119,8 +138,10 @@ def emulation_of(device: str | None) -> str | None:
 class DeviceSession:
     def __init__(self, target: TargetSpec, device: str | None, *, source_io, plan, transport: Transport | None = None,
                  lock_wait: bool = True, lock_timeout: float | None = None, remeasure: bool = False,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, clock=None):
         self.target, self.device = target, device
+        self.clock = clock  # edgekit.timeline.Clock: the lock wait is its own span, outside the time budget
+        self.lock_wait_s = 0.0
         self.source_io, self.plan = source_io, plan
         self._given = transport
         self._lock = (lock_wait, lock_timeout)
@@ -136,9 +157,15 @@ class DeviceSession:
 
     # --- lifetime --------------------------------------------------------------------------------
     def __enter__(self) -> "DeviceSession":
+        import time
+
+        opened = time.perf_counter()
+        if self._given is None:
+            self.progress(f"waiting for the device's lock ({self.device or self.target.name})")
         t = self._given or open_transport(self.target, self.device, lock_wait=self._lock[0], lock_timeout=self._lock[1])
         self.transport = t
         try:
+            waited = getattr(getattr(t, "lock", None), "waited_s", 0.0)
             if self._given is None and self.device is not None:  # the device-side lease (other hosts)
                 from .lab.coordinator import session_place
                 from .lease import session_lease
@@ -147,6 +174,10 @@ class DeviceSession:
                 self.place = session_place(self.device, wait=self._lock[0], timeout=self._lock[1],
                                            progress=self.progress)
                 self.lease = session_lease(t, self.device, wait=self._lock[0], timeout=self._lock[1])
+                waited += getattr(self.place, "waited_s", 0.0) + getattr(self.lease, "waited_s", 0.0)
+            self.lock_wait_s = round(waited, 3)
+            if self.clock is not None:  # the wait is excluded from the budget
+                self.clock.add_span("lock_wait", opened, opened + waited, excluded=True)
             self.progress(f"deploying the bundle to {t.describe()}")
             self.deployer = BundleDeployer(t)
             # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
@@ -155,6 +186,8 @@ class DeviceSession:
 
             self.measurements = open_device_measurements(self.deployer, device_name=self.device,
                                                          remeasure=self.remeasure)
+            if self.clock is not None:  # connecting, the agent's bundle and the device's probe
+                self.clock.add_span("connect", opened + self.lock_wait_s, time.perf_counter())
         except BaseException:
             self._close()
             raise
@@ -228,8 +261,9 @@ class DeviceSession:
         transport or device raises."""
         try:
             if settings.cached:
-                return self.measurements.measure(req, lambda: run_request(self.deployer, req))
-            return run_request(self.deployer, req)
+                return self.measurements.measure(req, lambda: run_request(self.deployer, req,
+                                                                          timeout=settings.timeout_s))
+            return run_request(self.deployer, req, timeout=settings.timeout_s)
         except AgentRunFailed as exc:
             if not exc.variant_fault:
                 raise
@@ -246,6 +280,34 @@ class DeviceSession:
             self.progress(f"measuring {name} with benchmark_model")
             result.benchmark_model = self._benchmark_model(art, settings)
         return Measured(result=result, artifact=art, outputs=res.outputs, doc=res.doc)
+
+    def measure_or_drop(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
+        """:meth:`measure`, where a failed run on a device that still answers is this variant's
+        failure: a timeout, an agent killed by a signal, an answer that is not JSON or any other
+        agent failure comes back as a MeasureFailure (kind ``timeout``, ``agent_died`` or the agent's
+        kind) when :meth:`responsive` says the device answers; a device that no longer answers still
+        raises the original error (exit 3). For settings a search may drop (runtime tuning); deploy's
+        recipe path keeps :meth:`measure`, which raises."""
+        try:
+            return self.measure(name, art, settings)
+        except DeviceError as exc:
+            if not self.responsive():
+                raise
+            return MeasureFailure(variant=name, kind=_failure_kind(exc),
+                                  message=f"{exc.message}; the device still answers", hint=exc.hint)
+
+    def responsive(self, timeout: float = 30) -> bool:
+        """Does the device still answer? One cheap agent call (``--version``) through the transport;
+        False on a transport error, a timeout or an answer that is not the agent's. Never raises."""
+        t, deployer = self.transport, getattr(self, "deployer", None)
+        if t is None or deployer is None:
+            return False
+        try:
+            res = t.run([t.python, deployer.agent, "--version"], timeout=timeout)
+            doc = json.loads(res.stdout)
+        except (EdgekitError, OSError, ValueError):
+            return False
+        return res.returncode == 0 and isinstance(doc, dict) and bool(doc.get("ok"))
 
     def measure_ab(self, a: Artifact, b: Artifact, settings: RunSettings, blocks: int) -> ABBlocks:
         """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...) inside one agent
@@ -298,6 +360,17 @@ class DeviceSession:
             out.append(f"device {self.device} is emulated ({self.emulation}): latency and memory figures are NOT "
                        "representative of real hardware; accuracy, parity and the deploy path are real")
         return out
+
+
+def _failure_kind(exc: DeviceError) -> str:
+    """A MeasureFailure's kind for a device error: the agent's own kind, ``timeout`` when the run
+    outlived its limit (every transport says "timed out"), else ``agent_died`` (killed by a signal,
+    no JSON document, a dropped channel)."""
+    if isinstance(exc, AgentRunFailed):
+        return exc.kind
+    if isinstance(exc.__cause__, (TimeoutError, subprocess.TimeoutExpired)) or "timed out" in exc.message:
+        return "timeout"
+    return "agent_died"
 
 
 def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantResult:

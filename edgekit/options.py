@@ -45,6 +45,9 @@ class DeployOptions:
     use_cache: bool = True  # reuse pass outputs from edgekit.cache when nothing they depend on changed
     lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
     lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
+    # threads for host-side work (reference outputs, export, calibration, fine-tunes, conversions);
+    # None = $EDGEKIT_HOST_THREADS, else the CPU free now (edgekit/host.py)
+    host_threads: int | None = None
     # A previous report (the last release) to compare with; the release checks of the gate use it.
     baseline_report: str | Path | None = None
     # Where the baseline report's models are, when not at the paths it records (e.g. a CI artifact download).

@@ -143,11 +143,22 @@ def deploy(
         return run_search(model, eval_data=eval_data, calib_data=calib_data, target=spec, device=device, out=out,
                           options=sopts, deploy_options=opts, example_inputs=example_inputs, arch=arch, x_key=x_key,
                           y_key=y_key, transport=transport, progress=progress)
-    if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/fleet.py)
-        from .fleet import deploy_fleet
-        return deploy_fleet(model, eval_data=eval_data, target=spec, device=device, calib_data=calib_data,
-                            recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key,
-                            y_key=y_key, options=opts, progress=progress, transport=transport)
+    from .host import host_compute, host_threads
+
+    ht = host_threads(opts.host_threads)
+    progress(ht.describe())
+    with host_compute(ht):
+        if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/fleet.py)
+            from .fleet import deploy_fleet
+            return deploy_fleet(model, eval_data=eval_data, target=spec, device=device, calib_data=calib_data,
+                                recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key,
+                                y_key=y_key, options=opts, progress=progress, transport=transport)
+        return _deploy_recipe(model, spec, recipe, eval_data, calib_data, device, out, example_inputs, arch, x_key,
+                              y_key, opts, progress, transport)
+
+
+def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, device, out, example_inputs, arch, x_key,
+                   y_key, opts: DeployOptions, progress: Progress, transport) -> Report:
     rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
@@ -227,8 +238,12 @@ def recorded_settings(run: PreparedRun, settings: RunSettings, passes_seconds: f
     passes' time and cache use."""
     from dataclasses import asdict
 
+    from .host import current
+
     cache = run.cache
-    return {"measure_options": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings.options).items()},
+    ht = current()
+    return {"host": ht.to_dict() if ht is not None else None,
+            "measure_options": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings.options).items()},
             "benchmark_binary": str(settings.benchmark_binary) if settings.benchmark_binary is not None else None,
             "passes": {"seconds": passes_seconds, "cache": None if cache is None else
                        {"hits": cache.hits, "misses": cache.misses, "root": str(cache.root)}}}

@@ -7,6 +7,7 @@ import sys
 from typing import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 # Reports are wide tables and errors carry paths: when the output is a file or a CI log, don't
 # squeeze them into 80 columns (a wrapped path cannot be copied or grepped).
@@ -15,15 +16,71 @@ out_console = Console(width=None if Console().is_terminal else 160)
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3
 
+HOST_THREADS_HELP = ("Threads for host-side work (reference outputs, export, calibration, fine-tunes, conversion). "
+                     "Default: $EDGEKIT_HOST_THREADS, else the CPU free now (cores this process may use, less the "
+                     "run queue, at least 1): on a busy host more threads than free cores only wait.")
+
 
 @contextlib.contextmanager
-def progress_display(enabled: bool = True) -> Iterator:
-    """A spinner on stderr that shows the current step (plain lines when not a terminal)."""
+def host_threads_for(threads: int | None) -> Iterator:
+    """The command's host-side work with the threads --host-threads (or the free CPU) gives."""
+    from ..host import host_compute, host_threads
+
+    with host_compute(host_threads(threads)) as ht:
+        yield ht
+
+
+@contextlib.contextmanager
+def progress_display(enabled: bool = True, *, still_every_s: float = 30.0) -> Iterator:
+    """The current step on stderr: a live line with the step's elapsed seconds on a terminal; plain
+    lines otherwise (a CI log), plus a "still ..." line every ``still_every_s`` while one step runs
+    long, so a reader never faces minutes of silence."""
     if not enabled:
         yield lambda msg: None
         return
+    import time
+
+    state = {"msg": "starting", "since": time.monotonic(), "said": time.monotonic()}
     if not err_console.is_terminal:
-        yield lambda msg: print(f"edgekit: {msg} ...", file=sys.stderr, flush=True)
+        def say(msg: str) -> None:
+            state.update(msg=msg, since=time.monotonic(), said=time.monotonic())
+            print(f"edgekit: {msg} ...", file=sys.stderr, flush=True)
+
+        def still() -> None:
+            now = time.monotonic()
+            if now - state["said"] >= still_every_s:
+                state["said"] = now
+                print(f"edgekit: still {state['msg']} ({now - state['since']:.0f} s)", file=sys.stderr, flush=True)
+
+        with _every_second(still):
+            yield say
         return
     with err_console.status("starting") as status:
-        yield lambda msg: status.update(f"[bold]{msg}[/bold]")
+        def show() -> None:
+            el = time.monotonic() - state["since"]
+            status.update(f"[bold]{escape(state['msg'])}[/bold]" + (f" [dim]({el:.0f} s)[/dim]" if el >= 3 else ""))
+
+        def say_live(msg: str) -> None:
+            state.update(msg=msg, since=time.monotonic())
+            show()
+
+        with _every_second(show):
+            yield say_live
+
+
+@contextlib.contextmanager
+def _every_second(fn) -> Iterator[None]:
+    """Call ``fn`` once a second from a daemon thread while the block runs."""
+    import threading
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(1.0):
+            fn()
+
+    threading.Thread(target=loop, name="edgekit-progress", daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..formats import all_precisions, convert_targets, format_spec
-from .common import out_console, progress_display
+from .common import HOST_THREADS_HELP, host_threads_for, out_console, progress_display
 
 HELP = """Convert a model to ONNX, TFLite or Core ML and check parity at every hop.
 
@@ -66,13 +66,14 @@ def convert_cmd(
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME:1,3,224,224 for a dynamic ONNX input."),
     arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
     x_key: str = typer.Option("x", "--x-key", help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (a,b)."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the artifact (io spec + lineage) as JSON."),
 ):
     from ..convert.api import convert
 
     shapes = _parse_shapes(input_shape)
     target = out or Path(f"{model.stem}-{precision.value}{format_spec(to.value).suffix}")
-    with progress_display(not as_json) as progress:
+    with progress_display(not as_json) as progress, host_threads_for(host_threads):
         art = convert(model, to=to.value, precision=precision.value, out=target, calib_data=calib_data,
                       eval_data=eval_data, io=io, quantization=quantization, route=route, input_shapes=shapes or None,
                       arch=arch, x_key=x_key, progress=progress)

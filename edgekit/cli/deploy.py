@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import EXIT_GATE_FAILED, out_console, progress_display
+from .common import EXIT_GATE_FAILED, HOST_THREADS_HELP, out_console, progress_display
 
 HELP = """Compress a model, measure every variant on the device, write the report, apply the gate.
 
@@ -79,6 +79,7 @@ def deploy_cmd(
     fleet_gate: str = typer.Option("worst", "--fleet-gate", help="Fleet: judge the worst unit (default) or the median unit."),
     min_devices: Optional[int] = typer.Option(None, "--min-devices", help="Fleet: units that must be measured for the gate to pass (default: all)."),
     profile: bool = typer.Option(False, "--profile", help="Per-op profile of every variant on the device (the runtime's own profiler, ops mapped to PyTorch modules; default: the baseline and any variant slower than it)."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
@@ -98,6 +99,7 @@ def deploy_cmd(
 
     opts.benchmark_binary = validate_binary_option(benchmark_binary)
     opts.lock_wait, opts.lock_timeout = not no_wait, lock_timeout
+    opts.host_threads = host_threads
     opts.devices = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
     opts.pool, opts.shard_eval, opts.fleet_gate, opts.min_devices = pool, shard_eval, fleet_gate, min_devices
     opts.max_latency_regression, opts.max_release_accuracy_drop = max_latency_regression, max_release_accuracy_drop
@@ -145,3 +147,8 @@ def _print_search(report) -> None:
     out_console.print(f"{kind}: selected {s.selected or 'nothing'} by {s.objective} in {s.seconds:.0f} s"
                       + (f"; shipping file {s.shipped.file}" if s.shipped else "")
                       + " (why each other candidate lost: below, under 'ship')", highlight=False)
+    if s.timeline is not None:  # where the time went, and on what host
+        from ..timeline import timeline_line
+
+        host = (s.host or {}).get("summary")
+        out_console.print(timeline_line(s.timeline) + (f"; {host}" if host else ""), highlight=False)

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from .common import HOST_THREADS_HELP, host_threads_for
+
 HELP = """Distill a teacher into a student: the student is a model file (e.g. the output of
 `edgekit prune`) or a fresh architecture (--student module:factory). The student must predict the
 same classes as the teacher (same output shape), else exit 2.
@@ -34,6 +36,7 @@ def distill_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Output .pt2 or .onnx (written atomically)."),
     x_key: str = typer.Option("x", "--x-key"),
     y_key: str = typer.Option("y", "--y-key"),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError
@@ -52,7 +55,7 @@ def distill_cmd(
     C.check_out(out, (".pt2", ".onnx"))
     train = C.load_data(train_data, "train", labels=True, x_key=x_key, y_key=y_key)
     ev = C.load_data(eval_data, "eval", labels=True, x_key=x_key, y_key=y_key)
-    with C.Workdir() as wd:
+    with C.Workdir() as wd, host_threads_for(host_threads):
         t_src = C.load_model(teacher, None, [None, ev, train], wd / "teacher")
         s_art = C.load_model(student_model, None, [None, ev, train], wd / "student").artifact if student_model else t_src.artifact
         for a, what in ((t_src.artifact, "teacher"), (s_art, "student")):

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from .common import HOST_THREADS_HELP, host_threads_for
+
 HELP = """Prune a PyTorch model. Structured (default) removes whole channels with dependency tracking
 (Torch-Pruning) and fine-tunes on --train-data; unstructured zeroes the smallest weights, which
 shrinks the compressed size but not dense latency. Measure the result with `edgekit deploy`:
@@ -35,6 +37,7 @@ def prune_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Output .pt2 or .onnx (written atomically)."),
     x_key: str = typer.Option("x", "--x-key"),
     y_key: str = typer.Option("y", "--y-key"),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError
@@ -51,7 +54,7 @@ def prune_cmd(
     if out.suffix.lower() == ".onnx" and ev is None and train is None:
         raise BadInputError("writing .onnx exports the model and checks parity on real inputs, but no data was given",
                             hint="pass --eval-data (or --train-data), or write a .pt2")
-    with C.Workdir() as wd:
+    with C.Workdir() as wd, host_threads_for(host_threads):
         source = C.load_model(model, arch, [None, ev, train], wd)
         if source.artifact.format != Format.TORCH:
             raise BadInputError(f"pruning works on PyTorch models; {model.name} is {source.artifact.format.value}",

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from .common import HOST_THREADS_HELP, host_threads_for
+
 HELP = """INT8-quantize a model to an ONNX file. With --eval-data the result is accuracy-aware: the
 most sensitive ops stay in float until the accuracy drop is within --max-accuracy-drop (points,
 1 = one percentage point), and the command fails (exit 2, nothing written) when no configuration
@@ -50,6 +52,7 @@ def quantize_cmd(
     y_key: str = typer.Option("y", "--y-key"),
     metric: Optional[str] = typer.Option(None, "--metric", "-m", help="What the accuracy-aware search scores (default top1; see `edgekit deploy --help`); the tolerance is in its units."),
     output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads (names or indices)."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError, DataError
@@ -80,7 +83,7 @@ def quantize_cmd(
     calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)
     ev = C.load_data(eval_data, "eval", labels=metric is None, x_key=x_key, y_key=y_key)
     train = C.load_data(train_data, "train", labels=False, x_key=x_key, y_key=y_key)
-    with C.Workdir() as wd:
+    with C.Workdir() as wd, host_threads_for(host_threads):
         data = [calib, ev, train]
         source = C.load_model(model, arch, data, wd)
         calib, ev, train = data

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..artifact import Artifact
 from ..errors import BadInputError, PassError
 from ..formats import Format
+from ..timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 
 
@@ -97,6 +98,7 @@ class Distill(TorchPass):
             perm = torch.randperm(n, generator=gen)
             total = 0.0
             for i in range(0, n, config.batch_size):
+                check_deadline("distillation")
                 idx = index[perm[i:i + config.batch_size]]
                 xs = [torch.from_numpy(np.ascontiguousarray(x[idx.numpy()])) for x in train.xs]
                 y = torch.from_numpy(train.y.reshape(n, -1)[idx.numpy(), 0].astype(np.int64))

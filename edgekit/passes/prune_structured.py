@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import PassError
 from ..formats import Format
+from ..timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 
 
@@ -104,6 +105,7 @@ def finetune(model, train, epochs: int, lr: float, batch_size: int, seed: int) -
         model.train()
         total, n = 0.0, 0
         for xs, y in T.batches(train, batch_size, gen):
+            check_deadline("pruning fine-tune")
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(*xs), y)
             loss.backward()

@@ -45,6 +45,7 @@ from ..artifact import Artifact
 from ..errors import DataError, PassError
 from ..formats import Format
 from ..logs import quiet
+from ..timeline import BudgetExceeded, check_deadline
 from . import sensitivity as sens
 from .base import Pass, PassContext, PassOutput
 from .quantize_ort import CalibrationMethodName, OrtQuantize, OrtQuantizeConfig, encoding_label
@@ -219,6 +220,7 @@ class _Trials:
             return self.memo[key]
         if self.count >= self.max_trials:
             raise _OutOfBudget
+        check_deadline(f"trial {self.count + 1} ({rung})")  # the search's time budget stops the ladder here
         started = time.perf_counter()
         path: Path | None = None
         try:
@@ -644,7 +646,7 @@ class _QatRung:
         started = time.perf_counter()
         try:
             result, doc = self._run(chosen, trials, encodings, methods, user_excluded)
-        except DataError:
+        except (DataError, BudgetExceeded):
             raise
         except Exception as exc:  # a rung of the batch: torch/onnx failures of many kinds become its result
             result, doc = None, {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}

@@ -54,6 +54,7 @@ from ..artifact import Artifact, IOSpec
 from ..data import Dataset
 from ..errors import DataError, PassError
 from ..formats import Format
+from ..timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 from .quantize_ort import OrtQuantize, OrtQuantizeConfig, encoding_label
 
@@ -532,6 +533,7 @@ def finetune(program, io: IOSpec, train: Dataset, calib: Dataset, settings: QatS
                 perm = train_idx[torch.randperm(len(train_idx), generator=gen).numpy()]
                 total, seen, late = 0.0, 0, []
                 for i in range(0, len(perm), batch):
+                    check_deadline(f"QAT epoch {epoch + 1}")  # the search's budget (its own, below, ends the fine-tune)
                     if time.perf_counter() > deadline:
                         stopped = "time budget (seconds)"
                         break

@@ -59,4 +59,22 @@ def ship_decision(ship: VariantResult, base: VariantResult, lost: dict[str, str]
     else:
         reason = (f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {ship.latency_ms.p50:.4g} vs "
                   f"{base.latency_ms.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller")
-    return Decision(ship=ship.name, reason=reason, lost=lost, proved_faster=faster)
+    return Decision(ship=ship.name, reason=reason + busy_note(ship, base), lost=lost, proved_faster=faster)
+
+
+BUSY_OTHER_CPU = 0.15  # the agent's threshold (edgekit_agent.BUSY_OTHER_CPU): other processes' share of the CPU
+
+
+def busy_note(*variants: VariantResult) -> str:
+    """Said next to the figures when the device was busy while they were measured (the agent reads the
+    other processes' CPU share during each run): a speed-up measured under contention is not the quiet
+    board's."""
+    busy = []
+    for v in variants:
+        share = (v.device_state or {}).get("other_cpu_fraction")
+        if isinstance(share, (int, float)) and share > BUSY_OTHER_CPU:
+            busy.append(f"{v.name} {share:.0%}")
+    if not busy:
+        return ""
+    return (f" (measured on a busy device: other processes used {', '.join(dict.fromkeys(busy))} of its CPU; "
+            "figures include that contention)")

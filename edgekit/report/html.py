@@ -521,6 +521,7 @@ def _search_section(r: Report) -> str:
             f"<b>{_e(search.selected or 'nothing')}</b>"
             + (f" · shipping file <code>{_e(shipped)}</code>" if shipped else "")
             + f" · {_f(search.seconds, '{:.0f}')} s of a {_f(search.time_budget_s, '{:.0f}')} s budget</p>")
+    head += _timeline_bar(search)
     rows = []
     for c in search.candidates:
         p50 = c.screening.p50 if c.screening else None
@@ -533,6 +534,40 @@ def _search_section(r: Report) -> str:
     return (head + "<div class=scroll><table id=search-candidates><thead><tr><th>candidate</th><th>status</th>"
             "<th>dropped at</th><th>format</th><th>precision</th><th>size KB</th><th>host accuracy %</th>"
             "<th>screening p50 ms</th><th>reason</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+_STAGE_COLOURS = {"preparation": "#8e8cd8", "build": "#e8a33d", "host_filter": "#c9b458", "lock_wait": "#bbbbbb",
+                  "connect": "#9fc5e8", "delivery": "#6fa8dc", "screening": "#4a9e6b", "finals": "#2b7a4b",
+                  "tuning": "#b45f9e", "release": "#a05252", "profile": "#7f7f7f", "report": "#555555"}
+
+
+def _timeline_bar(search) -> str:
+    """Where the search's time went: one stacked bar (inline SVG, no plotting library), the stages in
+    pipeline order, and the budget's end marked."""
+    from ..timeline import stage_totals, timeline_line
+
+    tl = search.timeline
+    if tl is None or not tl.spans or not tl.wall_s:
+        return ""
+    totals = [t for t in stage_totals(tl.spans) if t[1] > 0]
+    span = max(tl.wall_s, (tl.budget_s or 0) + tl.lock_wait_s)
+    width, x, rects, legend = 1000.0, 0.0, [], []
+    for stage, secs, n in totals:
+        w = width * secs / span
+        colour = _STAGE_COLOURS.get(stage, "#999999")
+        rects.append(f"<rect x='{x:.1f}' y='0' width='{max(w, 0.5):.1f}' height='22' fill='{colour}'>"
+                     f"<title>{_e(stage)}: {secs:.1f} s{f' ({n})' if n > 1 else ''}</title></rect>")
+        legend.append(f"<span style='color:{colour}'>&#9632;</span> {_e(stage)} {secs:.1f} s")
+        x += w
+    if tl.budget_s:
+        bx = width * (tl.budget_s + tl.lock_wait_s) / span
+        rects.append(f"<line x1='{bx:.1f}' x2='{bx:.1f}' y1='0' y2='28' stroke='#a50e0e' stroke-width='2'>"
+                     "<title>end of the time budget (lock wait excluded)</title></line>")
+    svg = (f"<svg id=search-timeline viewBox='0 0 {width:.0f} 30' width='100%' height='30' "
+           f"xmlns='http://www.w3.org/2000/svg'>{''.join(rects)}</svg>")
+    host = (search.host or {}).get("summary")
+    return (f"<figure>{svg}<figcaption>{_e(timeline_line(tl))}"
+            + (f"<br>{_e(host)}" if host else "") + f"<br>{' · '.join(legend)}</figcaption></figure>")
 
 
 def _profile_section(r: Report, top: int = 10) -> str:

@@ -120,12 +120,20 @@ def _search_section(r: Report) -> list[str]:
     out = ["", "## Variant search", "",
            f"Selected **{srch.selected or 'nothing'}** by {srch.objective} in {srch.seconds} s"
            + (f"; shipping file `{shipped}`." if shipped else "."), "",
+           *([_timeline_text(srch), ""] if srch.timeline is not None else []),
            "| candidate | status | dropped at | screening p50 ms | reason |", "|---|---|---|---:|---|"]
     for c in srch.candidates:
         p50 = c.screening.p50 if c.screening else None
         out.append(f"| {c.name} | {c.status} | {c.dropped_at or ''} | {_f(p50, '{:.4f}')} | "
                    f"{(c.reason or '').replace('|', '/')} |")
     return out
+
+
+def _timeline_text(srch) -> str:
+    from ..timeline import timeline_line
+
+    host = (srch.host or {}).get("summary")
+    return timeline_line(srch.timeline) + (f" ({host})" if host else "")
 
 
 def _fleet_section(r: Report) -> list[str]:

@@ -374,6 +374,26 @@ class SearchCandidate(_Open):
     passes: list[PassRef] | None = None
 
 
+class TimelineSpan(_Open):
+    stage: str  # preparation | build | host_filter | lock_wait | connect | delivery | screening | finals | tuning ...
+    name: str | None = None  # the candidate a build span is for
+    start_s: float = 0.0  # seconds from the start of the run
+    seconds: float = 0.0
+    note: str | None = None
+
+
+class Timeline(_Open):
+    """Where a search's wall time went (edgekit/timeline.py): one span per stage; the lock wait is
+    outside the time budget."""
+
+    started_unix: float | None = None  # when the run started (time.time), to line runs up against each other
+    wall_s: float | None = None
+    budget_s: float | None = None
+    lock_wait_s: float = 0.0
+    spans: list[TimelineSpan] = Field(default_factory=list)
+    unattributed_s: float | None = None
+
+
 class SearchSection(_Open):
     mode: str | None = None  # quick (`deploy` without a recipe: the likeliest winners) | full (--search)
     objective: str | None = None  # p50 | p99 | energy | size
@@ -381,6 +401,8 @@ class SearchSection(_Open):
     shipped: ShippedFile | None = None
     seconds: float | None = None
     time_budget_s: float | None = None
+    timeline: Timeline | None = None
+    host: dict[str, Any] | None = None  # the host's CPU and the threads host-side work used (edgekit/host.py)
     candidates: list[SearchCandidate] = Field(default_factory=list)
 
 

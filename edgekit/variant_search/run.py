@@ -19,6 +19,7 @@ The chosen file is written to ``out/ship/`` with its lineage; the report lists e
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,17 +121,34 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     opts, recipe = _options(deploy_options, sopts, max_accuracy_drop, baseline_report, metric, eval_samples)
     progress = progress or (lambda _m: None)
     spec = target_spec(target)
-    run = prepare_run(model, eval_data=eval_data, target=spec, recipe=recipe, opts=opts, calib_data=calib_data,
-                      out=out, example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
+    from ..host import host_compute, host_threads
+    from ..timeline import Clock
+
+    clock = Clock(budget_s=sopts.time_budget_s)  # the wall clock from here: preparation counts
+    with contextlib.ExitStack() as stack:
+        with clock.span("preparation", "host threads"):  # sizing them, and torch's import
+            ht = host_threads(opts.host_threads)
+            stack.enter_context(host_compute(ht))
+        progress(f"{ht.describe()}; time budget {sopts.time_budget_s:g} s")
+        return _search(model, spec, eval_data, calib_data, device, out, sopts, opts, recipe, example_inputs, arch,
+                       x_key, y_key, transport, progress, clock, ht)
+
+
+def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOptions, opts: DeployOptions, recipe,
+            example_inputs, arch, x_key, y_key, transport, progress, clock, ht) -> Report:
+    with clock.span("preparation"):
+        run = prepare_run(model, eval_data=eval_data, target=spec, recipe=recipe, opts=opts, calib_data=calib_data,
+                          out=out, example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key,
+                          progress=progress)
+    run.started = clock.started
     if sopts.measure is not None:
         run.measure = sopts.measure
-    deadline = run.started + sopts.time_budget_s
-    build_deadline = run.started + BUILD_SHARE * sopts.time_budget_s
     specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
         candidate_variants(spec, has_calib=run.calib_ds is not None, quick=sopts.quick)
     cands = [Candidate(s) for s in specs]
-    _build(run, cands, build_deadline, progress)
-    _host_filter(run, cands, sopts, progress)
+    _build(run, cands, clock, ht, progress)
+    with clock.span("host_filter"):
+        _host_filter(run, cands, sopts, progress)
 
     from ..pipeline import run_settings
 
@@ -138,34 +156,50 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     screen_settings = _screening(final_settings, sopts)
     with DeviceSession(spec, device, source_io=run.source.artifact.io, plan=run.plan, transport=transport,
                        lock_wait=opts.lock_wait, lock_timeout=opts.lock_timeout, remeasure=opts.remeasure,
-                       progress=progress) as session:
-        session.use_eval(run.eval_ds, run.art_dir)
-        session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
-        base_screen = _screen(session, run, cands, screen_settings, sopts, progress)
-        final = _finals(session, run, cands, final_settings, progress)
-        chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
+                       progress=progress, clock=clock) as session:
+        with clock.span("delivery"):
+            session.use_eval(run.eval_ds, run.art_dir)
+            session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
+        with clock.span("screening"):
+            base_screen = _screen(session, run, cands, screen_settings, sopts, progress)
+        with clock.span("finals"):
+            final = _finals(session, run, cands, final_settings, progress)
+            chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
             from .tuning import tune_runtime
 
-            chosen, chosen_settings = tune_runtime(session, run, final, cands, chosen, final_settings, opts,
-                                                   deadline, progress, sopts.objective)
+            with clock.span("tuning"):
+                chosen, chosen_settings = tune_runtime(session, run, final, cands, chosen, final_settings, opts,
+                                                       clock.deadline, progress, sopts.objective)
         release = None
         if chosen is not None and run.previous is not None:
             from ..report.release import release_judgement
 
-            release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
-                                        shipped=chosen.name)
+            with clock.span("release"):
+                release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
+                                            shipped=chosen.name)
         from ..measure.profile import profile_diffs, profile_variants, profiled_names
 
-        profile_variants(session, final, profiled_names(final, BASE, opts.profile, [chosen.name] if chosen else [],
-                                                        slower=False), final_settings,
-                         {chosen.name: chosen_settings} if chosen else None)
+        with clock.span("profile"):
+            profile_variants(session, final, profiled_names(final, BASE, opts.profile,
+                                                            [chosen.name] if chosen else [], slower=False),
+                             final_settings, {chosen.name: chosen_settings} if chosen else None)
+    with clock.span("report"):
+        return _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen,
+                       screen_settings, final_settings, clock, ht)
+
+
+def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen, screen_settings,
+            final_settings, clock, ht) -> Report:
+    from ..measure.profile import profile_diffs
     from ..ship import write_ship
 
     ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
+    timeline = clock.to_dict()
     section = {"mode": "quick" if sopts.quick else "full", "objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
-               "seconds": round(time.perf_counter() - run.started, 2), "time_budget_s": sopts.time_budget_s,
+               "seconds": timeline["wall_s"], "time_budget_s": sopts.time_budget_s,
+               "timeline": timeline, "host": ht.to_dict(),
                "candidates": [{"name": BASE, "status": "selected" if chosen and chosen.name == BASE else "baseline",
                                "format": run.fp32.format.value, "precision": "fp32", "size_bytes": run.fp32.size_bytes,
                                "screening": {"p50": base_screen.latency_ms.p50, "ci95": base_screen.latency_ms.ci95}}]
@@ -176,7 +210,8 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     from ..report.assemble import assemble_report
 
     builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)
-    report = assemble_report(run, ordered, session, baseline=BASE, warnings=list(opts.extra_warnings),
+    warnings = list(opts.extra_warnings) + _budget_warnings(cands, clock, ht)
+    report = assemble_report(run, ordered, session, baseline=BASE, warnings=warnings,
                              judged=[chosen.name] if chosen else None, gate=nogate, search=section, release=release,
                              settings={"screening": screen_settings.measure.model_dump(),
                                        **recorded_settings(run, final_settings, builds)})
@@ -184,6 +219,19 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     report.decision = _decision(report, cands, chosen)
     report.write(run.out_dir)
     return report
+
+
+def _budget_warnings(cands: list[Candidate], clock, ht) -> list[str]:
+    """When the budget cut candidates, say which and why, in one sentence (the console shows it)."""
+    cut = [c for c in cands if c.status == "dropped" and c.stage == "build" and c.reason
+           and c.reason.startswith(("time budget exhausted before", "cut by the time budget"))]
+    if not cut:
+        return []
+    prep = clock.seconds("preparation")
+    busy = f" on a busy host ({ht.describe()})" if ht.busy() else f" ({ht.describe()})"
+    return [f"{len(cut)} candidate{'s' if len(cut) != 1 else ''} not built or cut by the time budget "
+            f"({', '.join(c.name for c in cut)}): preparation took {prep:.0f} s and builds "
+            f"{clock.seconds('build'):.0f} s of the {clock.budget_s:g} s budget{busy}; --time-budget raises it"]
 
 
 def _decision(report: Report, cands: list[Candidate], chosen) -> "Decision":
@@ -227,27 +275,40 @@ def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_r
     return opts, recipe
 
 
-def _build(run: PreparedRun, cands: list[Candidate], deadline: float, progress) -> None:
-    """Every candidate's passes (through the pass cache) started before ``deadline`` (BUILD_SHARE of
-    the time budget); a failed build drops only that candidate."""
+def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> None:
+    """Every candidate's passes (through the pass cache), inside the first BUILD_SHARE of the time
+    budget: a build is not started after it, and a running one is stopped there (the long passes check
+    the deadline between trials and epochs) and dropped with its time. A failed build drops only that
+    candidate."""
+    from ..timeline import BudgetExceeded
+
     # train data (--train-data) reaches the accuracy-aware candidate's QAT rung (ort-int8-mixed)
     ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds,
                       extras={"source": run.source, "metric_plan": run.plan})
-    for c in cands:
+    deadline = clock.share_deadline(BUILD_SHARE)
+    todo = [c for c in cands]
+    for i, c in enumerate(todo):
         if time.perf_counter() > deadline:
-            c.drop("build", f"time budget exhausted before this candidate was built (builds start in the first "
-                            f"{BUILD_SHARE:.0%} of it; --time-budget raises it)")
+            c.drop("build", f"time budget exhausted before this candidate was built (builds run in the first "
+                            f"{BUILD_SHARE:.0%} of the {clock.budget_s:g} s budget; preparation took "
+                            f"{clock.seconds('preparation'):.0f} s, builds {clock.seconds('build'):.0f} s; "
+                            f"{ht.describe()}); --time-budget raises it")
             continue
-        progress(f"building candidate {c.name}")
+        progress(f"building candidate {c.name} ({i + 1} of {len(todo)}; {max(0.0, clock.remaining()):.0f} s of the "
+                 "budget left)")
         started = time.perf_counter()
-        try:
-            art = run.fp32
-            for i, step in enumerate(c.spec.passes):
-                p, stem = get_pass(step.name), f"{c.name}-{i}-{step.name}"
-                art = run.cache.run(p, art, step.config, ctx, stem) if run.cache else p(art, step.config, ctx, out_name=stem)
-            c.artifact, c.status = art, "built"
-        except EdgekitError as exc:
-            c.drop("build", f"build failed: {exc.message}")
+        with clock.span("build", c.name), clock.deadline_scope(deadline, f"the build of {c.name}"):
+            try:
+                art = run.fp32
+                for k, step in enumerate(c.spec.passes):
+                    p, stem = get_pass(step.name), f"{c.name}-{k}-{step.name}"
+                    art = run.cache.run(p, art, step.config, ctx, stem) if run.cache else \
+                        p(art, step.config, ctx, out_name=stem)
+                c.artifact, c.status = art, "built"
+            except BudgetExceeded as exc:
+                c.drop("build", f"cut by the time budget: {exc.message}; {ht.describe()}")
+            except EdgekitError as exc:
+                c.drop("build", f"build failed: {exc.message}")
         c.build_seconds = round(time.perf_counter() - started, 3)
 
 
@@ -348,7 +409,7 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
     entries = [race_entry(BASE, base.result.latency_ms.raw or [])] if latency and base_can_ship else []
     for c in [c for c in cands if c.status == "built"]:
         progress(f"screening {c.name} on the device ({settings.measure.runs} runs)")
-        r = session.measure(c.name, c.artifact, settings)
+        r = session.measure_or_drop(c.name, c.artifact, settings)  # a candidate that kills the agent is its own fault
         if isinstance(r, MeasureFailure):
             c.drop("screening", f"failed on the device ({r.kind}): {r.message}")
             continue
@@ -377,7 +438,7 @@ def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
     final = {BASE: base}
     for c in [c for c in cands if c.status == "built"]:
         progress(f"final measurement of {c.name}")
-        r = session.measure(c.name, c.artifact, settings)
+        r = session.measure_or_drop(c.name, c.artifact, settings)
         if isinstance(r, MeasureFailure):
             c.drop("finals", f"failed on the device ({r.kind}): {r.message}")
             continue

@@ -1,8 +1,8 @@
 """Runtime options as a search dimension: the selected variant's file, measured again on the device
-under each of the runtime's options that can change its speed (threads 1..the target's cores unless
-the user fixed ``--threads``; onnxruntime's graph optimization level and execution mode; LiteRT's
-XNNPACK delegate on/off and CompiledModel vs Interpreter; ExecuTorch's XNNPACK thread pool, which is
-the threads). Every setting is a row of the candidate table (``name@t2,mode=parallel``,
+under each of the runtime's options that can change its speed (threads 1..the cores the device really
+has unless the user fixed ``--threads``; onnxruntime's graph optimization level and execution mode;
+LiteRT's XNNPACK delegate on/off and CompiledModel vs Interpreter; ExecuTorch's XNNPACK thread pool,
+which is the threads). Every setting is a row of the candidate table (``name@t2,mode=parallel``,
 ``name@xnnpack=off``); the fastest that passes the same gate ships, and ties (overlapping CIs) keep
 the default options. Measurements go through the measurement cache like any other (the options are
 part of the request, so part of the key). The agent's runners (``device_agents/edgekit_agent.py``,
@@ -15,7 +15,19 @@ with several threads is tried only above one thread. At MAX_THREADS = 4 cores th
 for onnxruntime (3 at one thread, 4 at each of 2..4: the default, two optimization levels, parallel
 mode), 12 for LiteRT (the default, XNNPACK off, CompiledModel) and 4 for ExecuTorch; the product
 would be 21 and 16. The search's time budget still bounds them: a setting not reached is a dropped
-row with that reason."""
+row with that reason.
+
+On a busy or small device (issue #22):
+* threads are tuned up to the cores the agent may really use (``device.cpu_budget.usable_cores`` of
+  the chosen variant's final measurement: CPU affinity and cgroup quota, floored, at least 1), never
+  more than the target's; a cap is said in the report's warnings (:func:`thread_limit`);
+* each row's agent run is limited to its share of the remaining budget (at least
+  ROW_TIMEOUT_FLOOR_S, at most the request's own timeout), and a row that times out or kills the agent
+  on a device that still answers is a dropped row with that reason
+  (``DeviceSession.measure_or_drop``); a device that no longer answers still fails the search (exit 3);
+* a non-default setting wins only when its tail is not significantly worse than the default
+  setting's (:func:`tail_worse`: p90 for the p50 objective, p90 and p99 for p99; bootstrap CI of the
+  percentile ratio above 1 + TAIL_MARGIN); otherwise it is dropped and the next best is judged."""
 
 from __future__ import annotations
 
@@ -39,6 +51,94 @@ IMPLIED = {("execution_mode", "parallel"): lambda threads: {"inter_op_threads": 
 # the candidate table's short names (``name@t2,opt=basic,mode=parallel``)
 SHORT = {"graph_optimization_level": "opt", "execution_mode": "mode", "inter_op_threads": "inter"}
 MAX_THREADS = 4
+# a tuning row's agent run gets its share of the remaining budget, never less than this (a legitimate
+# row on a slow board must finish) and never more than the request's own timeout
+ROW_TIMEOUT_FLOOR_S = 60.0
+# a non-default row whose tail percentile ratio's 95% CI lies above 1 + this loses to the default
+TAIL_MARGIN = 0.05
+TAIL_RESAMPLES = 2000
+
+
+def thread_limit(doc: dict | None, target_cores: int) -> tuple[int, str | None]:
+    """The most threads worth tuning: the target's cores (at most MAX_THREADS), capped by the cores
+    the agent reports usable in a result document (``device.cpu_budget.usable_cores``: affinity and
+    cgroup quota, floored, at least 1; an older agent reports none: the target's cores). Returns the
+    limit and, when the device capped it, why (for the report)."""
+    limit = max(1, min(target_cores, MAX_THREADS))
+    budget = ((doc or {}).get("device") or {}).get("cpu_budget") or {}
+    usable = budget.get("usable_cores")
+    if not isinstance(usable, (int, float)):
+        return limit, None
+    cap = max(1, int(usable + 1e-9))
+    if cap >= limit:
+        return limit, None
+    quota, affinity = budget.get("quota_cores"), budget.get("affinity")
+    why = "cgroup quota" if quota is not None and (affinity is None or quota < affinity) else "CPU affinity"
+    amount = f"{usable:g} of a core" if usable < 1 else f"{usable:g} core{'' if usable == 1 else 's'}"
+    return cap, (f"threads tuned 1..{cap}: the device has {amount} usable ({why}), "
+                 f"the target {target_cores}")
+
+
+def tuning_grid(runtime: str, doc: dict | None, target_cores: int,
+                threads_fixed: int | None) -> tuple[list[dict], str | None]:
+    """:func:`settings_grid` up to :func:`thread_limit`'s threads (the user's ``--threads`` wins);
+    returns the grid and the cap's reason (None when not capped)."""
+    if threads_fixed:
+        return settings_grid(runtime, target_cores, threads_fixed), None
+    limit, why = thread_limit(doc, target_cores)
+    return settings_grid(runtime, limit, None), why
+
+
+def percentile_ratio_ci(a, b, q: float, level: float = 0.95, resamples: int = TAIL_RESAMPLES,
+                        seed: int | None = None) -> tuple[float, float]:
+    """Percentile bootstrap CI of percentile_q(b) / percentile_q(a), each run resampled on its own
+    (``measure/compare.bootstrap_ratio_ci`` does the same for the median), fixed seed."""
+    import numpy as np
+
+    from ..measure.compare import _thin
+    from ..measure.stats import BOOTSTRAP_SEED
+
+    a, b = _thin(np.asarray(a, dtype=np.float64)), _thin(np.asarray(b, dtype=np.float64))
+    rng = np.random.default_rng(BOOTSTRAP_SEED if seed is None else seed)
+    ratios = np.empty(resamples)
+    chunk = max(1, 2_000_000 // max(a.size, b.size))  # bounded memory per step
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        pa = np.percentile(a[rng.integers(0, a.size, size=(k, a.size))], q, axis=1)
+        pb = np.percentile(b[rng.integers(0, b.size, size=(k, b.size))], q, axis=1)
+        ratios[start:start + k] = pb / np.maximum(pa, 1e-12)
+    lo, hi = np.quantile(ratios, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
+
+
+def tail_worse(default_raw, row_raw, objective: str = "p50", margin: float = TAIL_MARGIN) -> str | None:
+    """Why a tuning row's tail is significantly worse than the default setting's, or None when it
+    is not (or cannot be told: fewer than 5 timings on a side). Compared: p90 for the p50 objective,
+    p90 and p99 for p99; worse = the bootstrap 95% CI of the percentile ratio (row / default) lies
+    above 1 + ``margin``. A second thread on a shared device can win the median and lose the tail."""
+    import numpy as np
+
+    a = np.asarray([] if default_raw is None else default_raw, dtype=np.float64)
+    b = np.asarray([] if row_raw is None else row_raw, dtype=np.float64)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size < 5 or b.size < 5:
+        return None
+    for q in (90, 99) if objective == "p99" else (90,):
+        pa, pb = float(np.percentile(a, q)), float(np.percentile(b, q))
+        if pa <= 0:
+            continue
+        lo, hi = percentile_ratio_ci(a, b, q)
+        if lo > 1.0 + margin:
+            return (f"tail worse than the default setting: p{q} {pb:.3g} ms vs {pa:.3g} ms "
+                    f"(ratio {pb / pa:.2f}, 95% CI [{lo:.2f}, {hi:.2f}] above {1 + margin:.2f})")
+    return None
+
+
+def row_timeout(remaining_s: float, rows_left: int, request_timeout_s: float) -> float:
+    """One tuning row's limit: its share of the remaining budget, at least ROW_TIMEOUT_FLOOR_S, at
+    most the request's own timeout."""
+    share = max(0.0, remaining_s) / max(1, rows_left)
+    return min(request_timeout_s, max(ROW_TIMEOUT_FLOOR_S, share))
 
 
 def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[dict]:
@@ -72,7 +172,9 @@ def label(name: str, setting: dict, default_threads: int) -> str:
 
 def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts, deadline: float,
                  progress, objective: str = "p50"):
-    """Measure ``chosen`` under each runtime setting; returns (the variant to ship, its settings)."""
+    """Measure ``chosen`` under each runtime setting; returns (the variant to ship, its settings).
+    A row that hangs or kills the agent on a device that still answers is dropped with its reason;
+    a would-be winner whose tail is worse than the default setting's is dropped and the next judged."""
     from ..device_session import MeasureFailure
     from ..report.gate import evaluate_gate
     from .run import BASE, Candidate, _choose, _reasons
@@ -80,29 +182,36 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
     m = final[chosen.name]
     runtime = chosen.runtime.name
     base_threads = settings.measure.threads
-    grid = [g for g in settings_grid(runtime, run.target.cores, opts.threads)
-            if not (g["threads"] == base_threads and not g["options"])]
+    grid, capped = tuning_grid(runtime, m.doc, run.target.cores, opts.threads)
+    if capped:
+        progress(capped)
+        opts.extra_warnings = [*opts.extra_warnings, f"runtime tuning of {chosen.name}: {capped}"]
+    grid = [g for g in grid if not (g["threads"] == base_threads and not g["options"])]
     if not grid:
         return chosen, settings
     from ..recipe import VariantSpec
 
-    contenders, per_setting = [chosen], {chosen.name: settings}
+    contenders, per_setting, rows = [chosen], {chosen.name: settings}, {}
     spec = next((c.spec for c in cands if c.name == chosen.name), VariantSpec(name=chosen.name))
-    for g in grid:
+    for i, g in enumerate(grid):
         name = label(chosen.name, g, base_threads)
         row = Candidate(spec.model_copy(update={"name": name}), artifact=m.artifact)
         cands.append(row)
+        rows[name] = row
         if time.perf_counter() > deadline:
             row.drop("tuning", "time budget exhausted before this runtime setting was measured")
             continue
         s = settings.but(measure=settings.measure.model_copy(update={"threads": g["threads"]}),
                          runtime_options=g["options"] or None)
-        progress(f"runtime setting {name}: threads {g['threads']}, options {g['options'] or 'default'}")
-        r = session.measure(name, m.artifact, s)
+        limit = row_timeout(deadline - time.perf_counter(), len(grid) - i,
+                            session.request(name, m.artifact, s).timeout_s)
+        progress(f"runtime setting {name}: threads {g['threads']}, options {g['options'] or 'default'} "
+                 f"(at most {limit:.0f} s)")
+        r = session.measure_or_drop(name, m.artifact, s.but(timeout_s=limit))
         if isinstance(r, MeasureFailure):
             row.drop("tuning", f"failed on the device ({r.kind}): {r.message}")
             continue
-        final[name], per_setting[name] = r, s
+        final[name], per_setting[name] = r, s  # shipped settings carry no tuning time limit
         from ..report.assemble import score
 
         score({BASE: final[BASE], name: r}, run.plan, BASE, run.gate)
@@ -115,6 +224,14 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
         row.status = "finalist"
         contenders.append(r.result)
     best = _choose(contenders, objective)
+    while best is not None and best is not chosen:  # a non-default setting wins only with an honest tail
+        why = tail_worse(chosen.latency_ms.raw if chosen.latency_ms else None,
+                         best.latency_ms.raw if best.latency_ms else None, objective)
+        if why is None:
+            break
+        rows[best.name].drop("tuning", why)
+        contenders.remove(best)
+        best = _choose(contenders, objective)
     if best is not chosen:
         chosen.selected = False
         best.selected = True

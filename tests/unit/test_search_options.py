@@ -37,7 +37,7 @@ def _opts(tmp_path, **over) -> DeployOptions:
         sustained_seconds=1.0, energy_command=f"{sys.executable} {tmp_path / 'meter.py'}", use_cache=True,
         lock_wait=True, lock_timeout=30.0, eval_samples=48, max_latency_regression=0.5,
         max_release_accuracy_drop=7.0, max_memory_increase=0.9, max_size_increase=0.8, remeasure=True,
-        benchmark_binary="device")
+        benchmark_binary="device", host_threads=1)
     for k, v in over.items():
         setattr(o, k, v)
     return o
@@ -65,6 +65,8 @@ def _honoured(r: Report, tmp_path) -> dict:
     checks = {c.name for c in r.gate.checks}
     fp = r.variant("fp32")
     return {
+        "host_threads": s["host"]["threads"] == 1 and s["host"]["source"] == "--host-threads"
+        and r.search.host["threads"] == 1,
         "max_accuracy_drop": g["max_accuracy_drop"] == 40.0,
         "relative_accuracy_drop": g["relative_accuracy_drop"] is True,
         "metric": sel.accuracy.metric == "top5" and s["metric"]["name"] == "top5",
