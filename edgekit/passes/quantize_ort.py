@@ -122,9 +122,25 @@ def calibrate(model: Path, reader, cfg: OrtQuantizeConfig, out: Path, workdir: P
     with tempfile.TemporaryDirectory(prefix=".calib-", dir=workdir) as tmp:
         calibrator = create_calibrator(model, op_types, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                        calibrate_method=method, extra_options=extra)
+        _size_session(calibrator)
         calibrator.collect_data(reader)
         save_tensors_data(calibrator.compute_data(), out)
         del calibrator
+
+
+def _size_session(calibrator) -> None:
+    """onnxruntime's calibrator opens its session with a thread per core, which on a busy host waits
+    for cores other processes hold: reopen it with the host's threads (edgekit/host.py)."""
+    import onnxruntime as ort
+
+    from ..host import ort_threads
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as onnxruntime's own
+    so.intra_op_num_threads = ort_threads()
+    so.log_severity_level = 3
+    calibrator.infer_session = ort.InferenceSession(calibrator.augmented_model_path, sess_options=so,
+                                                    providers=calibrator.execution_providers)
 
 
 class OrtQuantize(Pass):

@@ -316,3 +316,20 @@ def test_progress_in_a_log_says_still_while_a_step_runs_long(capsys):
     err = capsys.readouterr().err
     assert "edgekit: building candidate int8 ..." in err
     assert "edgekit: still building candidate int8 (" in err, err
+
+
+def test_calibration_session_uses_the_host_threads(tmp_path):
+    """onnxruntime's calibrator opens a session with a thread per core; edgekit reopens it sized to the host."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+
+    from edgekit.passes.quantize_ort import _size_session
+    from tests.unit.agent_loader import tiny_onnx
+
+    model = tiny_onnx(tmp_path / "tiny.onnx")
+    cal = create_calibrator(model, ["MatMul", "Gemm"], augmented_model_path=str(tmp_path / "aug.onnx"),
+                            calibrate_method=CalibrationMethod.MinMax)
+    for n in (1, 2):
+        with host_compute(HostThreads(n, "--host-threads", {})):
+            _size_session(cal)
+        so = cal.infer_session.get_session_options()
+        assert so.intra_op_num_threads == n
