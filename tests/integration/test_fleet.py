@@ -42,8 +42,14 @@ def _label(name: str, *labels: str) -> None:
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    """A small ONNX MLP and 120 labelled samples (ONNX: no export or torch reference run per deploy)."""
-    return _mlp_onnx(tmp_path_factory.mktemp("mlp") / "mlp.onnx", width=128, n=120)
+    """A small ONNX MLP and 120 labelled samples (ONNX: no export or torch reference run per deploy); the
+    first ten labels are wrong too, so the first third of the set scores lower than the rest (a unit's shard
+    score can then be told from another's and from the whole set's)."""
+    model, data = _mlp_onnx(tmp_path_factory.mktemp("mlp") / "mlp.onnx", width=128, n=120)
+    d = dict(np.load(data))
+    d["y"][:10] = (d["y"][:10] + 1) % 10
+    np.savez(data, **d)
+    return model, data
 
 
 @pytest.fixture
@@ -74,7 +80,7 @@ def test_sharded_fleet_gives_the_one_device_metric(three, mlp, tmp_path):
                          out=tmp_path / "one", **FAST)
     t1 = time.perf_counter()
     fleet = edgekit.deploy(mlp[0], eval_data=mlp[1], target="local", pool="local:lab", shard_eval=True,
-                           recipe=FP32, out=tmp_path / "fleet", **FAST)
+                           recipe=FP32, out=tmp_path / "fleet", latency_budget_ms=10_000.0, **FAST)
     t2 = time.perf_counter()
     fl = fleet.fleet
     assert fl.mode == "sharded" and fl.measured == fl.total == 3 and fleet.gate.passed, fleet.gate
@@ -85,21 +91,58 @@ def test_sharded_fleet_gives_the_one_device_metric(three, mlp, tmp_path):
     assert fleet.variants[0].accuracy.value == one.variants[0].accuracy.value
     assert fleet.variants[0].accuracy.n == n
     assert fleet.variants[0].parity.max_abs_err == pytest.approx(one.variants[0].parity.max_abs_err, abs=1e-6)
-    # each unit really scored only its part: its shard's own metric differs from the whole set's somewhere
+    # each unit really scored only its part, and says what its part scored: the top-1 of its shard, computed
+    # here on the host (onnxruntime, the same file), and the shards' own scores differ from the whole set's
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(mlp[0]), providers=["CPUExecutionProvider"])
+    data = np.load(mlp[1])
+    pred = np.array([sess.run(None, {"x": x[None]})[0].argmax() for x in data["x"]])
+    hit = 100.0 * (pred == data["y"])
+    assert one.variants[0].accuracy.value == pytest.approx(hit.mean(), abs=1e-6)
     assert all(set(u.shard_accuracy) == {"fp32"} for u in fl.units)
+    got = {u.name: u.shard_accuracy["fp32"] for u in fl.units}
+    want = {u.name: float(hit[u.shard[0]:u.shard[1]].mean()) for u in fl.units}
+    assert got == pytest.approx(want, abs=1e-6), (got, want)
+    assert len(set(want.values())) > 1, want  # the shards score differently: a unit reporting another's would show
     assert {u.transport for u in fl.units} == {"ssh"}
     # each unit's eval pass, timed by the agent on the device (what the benchmark's throughput divides)
     assert all(u.eval_seconds["fp32"] is not None and u.eval_seconds["fp32"] > 0 for u in fl.units)
     v = fl.variants[0]
     assert v.units == 3 and v.worst_p50 >= v.median_of_medians_ms >= v.best_p50 > 0
+    # the gate judges the worst unit (all pass here: the slowest p50), and every check names it
+    p50 = {u.name: u.latency_ms["fp32"]["p50"] for u in fl.units}
+    worst = max(p50, key=p50.get)
+    assert v.worst_unit == worst and v.worst_p50 == pytest.approx(p50[worst]), (v, p50)
+    assert v.best_unit == min(p50, key=p50.get) and v.median_of_medians_ms == pytest.approx(sorted(p50.values())[1])
     doc = json.loads((tmp_path / "fleet" / "report.json").read_text())
-    assert doc["fleet"]["judged_unit"] in {"u0", "u1", "u2"}
+    assert doc["fleet"]["judged_unit"] == fl.judged_unit == worst, (doc["fleet"]["judged_unit"], p50)
+    unit_checks = [c for c in fleet.gate.checks if c.name != "fleet_units"]
+    assert [c.name for c in unit_checks] == ["latency_p50_budget"], unit_checks
+    assert all(c.unit == worst and c.message.startswith(f"unit {worst} (worst of 3 measured): ")
+               for c in unit_checks), unit_checks
     junit = (tmp_path / "fleet" / "junit.xml").read_text()
     assert all(f'classname="edgekit.fleet" name="u{i}"' in junit for i in range(3))
     md = (tmp_path / "fleet" / "report.md").read_text()
     assert "## Fleet" in md and "| u2" in md
     assert 'id="plot-fleet"' in (tmp_path / "fleet" / "report.html").read_text()
     print(f"\none device {t1 - t0:.1f} s, 3-unit sharded fleet {t2 - t1:.1f} s")
+
+
+def test_fleet_gate_fails_on_the_worst_unit_by_name(three, mlp, tmp_path):
+    """A budget no unit meets: the gate judges the slowest unit and names it in the failed check; each
+    other unit adds its own failed fleet_unit_gate check (the throttled-unit version is the slow test below)."""
+    r = edgekit.deploy(mlp[0], eval_data=mlp[1], target="local", pool="local:lab", recipe=FP32,
+                       out=tmp_path / "o", latency_budget_ms=1e-6, **FAST)
+    p50 = {u.name: u.latency_ms["fp32"]["p50"] for u in r.fleet.units}
+    worst = max(p50, key=p50.get)
+    assert not r.gate.passed and r.fleet.judged_unit == worst and r.fleet.variants[0].worst_unit == worst, p50
+    lat = [c for c in r.gate.failed_checks if c.name == "latency_p50_budget"]
+    assert len(lat) == 1 and lat[0].unit == worst, r.gate.checks
+    assert lat[0].message.startswith(f"unit {worst} (worst of 3 measured): {p50[worst]:.3f} ms > budget"), lat[0]
+    others = {c.unit: c.message for c in r.gate.failed_checks if c.name == "fleet_unit_gate"}
+    assert set(others) == set(p50) - {worst}, r.gate.checks
+    assert all(m.startswith(f"unit {u} also fails: latency_p50_budget [fp32]: ") for u, m in others.items()), others
 
 
 def test_a_unit_killed_mid_run_is_reported_and_the_others_finish(three, mlp, tmp_path):

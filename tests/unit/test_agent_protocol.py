@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from edgekit.agent import bundle
 from edgekit.agent.bundle import BundleDeployer
-from edgekit.agent.protocol import PROTOCOL, build_request, parse_agent_stdout, run_request
+from edgekit.agent.protocol import PROTOCOL, AgentRunFailed, build_request, parse_agent_stdout, run_request
 from edgekit.errors import AgentError, DeviceError, TransportError
 from edgekit.targets import MeasureDefaults
 from edgekit.transport.local import LocalTransport
@@ -133,9 +133,12 @@ def test_agent_printing_no_json_is_an_agent_error_with_its_output(tiny_model, tm
 
 
 def test_agent_that_hangs_is_a_transport_timeout(tiny_model, tmp_path, monkeypatch):
-    marker = tmp_path / "still-running"
+    """The agent hangs past the timeout: a TransportError at the timeout, and the agent is killed: a hung
+    agent that was left running would write its marker 4 s after it started, and the test waits past that."""
+    started, marker = tmp_path / "started", tmp_path / "still-running"
     dep = _deployer(tmp_path, monkeypatch, f'''
-        time.sleep(30)
+        open({str(started)!r}, "w").write("hanging")
+        time.sleep(4)
         open({str(marker)!r}, "w").write("the agent was not stopped")
     ''')
     remote = dep.deliver([tiny_model.artifact.path])[tiny_model.artifact.path]
@@ -145,9 +148,10 @@ def test_agent_that_hangs_is_a_transport_timeout(tiny_model, tmp_path, monkeypat
         run_request(dep, _request(tiny_model, remote), timeout=2.0)
     took = time.perf_counter() - t0
     assert e.value.exit_code == 3 and "timed out after 2 s" in e.value.message, e.value.message
-    assert 1.9 < took < 15, took
-    time.sleep(0.5)
-    assert not marker.exists()  # the hung agent was killed, not left behind
+    assert 1.9 < took < 3.9, took  # at the timeout, not when the agent would have finished
+    assert started.exists()  # the agent really ran (and hung)
+    time.sleep(max(0.0, t0 + 8.0 - time.perf_counter()))  # 4 s past when a surviving agent writes its marker
+    assert not marker.exists(), "the hung agent was left running past the timeout"
 
 
 def test_real_agent_measures_then_refuses_a_tampered_model(tiny_model, tmp_path, monkeypatch):
@@ -169,8 +173,9 @@ def test_real_agent_measures_then_refuses_a_tampered_model(tiny_model, tmp_path,
     assert "agent failed on variant 'tiny' (integrity)" in msg, msg
     assert f"expected {tiny_model.artifact.sha256[:12]}" in msg and "corrupted transfer" in msg
     assert e.value.exit_code == 3
-    if hasattr(e.value, "kind"):  # the typed failure (AgentRunFailed) carries the agent's error kind
-        assert e.value.kind == "integrity"
+    # the typed failure carries the agent's error kind (what tells a variant's fault from the device's)
+    assert isinstance(e.value, AgentRunFailed), type(e.value)
+    assert e.value.kind == "integrity" and e.value.variant == "tiny"
 
 
 def test_real_agent_refuses_a_request_of_another_protocol(tiny_model, tmp_path, monkeypatch):

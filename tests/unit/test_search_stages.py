@@ -49,6 +49,43 @@ class SleepPastDeadline(Pass):
         return PassOutput(path=out, precision="fp32")
 
 
+class SlowBranch(Pass):
+    """Same answers, far slower: eight 256x256 matrix products of the input (no weights: the file stays
+    small), multiplied by zero into the output. ~6 ms on this machine where the digits CNN takes ~0.05 ms."""
+
+    name = "slow_branch"
+    Config = _NoConfig
+    from edgekit.formats import Format as _F
+
+    input_formats = (_F.ONNX,)
+
+    def run(self, artifact, config, ctx, stem):
+        import numpy as np
+        from onnx import helper, numpy_helper
+
+        m = onnx.load(str(artifact.path))
+        g = m.graph
+        x, y = g.input[0].name, g.output[0].name
+        last = next(n for n in g.node if y in n.output)
+        last.output[list(last.output).index(y)] = "sb_y"  # the model's answer, before the zero is added
+        g.initializer.extend([numpy_helper.from_array(np.array([256, 4], np.int64), "sb_rep"),
+                              numpy_helper.from_array(np.array(1 / 256, np.float32), "sb_scale"),
+                              numpy_helper.from_array(np.array(0.0, np.float32), "sb_zero")])
+        nodes = [helper.make_node("Flatten", [x], ["sb_flat"], axis=1),  # [1, 64]
+                 helper.make_node("Tile", ["sb_flat", "sb_rep"], ["sb_0"])]  # [256, 256]
+        for i in range(8):
+            nodes += [helper.make_node("MatMul", [f"sb_{i}", f"sb_{i}"], [f"sb_mm{i}"]),
+                      helper.make_node("Mul", [f"sb_mm{i}", "sb_scale"], [f"sb_s{i}"]),
+                      helper.make_node("Tanh", [f"sb_s{i}"], [f"sb_{i + 1}"])]  # bounded: 0 * it stays 0
+        nodes += [helper.make_node("ReduceSum", ["sb_8"], ["sb_sum"], keepdims=0),
+                  helper.make_node("Mul", ["sb_sum", "sb_zero"], ["sb_nil"]),
+                  helper.make_node("Add", ["sb_y", "sb_nil"], [y])]
+        g.node.extend(nodes)
+        out = ctx.workdir / f"{stem}.onnx"
+        onnx.save(m, out)
+        return PassOutput(path=out, precision=artifact.precision)
+
+
 @pytest.fixture(scope="module")
 def digits_onnx(digits, tmp_path_factory):
     from edgekit.convert.torch_to_onnx import export_onnx
@@ -152,6 +189,74 @@ def test_nothing_inside_the_budgets_selects_and_ships_nothing(digits_onnx, digit
     assert not (out / "ship").exists()
     search_check = [ch for ch in rep.gate.checks if ch.name == "search"]
     assert search_check and "no candidate stays inside" in search_check[0].message
+
+
+def test_latency_budget_drops_a_finalist_over_it(digits_onnx, digits, tmp_path):
+    """--latency-budget-ms in --search: the size objective would choose the slow INT8 file (a quarter of
+    fp32's size, same answers), but its p50 is over the budget, so it is dropped at the finals with the
+    budget in its reason, and fp32, inside the budget, ships."""
+    from edgekit.options import DeployOptions
+
+    register("slow_branch", f"{__name__}:SlowBranch")
+    slow = VariantSpec(name="int8-slow", passes=[PassStep(name="quantize", config={"mode": "dynamic"}),
+                                                 PassStep(name="slow_branch")])
+    budget = 1.5  # ms: ~30x the digits CNN's p50 here, a quarter of the slow branch's
+    rep = search(digits_onnx, eval_data=digits.eval, calib_data=digits.calib, target="local", out=tmp_path,
+                 options=SearchOptions(candidates=[slow], objective="size", measure=MEASURE, screening_runs=5,
+                                       host_filter=False),
+                 deploy_options=DeployOptions(max_accuracy_drop=1.0, latency_budget_ms=budget))
+    c, fp32 = _cands(rep)["int8-slow"], rep.variant("fp32")
+    assert rep.settings["gate"]["latency_ms_p50"] == budget
+    # the objective prefers it: smaller, and as accurate (only the budget stands in its way)
+    assert c["size_bytes"] < fp32.size_bytes / 2, (c["size_bytes"], fp32.size_bytes)
+    assert rep.variant("int8-slow").accuracy_drop <= 1.0
+    assert rep.variant("int8-slow").latency_ms.p50 > budget, rep.variant("int8-slow").latency_ms
+    assert c["status"] == "dropped" and c["dropped_at"] == "finals", c
+    assert "over the p50 latency budget" in c["reason"] and f"> budget {budget:g} ms" in c["reason"], c["reason"]
+    assert rep.search["selected"] == "fp32" and fp32.selected and not rep.variant("int8-slow").selected
+    assert fp32.latency_ms.p50 <= budget, fp32.latency_ms
+    assert rep.search["shipped"]["file"].endswith(".onnx") and "int8-slow" not in rep.search["shipped"]["file"]
+    assert rep.gate.passed
+    lat = [ch for ch in rep.gate.checks if ch.name == "latency_p50_budget"]
+    assert [(ch.variant, ch.passed) for ch in lat] == [("fp32", True)], rep.gate.checks
+
+
+def test_min_speedup_drops_a_slower_finalist(digits_onnx, digits, tmp_path):
+    """--min-speedup 1 in --search: the slow INT8 file the size objective would choose runs far below fp32's
+    speed, so it is dropped at the finals as below the minimum speed-up, and fp32 ships."""
+    from edgekit.options import DeployOptions
+
+    register("slow_branch", f"{__name__}:SlowBranch")
+    slow = VariantSpec(name="int8-slow", passes=[PassStep(name="quantize", config={"mode": "dynamic"}),
+                                                 PassStep(name="slow_branch")])
+    rep = search(digits_onnx, eval_data=digits.eval, calib_data=digits.calib, target="local", out=tmp_path,
+                 options=SearchOptions(candidates=[slow], objective="size", measure=MEASURE, screening_runs=5,
+                                       host_filter=False),
+                 deploy_options=DeployOptions(max_accuracy_drop=1.0, min_speedup=1.0))
+    c = _cands(rep)["int8-slow"]
+    assert rep.settings["gate"]["min_speedup"] == 1.0
+    sp = rep.variant("int8-slow").speedup_vs_baseline
+    assert sp is not None and sp < 0.5, sp  # many times slower (the side branch), not a near tie
+    assert c["status"] == "dropped" and c["dropped_at"] == "finals", c
+    assert "below the minimum speed-up" in c["reason"] and "< 1x" in c["reason"], c["reason"]
+    assert rep.search["selected"] == "fp32" and rep.gate.passed
+
+
+def test_p99_objective_chooses_the_lower_tail_over_the_lower_median():
+    """The p99 run below cannot show the objective is used (on `local` the p50 and p99 orders agree): here
+    one finalist has the lower median and a long tail, the other a higher median, a short tail and the
+    larger file (so the smaller-file tie rule cannot explain choosing it)."""
+    from edgekit.variant_search.run import _choose
+    from tests.unit.report_factory import variant as make_variant
+
+    def finalist(name, p50, p99, size):
+        v = make_variant(name, size=size)
+        return v.model_copy(update={"latency_ms": v.latency_ms.model_copy(
+            update={"p50": p50, "p99": p99, "ci95": [0.99 * p50, 1.01 * p50]})})
+
+    spiky, steady = finalist("spiky", 1.0, 5.0, 100_000), finalist("steady", 1.2, 1.3, 200_000)
+    assert _choose([spiky, steady], "p99").name == "steady"
+    assert _choose([spiky, steady], "p50").name == "spiky"
 
 
 def test_size_objective_picks_the_smallest_qualifying_file(digits_onnx, digits, tmp_path):
