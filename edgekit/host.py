@@ -50,8 +50,9 @@ class HostThreads:
             c["others_running"] >= 1 and c.get("free_cores", c["usable_cores"]) < c["usable_cores"]
 
     def to_dict(self) -> dict:
-        return {"threads": self.threads, "source": self.source, **{k: v for k, v in self.cpu.items()},
-                "summary": self.describe()}
+        # the CPU facts first: their own "threads" (the free CPU's) must not hide the number used
+        return {**{k: v for k, v in self.cpu.items() if k != "threads"}, "free_cpu_threads": self.cpu.get("threads"),
+                "threads": self.threads, "source": self.source, "summary": self.describe()}
 
 
 def _parse(value, where: str) -> int:

@@ -333,3 +333,33 @@ def test_calibration_session_uses_the_host_threads(tmp_path):
             _size_session(cal)
         so = cal.infer_session.get_session_options()
         assert so.intra_op_num_threads == n
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/cpu"),
+                    reason="needs root and a cgroup v1 cpu hierarchy (CI has both) to hold a process to 25% of a core")
+def test_a_real_cgroup_quota_is_read_by_the_agent():
+    """A process held to 25% of a core by a real cgroup v1 quota (as `edgekit sim` boards are) sees 0.25
+    usable cores and one thread, whatever os.cpu_count() says."""
+    import json
+
+    cg = Path(f"/sys/fs/cgroup/cpu/edgekit-test-{os.getpid()}")
+    cg.mkdir()
+    try:
+        (cg / "cpu.cfs_quota_us").write_text("25000")
+        code = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); import edgekit_agent as a; "
+                "print(json.dumps(a.cpu_budget()))")
+        agent_dir = str(Path(__file__).resolve().parents[2] / "device_agents")
+        out = subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" -c "$1" "$2"', sys.executable,
+                              code, agent_dir], capture_output=True, text=True, timeout=60, check=True).stdout
+        b = json.loads(out)
+        assert b["quota_cores"] == pytest.approx(0.25) and b["usable_cores"] == pytest.approx(0.25), b
+        assert b["threads"] == 1
+    finally:
+        cg.rmdir()
+
+
+def test_the_report_records_the_threads_used_not_the_free_cpu():
+    ht = HostThreads(1, "--host-threads", {"threads": 2, "usable_cores": 2.0, "others_running": 0, "load1": 0.2})
+    d = ht.to_dict()
+    assert d["threads"] == 1 and d["free_cpu_threads"] == 2 and d["source"] == "--host-threads"
+    assert d["summary"] == "host: 2 cores, load 0.2, 0 other runnable, 1 thread (--host-threads)"
