@@ -179,7 +179,7 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
             with clock.span("release"):
                 release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
                                             shipped=chosen.name)
-        from ..measure.profile import profile_diffs, profile_variants, profiled_names
+        from ..measure.profile import profile_variants, profiled_names
 
         with clock.span("profile"):
             profile_variants(session, final, profiled_names(final, BASE, opts.profile,
