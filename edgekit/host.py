@@ -44,10 +44,8 @@ class HostThreads:
         return f"host: {cores}{load}{others}, {self.threads} thread{'s' if self.threads != 1 else ''}{why}"
 
     def busy(self) -> bool:
-        """Other work holds at least one of the cores this process may use."""
-        c = self.cpu
-        return bool(c.get("others_running")) and c.get("usable_cores") is not None and \
-            c["others_running"] >= 1 and c.get("free_cores", c["usable_cores"]) < c["usable_cores"]
+        """Other work was runnable when the threads were sized (it holds cores this process could use)."""
+        return (self.cpu.get("others_running") or 0) >= 1
 
     def to_dict(self) -> dict:
         # the CPU facts first: their own "threads" (the free CPU's) must not hide the number used
