@@ -36,8 +36,8 @@ print("litert-torch step: litert-torch", md.version("litert-torch"), "torch", md
       "ai-edge-litert", md.version("ai-edge-litert"))
 EOF
 
-# the litert-torch tests (slow-marked in the main run, where they skip without the package)
+# the litert-torch tests (marked `litert_torch`: the main run deselects them)
 JUNIT="$VENV/litert-junit.xml"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integration/test_convert_matrix.py -k litert_torch \
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m litert_torch tests/integration/test_convert_matrix.py \
   --junitxml="$JUNIT" "$@"
 "$VENV/bin/python" .ci/require_all_ran.py litert-torch "$JUNIT"

@@ -218,15 +218,15 @@ class DeviceSession:
 
         self._eval_bundle = eval_bundle(ds, art_dir)
         self._eval_keys = ds.x_keys
-        self._deliver(self._eval_files())
+        self._deliver(self._eval_files(), kind="eval")
 
     def deliver(self, artifacts) -> None:
         self._deliver([Path(a.path) for a in artifacts])
 
-    def _deliver(self, files: list[Path]) -> None:
+    def _deliver(self, files: list[Path], kind: str = "model") -> None:
         todo = [f for f in dict.fromkeys(files) if f not in self._remotes]
         if todo:
-            self._remotes.update(self.deployer.deliver(todo))
+            self._remotes.update(self.deployer.deliver(todo, kind=kind))
 
     def _eval_files(self) -> list[Path]:
         b = self._eval_bundle

@@ -182,7 +182,7 @@ def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[s
     _ = deployer.agent  # installed first, so the counts below are the wheels' alone
     deployer.stats = type(deployer.stats)()
     progress(f"sending {len(wheels)} wheels (content-addressed)")
-    remote = deployer.deliver(wheels)
+    remote = deployer.deliver(wheels, kind="wheel")
     wh = t.remote_path("wheelhouse")
     site = t.remote_path("site")
     _check(t, ["mkdir", "-p", wh, site], "creating the wheelhouse folder", 60)

@@ -8,7 +8,7 @@ a temp name and rename, so an interrupted push never leaves a file under its fin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AgentError, TransportError
@@ -36,6 +36,14 @@ class DeliveryStats:
     files_sent: int = 0
     files_reused: int = 0
     bytes_sent: int = 0
+    #: files sent per kind (agent, eval, model, request, wheel): a warm re-deploy re-sends no eval data, though
+    #: a request or a rebuilt model may differ from last time
+    sent_by_kind: dict[str, int] = field(default_factory=dict)
+
+    def sent(self, kind: str, n_bytes: int) -> None:
+        self.files_sent += 1
+        self.bytes_sent += n_bytes
+        self.sent_by_kind[kind] = self.sent_by_kind.get(kind, 0) + 1
 
 
 class BundleDeployer:
@@ -64,8 +72,7 @@ class BundleDeployer:
             self.stats.files_reused += 1
             return remote
         self.t.push(src, remote)
-        self.stats.files_sent += 1
-        self.stats.bytes_sent += src.stat().st_size
+        self.stats.sent("agent", src.stat().st_size)
         got = self._self_hash(remote, strict=True)
         if got != digest:
             raise TransportError(f"the agent arrived corrupted on the device (sha256 {str(got)[:12]}... != "
@@ -94,8 +101,9 @@ class BundleDeployer:
         except (ValueError, KeyError) as exc:
             raise AgentError(f"the agent's --sha256 answer is not valid JSON: {res.stdout[:200]!r}") from exc
 
-    def deliver(self, files: list[Path]) -> dict[Path, str]:
-        """Make each local file present and verified on the device; return local -> remote path."""
+    def deliver(self, files: list[Path], kind: str = "model") -> dict[Path, str]:
+        """Make each local file present and verified on the device; return local -> remote path.
+        ``kind`` names what the files are in the delivery counts."""
         want = {}
         for f in files:
             digest = sha256_file(f)
@@ -107,8 +115,7 @@ class BundleDeployer:
                 self.stats.files_reused += 1
                 continue
             self.t.push(local, remote)
-            self.stats.files_sent += 1
-            self.stats.bytes_sent += local.stat().st_size
+            self.stats.sent(kind, local.stat().st_size)
         pushed = [r for local, (d, r) in want.items() if have.get(r) != d]
         if pushed:
             after = self.remote_hashes(pushed)

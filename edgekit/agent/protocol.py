@@ -236,7 +236,7 @@ def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: flo
     with tempfile.TemporaryDirectory(prefix="edgekit-req-") as td:
         req_path = Path(td) / "request.json"
         req_path.write_text(request.to_json(), encoding="utf-8")
-        remote_req = deployer.deliver([req_path])[req_path]
+        remote_req = deployer.deliver([req_path], kind="request")[req_path]
         res = t.run([t.python, deployer.agent, remote_req], timeout=timeout or request.timeout_s)
         doc = parse_agent_stdout(res.stdout, res.stderr, res.returncode)
         if not doc.get("ok"):

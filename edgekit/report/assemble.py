@@ -96,7 +96,7 @@ def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session
                   "eval_subset": ds.sample, "calib_data": str(run.calib_ds.path) if run.calib_ds else None,
                   "train_data": str(run.train_ds.path) if run.train_ds else None,
                   "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
-                               "bytes_sent": delivery.bytes_sent},
+                               "bytes_sent": delivery.bytes_sent, "sent_by_kind": dict(delivery.sent_by_kind)},
                   "wall_seconds": round(time.perf_counter() - run.started, 2), **(settings or {})},
         baseline=baseline, variants=results, gate=gate or Gate(passed=False), warnings=warnings,
         **({"search": search} if search is not None else {}),

@@ -121,6 +121,7 @@ def test_coreml(zoo, tmp_path, name, precision):
 
 
 @pytest.mark.slow
+@pytest.mark.litert_torch  # CI's litert-torch step runs these, in its own venv (.ci/litert_torch.sh)
 @pytest.mark.parametrize("name", ["mobilenet", "transformer", "gru"])
 def test_litert_torch_route(zoo, tmp_path, name):
     from edgekit.convert.torch_to_tflite import available

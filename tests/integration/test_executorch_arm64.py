@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import run_edgekit_subprocess  # noqa: E402
 from test_arm64_twin import ACCURACY_TOLERANCE, CACHE, _missing, _ok  # noqa: E402
 
-pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow, pytest.mark.executorch]
 
 NAME = "pi5-et"
 TARGET = "rpi5"

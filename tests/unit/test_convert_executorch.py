@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 HAS_EXECUTORCH = importlib.util.find_spec("executorch") is not None
-needs_executorch = pytest.mark.skipif(not HAS_EXECUTORCH, reason="executorch is not installed "
-                                      "(pip install 'edgekit[executorch]'; CI: bash .ci/executorch.sh)")
+_SKIP = pytest.mark.skipif(not HAS_EXECUTORCH, reason="executorch is not installed "
+                           "(pip install 'edgekit[executorch]'; CI: bash .ci/executorch.sh)")
+
+
+def needs_executorch(test):
+    """Runs in CI's ExecuTorch step (`-m executorch`, after executorch is installed), not in the default one."""
+    return pytest.mark.executorch(_SKIP(test))
 
 
 @pytest.fixture(scope="module")

@@ -244,6 +244,7 @@ def test_a_runner_without_a_profiler_answers_null_with_the_reason():
 
 
 @pytest.mark.slow
+@pytest.mark.executorch  # CI's ExecuTorch step runs it, after it installs executorch
 def test_executorch_event_tracer_profile(tmp_path):
     """ExecuTorch's ETDump through the agent: XNNPACK's own kernel names and times."""
     pytest.importorskip("executorch")

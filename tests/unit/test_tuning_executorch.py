@@ -17,8 +17,9 @@ import pytest
 from tests.unit.agent_loader import AGENT_PATH
 
 HAS_EXECUTORCH = importlib.util.find_spec("executorch") is not None
-pytestmark = pytest.mark.skipif(not HAS_EXECUTORCH, reason="executorch is not installed "
-                                "(pip install 'edgekit[executorch]'; CI: bash .ci/executorch.sh)")
+pytestmark = [pytest.mark.executorch,  # CI's ExecuTorch step runs these, after it installs executorch
+              pytest.mark.skipif(not HAS_EXECUTORCH, reason="executorch is not installed "
+                                 "(pip install 'edgekit[executorch]'; CI: bash .ci/executorch.sh)")]
 
 # In a fresh process (the pool is process-wide): load the .pte at the given threads, report the
 # pool's size, the process's OS threads and the outputs on a fixed input.

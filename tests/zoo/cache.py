@@ -1,9 +1,11 @@
 """Build-once cache for the zoo.
 
 Layout: ``<root>/<key>/<name>/{model.pt2, eval.npz, calib.npz, train.npz, zoo.json}`` where root is
-``$EDGEKIT_ZOO_CACHE`` or ``<repo>/.edgekit-cache/zoo`` (git-ignored) and key hashes the zoo's own
-source files with the torch and transformers versions, so an edit to a builder or a new library
-version builds afresh and old keys are simply left behind.
+``$EDGEKIT_ZOO_CACHE``, else ``$XDG_CACHE_HOME/edgekit-tests/zoo`` (``~/.cache/edgekit-tests/zoo``): outside
+the clone, so a fresh clone (which is what CI is) on a machine that built the zoo before starts warm, and
+outside ``$EDGEKIT_HOME``, which the tests point at a temporary folder. The key hashes the zoo's own source
+files with the torch and transformers versions, so an edit to a builder or a new library version builds
+afresh and old keys are simply left behind.
 
 A model is built into ``<root>/<key>/.tmp-<name>-<pid>/`` and renamed into place, so a reader sees
 either nothing or the whole folder; an exclusive ``fcntl`` lock on ``<root>/<key>/<name>.lock``
@@ -20,13 +22,15 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 FILES = ("model.pt2", "eval.npz", "calib.npz", "train.npz", "zoo.json")
 
 
 def root() -> Path:
     env = os.environ.get("EDGEKIT_ZOO_CACHE")
-    return Path(env).expanduser().resolve() if env else REPO / ".edgekit-cache" / "zoo"
+    if env:
+        return Path(env).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "edgekit-tests" / "zoo"
 
 
 def key() -> str:
