@@ -177,12 +177,18 @@ def onnx_io(model) -> IOSpec:
                   outputs=tuple(spec(v) for v in model.graph.output))
 
 
-def ort_reference_all(path: Path, threads: int = 1) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
-    """Every output of an ONNX model on onnxruntime, fed in chunks of its static batch size."""
+def ort_reference_all(path: Path, threads: int = 1, *, optimized: bool = True
+                      ) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """Every output of an ONNX model on onnxruntime, fed in chunks of its static batch size.
+    ``optimized=False`` runs the graph as written (no fusion): a QDQ model then computes exactly what its
+    Quantize/DequantizeLinear nodes say, the same on every CPU, where the fused integer kernels differ by
+    ISA (x86 u8s8 without VNNI saturates pairs of products at int16)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
         sess = ort.InferenceSession(str(Path(path).resolve()), sess_options=so, providers=["CPUExecutionProvider"])
@@ -225,9 +231,9 @@ def _upgraded_opset(path: Path) -> bytes | None:
         return None
 
 
-def ort_reference(path: Path, threads: int = 1) -> Callable[[list[np.ndarray]], np.ndarray]:
-    """The first output of an ONNX model on onnxruntime, as float32."""
-    return _first(ort_reference_all(path, threads))
+def ort_reference(path: Path, threads: int = 1, *, optimized: bool = True) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """The first output of an ONNX model on onnxruntime, as float32 (``optimized``: see ort_reference_all)."""
+    return _first(ort_reference_all(path, threads, optimized=optimized))
 
 
 def _ort_np(ort_type: str) -> str:

@@ -43,8 +43,8 @@ def cnn(tmp_path_factory):
     return _onnx("cnn", tmp_path_factory.mktemp("cnn"))
 
 
-def _top1(path, ds) -> float:
-    out = ort_reference_all(Path(path))(list(ds.xs))[0]
+def _top1(path, ds, optimized: bool = True) -> float:
+    out = ort_reference_all(Path(path), optimized=optimized)(list(ds.xs))[0]
     return float((out.argmax(1) == ds.y).mean() * 100)
 
 
@@ -115,10 +115,17 @@ def test_calibration_methods_give_different_runnable_artifacts_and_reuse_their_r
         q = get_pass("quantize")(art, {"calibration_method": method, "activation_type": "uint8", "per_channel": False},
                                  ctx, out_name=f"q-{method}")
         shas[method] = q.sha256
-        accs[method] = _top1(q.path, ev)
+        accs[method] = _top1(q.path, ev, optimized=False)  # the ranges' effect, not this CPU's kernels
         assert q.lineage[-1].metrics["calibration"]["method"] == method
     assert len(set(shas.values())) == 3
-    assert all(a > 35 for a in accs.values()), accs  # chance is 25 (entropy clips hard here: ~80)
+    # Scored on the QDQ graph as written (the same on every CPU; fused u8s8 kernels on x86 without VNNI
+    # saturate, see test_quantize_qat). minmax and percentile keep the fp32 model's accuracy (within 3 points on 160 eval samples, a sample is
+    # 0.625 point; seen: fp32 88.75, minmax 88.75, percentile 88.1). Entropy (KL) calibration clips this
+    # model's activations hard (seen: 69.4): still a working classifier, well above chance (25), which is
+    # why the ladder measures the accuracy of what it calibrates instead of trusting one method.
+    fp32 = _top1(art.path, ev)
+    assert fp32 - accs["minmax"] <= 3.0 and fp32 - accs["percentile"] <= 3.0, (fp32, accs)
+    assert accs["entropy"] > 50, (fp32, accs)
     # another encoding of the same model and method reuses the ranges (no calibration run)
     again = get_pass("quantize")(art, {"calibration_method": "entropy", "per_channel": True}, ctx, out_name="again")
     assert again.lineage[-1].metrics["calibration"]["reused"] is True

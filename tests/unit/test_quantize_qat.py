@@ -188,7 +188,7 @@ def test_mixed_precision_with_most_ops_in_float_gives_way_to_qat(unequalized, fp
 
 
 def test_the_simulation_agrees_with_onnxruntime(unequalized, fp32, tmp_path):
-    """Fake quantization predicts what onnxruntime's QDQ build of the same weights does."""
+    """Fake quantization predicts what onnxruntime's QDQ build of the same weights computes."""
     import torch
 
     from edgekit.passes.quantize_ort import OrtQuantizeConfig
@@ -202,9 +202,14 @@ def test_the_simulation_agrees_with_onnxruntime(unequalized, fp32, tmp_path):
         with torch.no_grad():
             s = sim(torch.from_numpy(ev.xs[0])).numpy()
         q = get_pass("quantize")(art, enc.model_dump(), PassContext(workdir=tmp_path, calib=calib), out_name="q")
-        o = ort_reference(q.path)(list(ev.xs))
+        # the QDQ graph as written (optimized=False): with fusion on, onnxruntime's x86 u8s8 kernels without
+        # VNNI saturate pairs of products at int16 (its quantization guide), which on this deliberately
+        # unequalized model moved ~3% of argmaxes on a CI machine without VNNI: that CPU's kernels (which
+        # an on-device measurement sees, and which reduce_range avoids), not the simulation
+        o = ort_reference(q.path, optimized=False)(list(ev.xs))
         assert (s.argmax(1) == o.argmax(1)).mean() >= 0.99, pc
-        assert abs(float((s.argmax(1) == ev.y).mean() * 100) - _top1(q.path, ev)) <= 0.6
+        top1 = float((o.argmax(1) == ev.y).mean() * 100)
+        assert abs(float((s.argmax(1) == ev.y).mean() * 100) - top1) <= 0.6
 
 
 def test_quantize_qat_pass_writes_a_runnable_int8_onnx_and_is_deterministic(unequalized, tmp_path):
@@ -304,8 +309,9 @@ def test_qat_on_the_zoo_mobilenet_folds_batchnorm_and_keeps_accuracy(tmp_path):
 
 def test_search_ships_the_qat_rescue(unequalized, tmp_path):
     """--train-data reaches the search: the registry's accuracy-aware candidate (ort-int8-mixed) climbs
-    to the QAT rung and is built full INT8 inside the tolerance; without train data the same candidate
-    can only keep ops in float."""
+    to the QAT rung, is built full INT8 inside the tolerance, and is the file that ships (objective size:
+    the smallest file inside the gate wins, so the choice does not hang on a latency tie); without train
+    data the same candidate can only keep ops in float."""
     from edgekit.options import DeployOptions
     from edgekit.targets import MeasureDefaults, load_target
     from edgekit.variant_search import SearchOptions, search
@@ -314,7 +320,7 @@ def test_search_ships_the_qat_rescue(unequalized, tmp_path):
     d, pt2, *_ = unequalized
     mixed = next(v for v in candidate_variants(load_target("local"), has_calib=True, quick=True)[0]
                  if v.name == "ort-int8-mixed")
-    sopts = SearchOptions(candidates=[mixed], tune_runtime=False, screening_runs=5,
+    sopts = SearchOptions(candidates=[mixed], tune_runtime=False, screening_runs=5, objective="size",
                           measure=MeasureDefaults(warmup=1, runs=5, min_seconds=0.0, threads=1))
 
     def cand(out, **over):
@@ -328,5 +334,19 @@ def test_search_ships_the_qat_rescue(unequalized, tmp_path):
     assert c.precision == "int8" and c.build_seconds > 0  # QAT won: no op left in float
     fp32_acc = rep.variant("fp32").accuracy.value
     assert c.host_accuracy is not None and fp32_acc - c.host_accuracy <= TOL
+    # the rescue is what ships: selected, the decision names it, and out/ship/ holds its file, whose
+    # lineage says the ladder's last rung was QAT (a float-kept or fp32 file would say otherwise)
+    assert rep.search.selected == "ort-int8-mixed" and rep.decision.ship == "ort-int8-mixed", rep.decision
+    shipped = rep.variant("ort-int8-mixed")
+    assert shipped.selected and shipped.precision == "int8" and shipped.accuracy_drop <= TOL
+    aa = shipped.lineage[-1]
+    assert aa["name"] == "quantize_accuracy_aware" and aa["metrics"]["rung"] == "qat", aa["metrics"].get("rung")
+    assert aa["metrics"]["float_ops"] == [] and aa["metrics"]["qat"]["finetune"]["epochs_run"] >= 1
+    ship = Path(rep.search.shipped.file)
+    assert ship.parent == tmp_path / "qat" / "ship" and ship.is_file(), rep.search.shipped
+    assert rep.search.shipped.sha256 == shipped.sha256 and _qdq_counts(ship)[0] >= 10
+    import json
+
+    assert json.loads((ship.parent / "ship.json").read_text())["lineage"][-1]["metrics"]["rung"] == "qat"
     c2, _, _ = cand("ptq")
     assert c2.precision == "mixed"  # PTQ alone meets the tolerance only with ops in float
