@@ -16,6 +16,38 @@ out_console = Console(width=None if Console().is_terminal else 160)
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3
 
+# `--help` panels (Typer's rich_help_panel), shared so that an option means the same panel in every command.
+PANEL_DATA = "Model and data"
+PANEL_TARGET = "Target and device"
+PANEL_SEARCH = "Variants and search"
+PANEL_COMPRESSION = "Compression"
+PANEL_CONVERSION = "Conversion"
+PANEL_GATE = "Gate"
+PANEL_RELEASE = "Release gate (vs --baseline)"
+PANEL_MEASURE = "Measurement"
+PANEL_FLEET = "Fleet and lab"
+PANEL_TRAINING = "Training"
+PANEL_DISTRIBUTED = "Distributed (torchrun)"
+PANEL_HARDWARE = "Training hardware"
+PANEL_SSH = "SSH"
+PANEL_ADB = "Android (adb)"
+PANEL_ARM64 = "arm64 twin"
+PANEL_HOST = "Host"
+PANEL_OUTPUT = "Output"
+
+
+def help_text(text: str) -> str:
+    """A command's help as Typer's rich mode should get it. That mode keeps every single newline as a hard
+    line break, so a docstring's prose would break where its source lines do, not at the terminal's width:
+    each prose paragraph becomes one line (the terminal wraps it). Paragraphs with an indented line (the
+    examples) keep their lines as written."""
+    import inspect
+
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if any(line[:1].isspace() for line in p.splitlines()) else " ".join(p.split())
+                       for p in paragraphs)
+
+
 HOST_THREADS_HELP = ("Threads for host-side work (reference outputs, export, calibration, fine-tunes, conversion). "
                      "Default: $EDGEKIT_HOST_THREADS, else the CPU free now (cores this process may use, less the "
                      "run queue, at least 1): on a busy host more threads than free cores only wait.")

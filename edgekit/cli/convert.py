@@ -10,22 +10,28 @@ from typing import Optional
 import typer
 
 from ..formats import all_precisions, convert_targets, format_spec
-from .common import HOST_THREADS_HELP, host_threads_for, out_console, progress_display
+from .common import (HOST_THREADS_HELP, PANEL_CONVERSION, PANEL_DATA, PANEL_HOST, PANEL_OUTPUT, host_threads_for,
+                     out_console, progress_display)
 
 HELP = """Convert a model to ONNX, TFLite or Core ML and check parity at every hop.
 
 Examples:
 
-  edgekit convert model.pt2 --to tflite --precision int8 --calib-data calib.npz --out model-int8.tflite
+  edgekit convert model.pt2 --to tflite --precision int8 \\
+      --calib-data calib.npz --out model-int8.tflite
 
-  edgekit convert model.pt2 --to coreml --precision fp16 --out model.mlpackage
+  edgekit convert model.pt2 --to coreml --precision fp16 \\
+      --out model.mlpackage
 
-  edgekit convert model.onnx --to tflite --input-shape input:1,3,224,224 --calib-data calib.npz
+  edgekit convert model.onnx --to tflite --input-shape input:1,3,224,224 \\
+      --calib-data calib.npz
 
-  edgekit convert model.pt2 --to tflite --out model.tflite   (no data: synthetic parity inputs)
+  # no data: synthetic parity inputs
+  edgekit convert model.pt2 --to tflite --out model.tflite
 
 Parity inputs are --eval-data when given, else --calib-data, else (when every input size is known)
 seeded synthetic inputs, with a warning: real data is a stronger check. Every output is compared.
+
 Exit codes: 0 converted within tolerance, 2 bad input or no converter route within tolerance
 (nothing is written at --out).
 """
@@ -53,21 +59,21 @@ def _parse_shapes(values: list[str]) -> dict[str, list[int]]:
 
 def convert_cmd(
     model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
-    to: To = typer.Option(..., "--to", help="Target format."),
+    calib_data: Optional[Path] = typer.Option(None, "--calib-data", rich_help_panel=PANEL_DATA, help=".npz with x for INT8 calibration."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with x: the parity inputs (else calib)."),
+    input_shape: list[str] = typer.Option([], "--input-shape", rich_help_panel=PANEL_DATA, help="NAME:1,3,224,224 for a dynamic ONNX input."),
+    arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA, help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (a,b)."),
+    to: To = typer.Option(..., "--to", rich_help_panel=PANEL_CONVERSION, help="Target format."),
     precision: Precision = typer.Option(Precision("fp32"), "--precision", "-p",
-                                        help="fp32 | fp16 | int8 (TFLite: full-integer with --calib-data; "
+                                        rich_help_panel=PANEL_CONVERSION, help="fp32 | fp16 | int8 (TFLite: full-integer with --calib-data; "
                                         "Core ML: 8-bit weights)."),
-    calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for INT8 calibration."),
-    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x: the parity inputs (else calib)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: MODEL-PRECISION.EXT here)."),
-    io: str = typer.Option("float", "--io", help="TFLite full-integer int8: float | int8 inputs/outputs."),
-    quantization: str = typer.Option("full", "--quantization", help="int8 (TFLite, ExecuTorch): full (calibrated activations) | dynamic (activations quantized at run time; no calibration)."),
-    route: str = typer.Option("auto", "--route", help="TFLite: auto | onnx2tf | litert-torch."),
-    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME:1,3,224,224 for a dynamic ONNX input."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
-    x_key: str = typer.Option("x", "--x-key", help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (a,b)."),
-    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the artifact (io spec + lineage) as JSON."),
+    quantization: str = typer.Option("full", "--quantization", rich_help_panel=PANEL_CONVERSION, help="int8 (TFLite, ExecuTorch): full (calibrated activations) | dynamic (activations quantized at run time; no calibration)."),
+    io: str = typer.Option("float", "--io", rich_help_panel=PANEL_CONVERSION, help="TFLite full-integer int8: float | int8 inputs/outputs."),
+    route: str = typer.Option("auto", "--route", rich_help_panel=PANEL_CONVERSION, help="TFLite: auto | onnx2tf | litert-torch."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", rich_help_panel=PANEL_HOST, help=HOST_THREADS_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Output file (default: MODEL-PRECISION.EXT here)."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the artifact (io spec + lineage) as JSON."),
 ):
     from ..convert.api import convert
 

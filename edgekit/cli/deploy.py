@@ -8,22 +8,29 @@ from typing import Optional
 
 import typer
 
-from .common import EXIT_GATE_FAILED, HOST_THREADS_HELP, out_console, progress_display
+from .common import (EXIT_GATE_FAILED, HOST_THREADS_HELP, PANEL_DATA, PANEL_FLEET, PANEL_GATE, PANEL_HOST,
+                     PANEL_MEASURE, PANEL_OUTPUT, PANEL_RELEASE, PANEL_SEARCH, PANEL_TARGET, out_console,
+                     progress_display)
 
 HELP = """Compress a model, measure every variant on the device, write the report, apply the gate.
 
 Examples:
 
   edgekit deploy examples/digits/artifacts/model.pt2 --target local \\
-      --eval-data examples/digits/artifacts/eval.npz --calib-data examples/digits/artifacts/calib.npz
+      --eval-data examples/digits/artifacts/eval.npz \\
+      --calib-data examples/digits/artifacts/calib.npz
 
-  edgekit deploy model.onnx --target rpi4 --device lab-pi --eval-data eval.npz --max-accuracy-drop 0.5
+  edgekit deploy model.onnx --target rpi4 --device lab-pi \\
+      --eval-data eval.npz --max-accuracy-drop 0.5
 
-  edgekit deploy model.pt2 --target local --eval-data eval.npz --baseline release-1.2/report.json
+  edgekit deploy model.pt2 --target local --eval-data eval.npz \\
+      --baseline release-1.2/report.json
 
-  edgekit deploy text.pt2 --eval-data eval.npz --x-key input_ids,attention_mask --out results/run1
+  edgekit deploy text.pt2 --eval-data eval.npz \\
+      --x-key input_ids,attention_mask --out results/run1
 
-  edgekit deploy seg.onnx --eval-data eval.npz --metric miou --max-metric-drop 1.5 --output logits
+  edgekit deploy seg.onnx --eval-data eval.npz --metric miou \\
+      --max-metric-drop 1.5 --output logits
 
 Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
 """
@@ -31,56 +38,56 @@ Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport fai
 
 def deploy_cmd(
     model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
-    target: str = typer.Option("local", "--target", "-t", help="Target class (`edgekit targets list`) or a target .yaml."),
-    device: Optional[str] = typer.Option(None, "--device", "-d", help="Device name from the inventory (not needed for local)."),
-    eval_data: Path = typer.Option(..., "--eval-data", help=".npz with the inputs (x, or arrays named like the model's inputs) and labels y (what --metric reads)."),
-    calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for INT8 calibration."),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Recipe YAML: variants, passes, measure, gate."),
-    out: Path = typer.Option(Path("edgekit-out"), "--out", "-o", help="Folder for report.json, report.md and artifacts."),
-    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", "--max-metric-drop", help="How much worse than the baseline the metric may get, in its units and direction (default 1: one point of top-1)."),
-    metric: Optional[str] = typer.Option(None, "--metric", "-m", help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, or a user metric module:function / file.py:function."),
-    output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
-    postprocess: Optional[str] = typer.Option(None, "--postprocess", help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
-    min_speedup: Optional[float] = typer.Option(None, "--min-speedup", help="Fail a variant whose device-measured speed-up over the baseline is below this (e.g. 1.0: never ship a slower 'compressed' model); without it a slower variant is a warning."),
-    eval_samples: Optional[int] = typer.Option(None, "--eval-samples", help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
-    strict_stats: bool = typer.Option(False, "--strict-stats", help="Fail the accuracy check only when the drop is above the tolerance AND significant on the paired eval samples."),
-    relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
-    latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", help="p50 latency budget per shipped variant."),
-    memory_budget_mb: Optional[float] = typer.Option(None, "--memory-budget-mb", help="Peak memory budget of the inference process."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
-    train_data: Optional[Path] = typer.Option(None, "--train-data", help=".npz with x and y for pruning fine-tunes and distillation (overrides the recipe's train_data)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Recompute every pass instead of reusing cached outputs."),
-    x_key: str = typer.Option("x", "--x-key", help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (arrays named like the model's inputs need none)."),
-    y_key: str = typer.Option("y", "--y-key", help="Array name of the labels in the eval .npz."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Runtime threads (default: the target's)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed runs before measuring (default: the target's)."),
-    runs: Optional[int] = typer.Option(None, "--runs", help="Minimum timed runs (default: the target's)."),
-    min_seconds: Optional[float] = typer.Option(None, "--min-seconds", help="Minimum timed seconds (default: the target's)."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A previous report.json (the last release) to compare with; the gate fails on a significant regression."),
-    baseline_artifacts: Optional[Path] = typer.Option(None, "--baseline-artifacts", help="With --baseline: the folder holding the baseline run's models (its out/artifacts) when they are not at the paths its report records; they are re-measured A/B against this run's."),
-    release_method: str = typer.Option("auto", "--release-method", help="With --baseline: how latency is judged: ab (re-measure the baseline's models interleaved with the new ones, in this session), normalized (each variant relative to the unchanged reference variant of its own run), direct (raw timings of the two runs), auto (the first that applies)."),
-    max_latency_regression: Optional[float] = typer.Option(None, "--max-latency-regression", help="With --baseline: allowed p50 slowdown as a fraction (default 0.1); fails only when also significant."),
-    max_release_accuracy_drop: Optional[float] = typer.Option(None, "--max-release-accuracy-drop", help="With --baseline: allowed accuracy drop in points vs the baseline report (default: --max-accuracy-drop)."),
-    max_memory_increase: Optional[float] = typer.Option(None, "--max-memory-increase", help="With --baseline: allowed peak memory increase as a fraction (default 0.1)."),
-    max_size_increase: Optional[float] = typer.Option(None, "--max-size-increase", help="With --baseline: allowed model size increase as a fraction (default 0.1)."),
-    no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once (exit 3) when another deploy holds the device, instead of waiting."),
-    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for a busy device before failing (default: wait)."),
-    remeasure: bool = typer.Option(False, "--remeasure", help="Measure on the device again even when the measurement cache holds this exact measurement (same model, runtime, settings, device, agent)."),
-    warmup_mode: Optional[str] = typer.Option(None, "--warmup-mode", help="fixed: --warmup runs; auto: warm up until latency stabilizes (at least --warmup runs)."),
-    sustained: Optional[float] = typer.Option(None, "--sustained", help="Run each variant this many seconds and report latency over time (first vs last minute) to catch thermal throttling."),
-    energy_command: Optional[str] = typer.Option(None, "--energy-command", help="Command on the device that prints cumulative joules (a USB meter / Joulescope script); used after the target's energy sources."),
-    search: Optional[bool] = typer.Option(None, "--search/--no-search", help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
-    objective: str = typer.Option("p50", "--objective", help="The search's 'best' (no recipe, or --search): p50, p99, energy or size."),
-    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="The search's total seconds (default: 300 for the short search, 900 with --search); candidates not reached are dropped with that reason."),
-    benchmark_binary: Optional[str] = typer.Option(None, "--benchmark-binary", help="Also measure each .tflite variant with this TFLite benchmark_model binary for the device (pushed, never downloaded), or 'device' for one already on it (e.g. /data/local/tmp/benchmark_model)."),
-    devices: Optional[str] = typer.Option(None, "--devices", help="A fleet run: measure on every one of these inventory devices in parallel (comma-separated, e.g. pi-1,pi-2,pi-3); the gate judges the worst unit."),
-    pool: Optional[str] = typer.Option(None, "--pool", help="A fleet run on every inventory device of TARGET with LABEL (TARGET:LABEL, e.g. rpi4:lab-a; labels: `devices add --label`)."),
-    shard_eval: bool = typer.Option(False, "--shard-eval", help="Fleet: each unit scores its part of the eval set; the parts are combined into one metric (default: every unit scores all of it)."),
-    fleet_gate: str = typer.Option("worst", "--fleet-gate", help="Fleet: judge the worst unit (default) or the median unit."),
-    min_devices: Optional[int] = typer.Option(None, "--min-devices", help="Fleet: units that must be measured for the gate to pass (default: all)."),
-    profile: bool = typer.Option(False, "--profile", help="Per-op profile of every variant on the device (the runtime's own profiler, ops mapped to PyTorch modules; default: the baseline and any variant slower than it)."),
-    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the report JSON on stdout instead of the summary."),
+    eval_data: Path = typer.Option(..., "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with the inputs (x, or arrays named like the model's inputs) and labels y (what --metric reads)."),
+    calib_data: Optional[Path] = typer.Option(None, "--calib-data", rich_help_panel=PANEL_DATA, help=".npz with x for INT8 calibration."),
+    train_data: Optional[Path] = typer.Option(None, "--train-data", rich_help_panel=PANEL_DATA, help=".npz with x and y for pruning fine-tunes and distillation (overrides the recipe's train_data)."),
+    arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA, help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (arrays named like the model's inputs need none)."),
+    y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA, help="Array name of the labels in the eval .npz."),
+    metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, or a user metric module:function / file.py:function."),
+    output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
+    postprocess: Optional[str] = typer.Option(None, "--postprocess", rich_help_panel=PANEL_DATA, help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
+    eval_samples: Optional[int] = typer.Option(None, "--eval-samples", rich_help_panel=PANEL_DATA, help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
+    target: str = typer.Option("local", "--target", "-t", rich_help_panel=PANEL_TARGET, help="Target class (`edgekit targets list`) or a target .yaml."),
+    device: Optional[str] = typer.Option(None, "--device", "-d", rich_help_panel=PANEL_TARGET, help="Device name from the inventory (not needed for local)."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", rich_help_panel=PANEL_SEARCH, help="Recipe YAML: variants, passes, measure, gate."),
+    search: Optional[bool] = typer.Option(None, "--search/--no-search", rich_help_panel=PANEL_SEARCH, help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
+    objective: str = typer.Option("p50", "--objective", rich_help_panel=PANEL_SEARCH, help="The search's 'best' (no recipe, or --search): p50, p99, energy or size."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", rich_help_panel=PANEL_SEARCH, help="The search's total seconds (default: 300 for the short search, 900 with --search); candidates not reached are dropped with that reason."),
+    no_cache: bool = typer.Option(False, "--no-cache", rich_help_panel=PANEL_SEARCH, help="Recompute every pass instead of reusing cached outputs."),
+    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", "--max-metric-drop", rich_help_panel=PANEL_GATE, help="How much worse than the baseline the metric may get, in its units and direction (default 1: one point of top-1)."),
+    relative: bool = typer.Option(False, "--relative-drop", rich_help_panel=PANEL_GATE, help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
+    strict_stats: bool = typer.Option(False, "--strict-stats", rich_help_panel=PANEL_GATE, help="Fail the accuracy check only when the drop is above the tolerance AND significant on the paired eval samples."),
+    min_speedup: Optional[float] = typer.Option(None, "--min-speedup", rich_help_panel=PANEL_GATE, help="Fail a variant whose device-measured speed-up over the baseline is below this (e.g. 1.0: never ship a slower 'compressed' model); without it a slower variant is a warning."),
+    latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", rich_help_panel=PANEL_GATE, help="p50 latency budget per shipped variant."),
+    memory_budget_mb: Optional[float] = typer.Option(None, "--memory-budget-mb", rich_help_panel=PANEL_GATE, help="Peak memory budget of the inference process."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", rich_help_panel=PANEL_RELEASE, help="A previous report.json (the last release) to compare with; the gate fails on a significant regression."),
+    baseline_artifacts: Optional[Path] = typer.Option(None, "--baseline-artifacts", rich_help_panel=PANEL_RELEASE, help="With --baseline: the folder holding the baseline run's models (its out/artifacts) when they are not at the paths its report records; they are re-measured A/B against this run's."),
+    release_method: str = typer.Option("auto", "--release-method", rich_help_panel=PANEL_RELEASE, help="With --baseline: how latency is judged: ab (re-measure the baseline's models interleaved with the new ones, in this session), normalized (each variant relative to the unchanged reference variant of its own run), direct (raw timings of the two runs), auto (the first that applies)."),
+    max_latency_regression: Optional[float] = typer.Option(None, "--max-latency-regression", rich_help_panel=PANEL_RELEASE, help="With --baseline: allowed p50 slowdown as a fraction (default 0.1); fails only when also significant."),
+    max_release_accuracy_drop: Optional[float] = typer.Option(None, "--max-release-accuracy-drop", rich_help_panel=PANEL_RELEASE, help="With --baseline: allowed accuracy drop in points vs the baseline report (default: --max-accuracy-drop)."),
+    max_memory_increase: Optional[float] = typer.Option(None, "--max-memory-increase", rich_help_panel=PANEL_RELEASE, help="With --baseline: allowed peak memory increase as a fraction (default 0.1)."),
+    max_size_increase: Optional[float] = typer.Option(None, "--max-size-increase", rich_help_panel=PANEL_RELEASE, help="With --baseline: allowed model size increase as a fraction (default 0.1)."),
+    threads: Optional[int] = typer.Option(None, "--threads", rich_help_panel=PANEL_MEASURE, help="Runtime threads (default: the target's)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", rich_help_panel=PANEL_MEASURE, help="Untimed runs before measuring (default: the target's)."),
+    runs: Optional[int] = typer.Option(None, "--runs", rich_help_panel=PANEL_MEASURE, help="Minimum timed runs (default: the target's)."),
+    min_seconds: Optional[float] = typer.Option(None, "--min-seconds", rich_help_panel=PANEL_MEASURE, help="Minimum timed seconds (default: the target's)."),
+    warmup_mode: Optional[str] = typer.Option(None, "--warmup-mode", rich_help_panel=PANEL_MEASURE, help="fixed: --warmup runs; auto: warm up until latency stabilizes (at least --warmup runs)."),
+    sustained: Optional[float] = typer.Option(None, "--sustained", rich_help_panel=PANEL_MEASURE, help="Run each variant this many seconds and report latency over time (first vs last minute) to catch thermal throttling."),
+    remeasure: bool = typer.Option(False, "--remeasure", rich_help_panel=PANEL_MEASURE, help="Measure on the device again even when the measurement cache holds this exact measurement (same model, runtime, settings, device, agent)."),
+    profile: bool = typer.Option(False, "--profile", rich_help_panel=PANEL_MEASURE, help="Per-op profile of every variant on the device (the runtime's own profiler, ops mapped to PyTorch modules; default: the baseline and any variant slower than it)."),
+    energy_command: Optional[str] = typer.Option(None, "--energy-command", rich_help_panel=PANEL_MEASURE, help="Command on the device that prints cumulative joules (a USB meter / Joulescope script); used after the target's energy sources."),
+    benchmark_binary: Optional[str] = typer.Option(None, "--benchmark-binary", rich_help_panel=PANEL_MEASURE, help="Also measure each .tflite variant with this TFLite benchmark_model binary for the device (pushed, never downloaded), or 'device' for one already on it (e.g. /data/local/tmp/benchmark_model)."),
+    devices: Optional[str] = typer.Option(None, "--devices", rich_help_panel=PANEL_FLEET, help="A fleet run: measure on every one of these inventory devices in parallel (comma-separated, e.g. pi-1,pi-2,pi-3); the gate judges the worst unit."),
+    pool: Optional[str] = typer.Option(None, "--pool", rich_help_panel=PANEL_FLEET, help="A fleet run on every inventory device of TARGET with LABEL (TARGET:LABEL, e.g. rpi4:lab-a; labels: `devices add --label`)."),
+    shard_eval: bool = typer.Option(False, "--shard-eval", rich_help_panel=PANEL_FLEET, help="Fleet: each unit scores its part of the eval set; the parts are combined into one metric (default: every unit scores all of it)."),
+    fleet_gate: str = typer.Option("worst", "--fleet-gate", rich_help_panel=PANEL_FLEET, help="Fleet: judge the worst unit (default) or the median unit."),
+    min_devices: Optional[int] = typer.Option(None, "--min-devices", rich_help_panel=PANEL_FLEET, help="Fleet: units that must be measured for the gate to pass (default: all)."),
+    no_wait: bool = typer.Option(False, "--no-wait", rich_help_panel=PANEL_FLEET, help="Fail at once (exit 3) when another deploy holds the device, instead of waiting."),
+    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", rich_help_panel=PANEL_FLEET, help="Seconds to wait for a busy device before failing (default: wait)."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", rich_help_panel=PANEL_HOST, help=HOST_THREADS_HELP),
+    out: Path = typer.Option(Path("edgekit-out"), "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Folder for report.json, report.md and artifacts."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
     from .report import print_summary

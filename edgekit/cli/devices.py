@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from .common import EXIT_GATE_FAILED, err_console, out_console, progress_display
+from .common import (EXIT_GATE_FAILED, PANEL_ADB, PANEL_OUTPUT, PANEL_SSH, PANEL_TARGET, err_console, out_console,
+                     progress_display)
 
 app = typer.Typer(help="Your devices: named instances of target classes, reached over SSH (or ADB).\n\n"
                   "Example: edgekit devices add lab-pi --target rpi4 --host 192.168.1.40 --user pi --trust",
@@ -23,26 +24,26 @@ app = typer.Typer(help="Your devices: named instances of target classes, reached
              "(USB), or --adb-tcp 192.168.1.23:5555 (Wi-Fi); the phone must show 'device' in `adb devices`.")
 def add_cmd(
     name: str = typer.Argument(..., help="Device name (letters, digits, . _ -)."),
-    target: str = typer.Option(..., "--target", "-t", help="Its target class (`edgekit targets list`)."),
-    host: Optional[str] = typer.Option(None, "--host", help="Hostname or address of the board (SSH)."),
-    adb: Optional[str] = typer.Option(None, "--adb", help="An Android device's adb serial (USB; `adb devices`)."),
-    adb_tcp: Optional[str] = typer.Option(None, "--adb-tcp", help="HOST:PORT of an Android device on Wi-Fi adb."),
-    pin_big_cores: bool = typer.Option(False, "--pin-big-cores", help="adb: run the agent on the target's big "
-                                       "cores (taskset big_cores_mask)."),
-    adb_isolated_server: bool = typer.Option(False, "--adb-isolated-server", help="adb: a private adb server for "
-                                             "this device (Wi-Fi devices, CI), never the user's own."),
-    port: int = typer.Option(22, "--port", help="SSH port."),
-    user: Optional[str] = typer.Option(None, "--user", "-u", help="Login user (default: your user name)."),
-    key: Optional[str] = typer.Option(None, "--key", help="Private key file (default: ssh-agent, then ~/.ssh keys)."),
-    workdir: str = typer.Option(".edgekit", "--workdir", help="Folder on the device (relative = under its home)."),
-    python: Optional[str] = typer.Option(None, "--python", help="The device's Python command (default: the target's)."),
-    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="An extra known_hosts file to check."),
-    trust: bool = typer.Option(False, "--trust", help="Trust the host key the device offers now (shows its fingerprint)."),
-    no_connect: bool = typer.Option(False, "--no-connect", help="Do not contact the device (its key must then be known)."),
-    replace: bool = typer.Option(False, "--replace", help="Overwrite a device of the same name."),
-    label: list[str] = typer.Option([], "--label", "-l", help="A pool label (repeatable): `deploy --pool "
+    target: str = typer.Option(..., "--target", "-t", rich_help_panel=PANEL_TARGET, help="Its target class (`edgekit targets list`)."),
+    label: list[str] = typer.Option([], "--label", "-l", rich_help_panel=PANEL_TARGET, help="A pool label (repeatable): `deploy --pool "
                                     "TARGET:LABEL` measures every device of the class with it."),
-    as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON."),
+    workdir: str = typer.Option(".edgekit", "--workdir", rich_help_panel=PANEL_TARGET, help="Folder on the device (relative = under its home)."),
+    python: Optional[str] = typer.Option(None, "--python", rich_help_panel=PANEL_TARGET, help="The device's Python command (default: the target's)."),
+    no_connect: bool = typer.Option(False, "--no-connect", rich_help_panel=PANEL_TARGET, help="Do not contact the device (its key must then be known)."),
+    replace: bool = typer.Option(False, "--replace", rich_help_panel=PANEL_TARGET, help="Overwrite a device of the same name."),
+    host: Optional[str] = typer.Option(None, "--host", rich_help_panel=PANEL_SSH, help="Hostname or address of the board (SSH)."),
+    port: int = typer.Option(22, "--port", rich_help_panel=PANEL_SSH, help="SSH port."),
+    user: Optional[str] = typer.Option(None, "--user", "-u", rich_help_panel=PANEL_SSH, help="Login user (default: your user name)."),
+    key: Optional[str] = typer.Option(None, "--key", rich_help_panel=PANEL_SSH, help="Private key file (default: ssh-agent, then ~/.ssh keys)."),
+    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", rich_help_panel=PANEL_SSH, help="An extra known_hosts file to check."),
+    trust: bool = typer.Option(False, "--trust", rich_help_panel=PANEL_SSH, help="Trust the host key the device offers now (shows its fingerprint)."),
+    adb: Optional[str] = typer.Option(None, "--adb", rich_help_panel=PANEL_ADB, help="An Android device's adb serial (USB; `adb devices`)."),
+    adb_tcp: Optional[str] = typer.Option(None, "--adb-tcp", rich_help_panel=PANEL_ADB, help="HOST:PORT of an Android device on Wi-Fi adb."),
+    pin_big_cores: bool = typer.Option(False, "--pin-big-cores", rich_help_panel=PANEL_ADB, help="adb: run the agent on the target's big "
+                                       "cores (taskset big_cores_mask)."),
+    adb_isolated_server: bool = typer.Option(False, "--adb-isolated-server", rich_help_panel=PANEL_ADB, help="adb: a private adb server for "
+                                             "this device (Wi-Fi devices, CI), never the user's own."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the entry as JSON."),
 ):
     from ..devices import DeviceEntry, add_device, edgekit_known_hosts, known_hosts_files
     from ..errors import TransportError
@@ -109,7 +110,7 @@ def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated
 
 
 @app.command("list", help="List the devices in the inventory with their pool labels and who holds them on this "
-             "host; with EDGEKIT_COORDINATOR set, also who holds each device's labgrid place (any host); --leases "
+             "host.\n\nWith EDGEKIT_COORDINATOR set, also who holds each device's labgrid place (any host); --leases "
              "also asks each device who holds its device-side lease (any host).\n\n"
              "Example: edgekit devices list --leases --json")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

@@ -7,37 +7,41 @@ from typing import Optional
 
 import typer
 
-from .common import HOST_THREADS_HELP, host_threads_for
+from .common import HOST_THREADS_HELP, PANEL_COMPRESSION, PANEL_DATA, PANEL_HOST, PANEL_OUTPUT, host_threads_for
 
-HELP = """Distill a teacher into a student: the student is a model file (e.g. the output of
-`edgekit prune`) or a fresh architecture (--student module:factory). The student must predict the
-same classes as the teacher (same output shape), else exit 2.
+HELP = """Distill a teacher into a student trained on the teacher's soft targets.
+
+The student is a model file (e.g. the output of `edgekit prune`) or a fresh architecture
+(--student module:factory). It must predict the same classes as the teacher (same output shape),
+else exit 2.
 
 Examples:
 
   edgekit distill pruned.pt2 --teacher examples/digits/artifacts/model.pt2 \\
-      --train-data examples/digits/artifacts/train.npz --eval-data examples/digits/artifacts/eval.npz --out distilled.pt2
+      --train-data examples/digits/artifacts/train.npz \\
+      --eval-data examples/digits/artifacts/eval.npz --out distilled.pt2
 
-  edgekit distill --student mymodels.py:tiny_cnn --teacher model.pt2 --train-data train.npz \\
-      --temperature 4 --alpha 0.7 --epochs 20 --out student.onnx
+  edgekit distill --student mymodels.py:tiny_cnn --teacher model.pt2 \\
+      --train-data train.npz --temperature 4 --alpha 0.7 --epochs 20 \\
+      --out student.onnx
 """
 
 
 def distill_cmd(
     student_model: Optional[Path] = typer.Argument(None, help="Student .pt2 (e.g. a pruned model); or use --student."),
-    teacher: Path = typer.Option(..., "--teacher", help="Teacher .pt2."),
-    student: Optional[str] = typer.Option(None, "--student", help="module:factory building a fresh student."),
-    train_data: Path = typer.Option(..., "--train-data", help=".npz with x and y."),
-    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x and y: accuracy before/after."),
-    temperature: float = typer.Option(4.0, "--temperature", help="Softmax temperature of the soft targets (> 0)."),
-    alpha: float = typer.Option(0.7, "--alpha", help="Weight of the soft-target loss, 0-1 (1 - alpha: labels)."),
-    epochs: int = typer.Option(10, "--epochs"),
-    lr: float = typer.Option(1e-3, "--lr"),
-    out: Path = typer.Option(..., "--out", "-o", help="Output .pt2 or .onnx (written atomically)."),
-    x_key: str = typer.Option("x", "--x-key"),
-    y_key: str = typer.Option("y", "--y-key"),
-    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+    teacher: Path = typer.Option(..., "--teacher", rich_help_panel=PANEL_DATA, help="Teacher .pt2."),
+    student: Optional[str] = typer.Option(None, "--student", rich_help_panel=PANEL_DATA, help="module:factory building a fresh student."),
+    train_data: Path = typer.Option(..., "--train-data", rich_help_panel=PANEL_DATA, help=".npz with x and y."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with x and y: accuracy before/after."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA),
+    y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA),
+    temperature: float = typer.Option(4.0, "--temperature", rich_help_panel=PANEL_COMPRESSION, help="Softmax temperature of the soft targets (> 0)."),
+    alpha: float = typer.Option(0.7, "--alpha", rich_help_panel=PANEL_COMPRESSION, help="Weight of the soft-target loss, 0-1 (1 - alpha: labels)."),
+    epochs: int = typer.Option(10, "--epochs", rich_help_panel=PANEL_COMPRESSION),
+    lr: float = typer.Option(1e-3, "--lr", rich_help_panel=PANEL_COMPRESSION),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", rich_help_panel=PANEL_HOST, help=HOST_THREADS_HELP),
+    out: Path = typer.Option(..., "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Output .pt2 or .onnx (written atomically)."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError
     from ..formats import Format

@@ -39,9 +39,10 @@ def _address(coordinator: Optional[str]):
     return addr
 
 
-@app.command("export", help="Create or update one labgrid place per inventory device (all, or the named ones): "
-             "named after the device, tagged with its target (target=...), transport and pool labels "
-             "(label_NAME=1), matching its resource. Also writes labgrid-exporter's config (SSH devices as "
+@app.command("export", help="Create or update one labgrid place per inventory device (all, or the named ones) "
+             "and write labgrid-exporter's config.\n\nEach place is named after the device, tagged with its "
+             "target (target=...), transport and pool labels (label_NAME=1), matching its resource. The "
+             "exporter's config lists its resources (SSH devices as "
              "NetworkService address/port/username, adb devices as EdgekitADBDevice serial); --run-exporter then "
              "runs the exporter in the foreground so the places hold those resources. Without an exporter the "
              "places still reserve devices, with no resources listed.\n\n"

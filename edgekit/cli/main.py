@@ -22,6 +22,7 @@ from . import quantize as _quantize
 from . import profile as _profile
 from . import doctor as _doctor
 from . import lab as _lab
+from .common import help_text
 
 app = typer.Typer(
     name="edgekit",
@@ -46,20 +47,20 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     pass
 
 
-app.command("deploy", help=_deploy.HELP, no_args_is_help=True)(_deploy.deploy_cmd)
-app.command("convert", help=_convert.HELP, no_args_is_help=True)(_convert.convert_cmd)
+app.command("deploy", help=help_text(_deploy.HELP), no_args_is_help=True)(_deploy.deploy_cmd)
+app.command("convert", help=help_text(_convert.HELP), no_args_is_help=True)(_convert.convert_cmd)
 app.add_typer(_targets.app, name="targets")
-app.command("train", help=_train.HELP, no_args_is_help=True)(_train.train_cmd)
-app.command("plan", help=_plan.HELP, no_args_is_help=True)(_plan.plan_cmd)
-app.command("quantize", help=_quantize.HELP, no_args_is_help=True)(_quantize.quantize_cmd)
-app.command("prune", help=_prune.HELP, no_args_is_help=True)(_prune.prune_cmd)
-app.command("distill", help=_distill.HELP, no_args_is_help=True)(_distill.distill_cmd)
+app.command("train", help=help_text(_train.HELP), no_args_is_help=True)(_train.train_cmd)
+app.command("plan", help=help_text(_plan.HELP), no_args_is_help=True)(_plan.plan_cmd)
+app.command("quantize", help=help_text(_quantize.HELP), no_args_is_help=True)(_quantize.quantize_cmd)
+app.command("prune", help=help_text(_prune.HELP), no_args_is_help=True)(_prune.prune_cmd)
+app.command("distill", help=help_text(_distill.HELP), no_args_is_help=True)(_distill.distill_cmd)
 app.add_typer(_report.app, name="report")
 app.add_typer(_devices.app, name="devices")
 app.add_typer(_sim.app, name="sim")
 app.add_typer(_lab.app, name="lab")
-app.command("profile", help=_profile.HELP, no_args_is_help=True)(_profile.profile_cmd)
-app.command("doctor", help=_doctor.HELP)(_doctor.doctor_cmd)
+app.command("profile", help=help_text(_profile.HELP), no_args_is_help=True)(_profile.profile_cmd)
+app.command("doctor", help=help_text(_doctor.HELP))(_doctor.doctor_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,45 +8,50 @@ from typing import Optional
 
 import typer
 
-from .common import out_console
+from .common import PANEL_DATA, PANEL_HARDWARE, PANEL_OUTPUT, PANEL_TRAINING, out_console
 from .train import _shape
 
-HELP = """Say whether a training job needs distributing: estimate memory per device and time per
-epoch from the data set's size, the model's parameter count and a few training steps measured
-here, then recommend one process or DDP (processes, nodes), and Polars/DuckDB or a cluster engine.
+HELP = """Say whether a training job needs distributing, and which preprocessing engine suits its data.
+
+Estimate memory per device and time per epoch from the data set's size, the model's parameter
+count and a few training steps measured here, then recommend one process or DDP (processes,
+nodes), and Polars/DuckDB or a cluster engine.
 
 Examples:
 
   edgekit plan examples/digits/model.py:DigitsCNN --data train.npz
 
-  # a large set described, not present: the model is still measured here on random inputs
-  edgekit plan examples/digits/model.py:DigitsCNN --rows 500000000 --sample-shape 1,8,8
+  # a large set described, not present: the model is still measured here
+  # on random inputs
+  edgekit plan examples/digits/model.py:DigitsCNN --rows 500000000 \\
+      --sample-shape 1,8,8
 
   # nothing measured: everything described
-  edgekit plan --rows 1300000000 --sample-shape 3,224,224 --params 25600000 --step-ms-per-sample 2 \\
-      --device gpu --device-memory-gb 80 --devices-per-node 8
+  edgekit plan --rows 1300000000 --sample-shape 3,224,224 \\
+      --params 25600000 --step-ms-per-sample 2 --device gpu \\
+      --device-memory-gb 80 --devices-per-node 8
 """
 
 
 def plan_cmd(
     factory: Optional[str] = typer.Argument(None, help="module:factory of the model (measured here)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="The training data (as for `edgekit train`)."),
-    rows: Optional[int] = typer.Option(None, "--rows", min=1, help="Rows (samples) of a described data set."),
-    sample_shape: Optional[str] = typer.Option(None, "--sample-shape", help="Per-sample input shape, e.g. 3,224,224."),
-    params: Optional[int] = typer.Option(None, "--params", min=1, help="Parameter count (instead of a factory)."),
+    data: Optional[Path] = typer.Option(None, "--data", rich_help_panel=PANEL_DATA, help="The training data (as for `edgekit train`)."),
+    rows: Optional[int] = typer.Option(None, "--rows", min=1, rich_help_panel=PANEL_DATA, help="Rows (samples) of a described data set."),
+    sample_shape: Optional[str] = typer.Option(None, "--sample-shape", rich_help_panel=PANEL_DATA, help="Per-sample input shape, e.g. 3,224,224."),
+    classes: Optional[int] = typer.Option(None, "--classes", min=1, rich_help_panel=PANEL_DATA, help="Classes for random labels (described data)."),
+    params: Optional[int] = typer.Option(None, "--params", min=1, rich_help_panel=PANEL_DATA, help="Parameter count (instead of a factory)."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA),
+    y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", rich_help_panel=PANEL_DATA, help="Per-sample shape for flat features."),
     step_ms_per_sample: Optional[float] = typer.Option(None, "--step-ms-per-sample", min=0.0,
-                                                       help="Training step time per sample, ms (instead of measuring)."),
-    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Global batch size."),
-    optimizer: str = typer.Option("adam", "--optimizer", help="adam or sgd (sets optimizer-state memory)."),
-    classes: Optional[int] = typer.Option(None, "--classes", min=1, help="Classes for random labels (described data)."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu or gpu (default: this machine)."),
-    device_memory_gb: Optional[float] = typer.Option(None, "--device-memory-gb", help="Memory of one device."),
-    devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", min=1, help="GPUs per node."),
-    target_epoch_minutes: float = typer.Option(30.0, "--target-epoch-minutes", help="Longest acceptable epoch."),
-    x_key: str = typer.Option("x", "--x-key"),
-    y_key: str = typer.Option("y", "--y-key"),
-    input_shape: Optional[str] = typer.Option(None, "--input-shape", help="Per-sample shape for flat features."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+                                                       rich_help_panel=PANEL_TRAINING, help="Training step time per sample, ms (instead of measuring)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, rich_help_panel=PANEL_TRAINING, help="Global batch size."),
+    optimizer: str = typer.Option("adam", "--optimizer", rich_help_panel=PANEL_TRAINING, help="adam or sgd (sets optimizer-state memory)."),
+    target_epoch_minutes: float = typer.Option(30.0, "--target-epoch-minutes", rich_help_panel=PANEL_TRAINING, help="Longest acceptable epoch."),
+    device: Optional[str] = typer.Option(None, "--device", rich_help_panel=PANEL_HARDWARE, help="cpu or gpu (default: this machine)."),
+    device_memory_gb: Optional[float] = typer.Option(None, "--device-memory-gb", rich_help_panel=PANEL_HARDWARE, help="Memory of one device."),
+    devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", min=1, rich_help_panel=PANEL_HARDWARE, help="GPUs per node."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the plan as JSON."),
 ):
     from ..errors import BadInputError
     from ..train.plan import human_bytes, human_s, plan_for

@@ -8,17 +8,20 @@ from typing import Optional
 
 import typer
 
-from .common import HOST_THREADS_HELP, host_threads_for
+from .common import HOST_THREADS_HELP, PANEL_COMPRESSION, PANEL_DATA, PANEL_HOST, PANEL_OUTPUT, host_threads_for
 
-HELP = """Prune a PyTorch model. Structured (default) removes whole channels with dependency tracking
-(Torch-Pruning) and fine-tunes on --train-data; unstructured zeroes the smallest weights, which
-shrinks the compressed size but not dense latency. Measure the result with `edgekit deploy`:
-the latency measured on the device decides whether pruning paid off.
+HELP = """Prune a PyTorch model: remove whole channels (structured) or zero the smallest weights (unstructured).
+
+Structured (default) removes whole channels with dependency tracking (Torch-Pruning) and fine-tunes
+on --train-data; unstructured zeroes the smallest weights, which shrinks the compressed size but not
+dense latency. Measure the result with `edgekit deploy`: the latency measured on the device decides
+whether pruning paid off.
 
 Examples:
 
-  edgekit prune examples/digits/artifacts/model.pt2 --arch examples/digits/model.py:DigitsCNN \\
-      --sparsity 0.5 --train-data examples/digits/artifacts/train.npz --out pruned.pt2
+  edgekit prune examples/digits/artifacts/model.pt2 \\
+      --arch examples/digits/model.py:DigitsCNN --sparsity 0.5 \\
+      --train-data examples/digits/artifacts/train.npz --out pruned.pt2
 
   edgekit prune model.pt2 --unstructured --sparsity 0.8 --out sparse.pt2
 
@@ -28,17 +31,17 @@ Write .pt2 to keep compressing (e.g. `edgekit distill`), or .onnx to deploy.
 
 def prune_cmd(
     model: Path = typer.Argument(..., help="A .pt2 (or .pt/.pth with --arch)."),
-    sparsity: float = typer.Option(0.5, "--sparsity", help="Fraction removed, strictly between 0 and 1."),
-    unstructured: bool = typer.Option(False, "--unstructured", help="Magnitude pruning (zeros) instead of channels."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class the model was exported from (structured)."),
-    train_data: Optional[Path] = typer.Option(None, "--train-data", help=".npz with x and y for the fine-tune."),
-    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x and y: accuracy before/after."),
-    epochs: int = typer.Option(5, "--epochs", help="Fine-tune epochs after structured pruning (0 = none)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output .pt2 or .onnx (written atomically)."),
-    x_key: str = typer.Option("x", "--x-key"),
-    y_key: str = typer.Option("y", "--y-key"),
-    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+    arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class the model was exported from (structured)."),
+    train_data: Optional[Path] = typer.Option(None, "--train-data", rich_help_panel=PANEL_DATA, help=".npz with x and y for the fine-tune."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with x and y: accuracy before/after."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA),
+    y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA),
+    sparsity: float = typer.Option(0.5, "--sparsity", rich_help_panel=PANEL_COMPRESSION, help="Fraction removed, strictly between 0 and 1."),
+    unstructured: bool = typer.Option(False, "--unstructured", rich_help_panel=PANEL_COMPRESSION, help="Magnitude pruning (zeros) instead of channels."),
+    epochs: int = typer.Option(5, "--epochs", rich_help_panel=PANEL_COMPRESSION, help="Fine-tune epochs after structured pruning (0 = none)."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", rich_help_panel=PANEL_HOST, help=HOST_THREADS_HELP),
+    out: Path = typer.Option(..., "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Output .pt2 or .onnx (written atomically)."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError
     from ..formats import Format

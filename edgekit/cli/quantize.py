@@ -8,23 +8,28 @@ from typing import Optional
 
 import typer
 
-from .common import HOST_THREADS_HELP, host_threads_for
+from .common import (HOST_THREADS_HELP, PANEL_COMPRESSION, PANEL_DATA, PANEL_GATE, PANEL_HOST, PANEL_OUTPUT,
+                     host_threads_for)
 
-HELP = """INT8-quantize a model to an ONNX file. With --eval-data the result is accuracy-aware: the
-most sensitive ops stay in float until the accuracy drop is within --max-accuracy-drop (points,
-1 = one percentage point), and the command fails (exit 2, nothing written) when no configuration
-meets it.
+HELP = """INT8-quantize a model to an ONNX file.
+
+With --eval-data the result is accuracy-aware: the most sensitive ops stay in float until the
+accuracy drop is within --max-accuracy-drop (points, 1 = one percentage point), and the command
+fails (exit 2, nothing written) when no configuration meets it.
 
 Examples:
 
-  edgekit quantize examples/digits/artifacts/model.pt2 --calib-data examples/digits/artifacts/calib.npz \\
-      --out model-int8.onnx
+  edgekit quantize examples/digits/artifacts/model.pt2 \\
+      --calib-data examples/digits/artifacts/calib.npz --out model-int8.onnx
 
-  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --max-accuracy-drop 0.5 --out model-int8.onnx
+  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz \\
+      --max-accuracy-drop 0.5 --out model-int8.onnx
 
-  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --train-data train.npz --out model-int8.onnx
+  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz \\
+      --train-data train.npz --out model-int8.onnx
 
-  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz --backend inc --out model-inc.onnx
+  edgekit quantize model.pt2 --calib-data calib.npz --eval-data eval.npz \\
+      --backend inc --out model-inc.onnx
 
 --train-data (x and labels y) adds the ladder's quantization-aware fine-tuning rung: when no post-training
 configuration meets the tolerance (or mixed precision needs many float ops), the PyTorch model is fine-tuned
@@ -37,23 +42,23 @@ quantized again.
 
 def quantize_cmd(
     model: Path = typer.Argument(..., help="A .pt2, .onnx, or .pt/.pth state dict with --arch."),
-    calib_data: Optional[Path] = typer.Option(None, "--calib-data", help=".npz with x for calibration (static INT8)."),
-    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help=".npz with x and y: makes the result accuracy-aware."),
-    train_data: Optional[Path] = typer.Option(None, "--train-data", help=".npz with x and y: enables quantization-aware fine-tuning when PTQ misses the tolerance (needs --eval-data and a PyTorch model)."),
-    qat_epochs: Optional[int] = typer.Option(None, "--qat-epochs", help="Epochs of quantization-aware fine-tuning (default 10; the best is kept)."),
-    max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", help="Allowed drop in accuracy points vs fp32 (0-100)."),
-    relative: bool = typer.Option(False, "--relative-drop", help="Read --max-accuracy-drop as percent of the fp32 accuracy."),
-    backend: str = typer.Option("ort", "--backend", help="ort (onnxruntime) or inc (Intel Neural Compressor, PyTorch models)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output .onnx file (written atomically)."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="module:Class for a .pt/.pth state dict."),
-    per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", help="Weight quantization granularity (default: per-channel; with --eval-data, the device's fastest encoding)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="qdq or qoperator (onnxruntime backend; default qdq)."),
-    x_key: str = typer.Option("x", "--x-key", help="Input array name(s), comma-separated in the model's input order."),
-    y_key: str = typer.Option("y", "--y-key"),
-    metric: Optional[str] = typer.Option(None, "--metric", "-m", help="What the accuracy-aware search scores (default top1; see `edgekit deploy --help`); the tolerance is in its units."),
-    output: list[str] = typer.Option([], "--output", help="The output(s) the metric reads (names or indices)."),
-    host_threads: Optional[int] = typer.Option(None, "--host-threads", help=HOST_THREADS_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+    calib_data: Optional[Path] = typer.Option(None, "--calib-data", rich_help_panel=PANEL_DATA, help=".npz with x for calibration (static INT8)."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with x and y: makes the result accuracy-aware."),
+    train_data: Optional[Path] = typer.Option(None, "--train-data", rich_help_panel=PANEL_DATA, help=".npz with x and y: enables quantization-aware fine-tuning when PTQ misses the tolerance (needs --eval-data and a PyTorch model)."),
+    arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA, help="Input array name(s), comma-separated in the model's input order."),
+    y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA),
+    metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="What the accuracy-aware search scores (default top1; see `edgekit deploy --help`); the tolerance is in its units."),
+    output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads (names or indices)."),
+    backend: str = typer.Option("ort", "--backend", rich_help_panel=PANEL_COMPRESSION, help="ort (onnxruntime) or inc (Intel Neural Compressor, PyTorch models)."),
+    per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", rich_help_panel=PANEL_COMPRESSION, help="Weight quantization granularity (default: per-channel; with --eval-data, the device's fastest encoding)."),
+    fmt: Optional[str] = typer.Option(None, "--format", rich_help_panel=PANEL_COMPRESSION, help="qdq or qoperator (onnxruntime backend; default qdq)."),
+    qat_epochs: Optional[int] = typer.Option(None, "--qat-epochs", rich_help_panel=PANEL_COMPRESSION, help="Epochs of quantization-aware fine-tuning (default 10; the best is kept)."),
+    max_accuracy_drop: float = typer.Option(1.0, "--max-accuracy-drop", rich_help_panel=PANEL_GATE, help="Allowed drop in accuracy points vs fp32 (0-100)."),
+    relative: bool = typer.Option(False, "--relative-drop", rich_help_panel=PANEL_GATE, help="Read --max-accuracy-drop as percent of the fp32 accuracy."),
+    host_threads: Optional[int] = typer.Option(None, "--host-threads", rich_help_panel=PANEL_HOST, help=HOST_THREADS_HELP),
+    out: Path = typer.Option(..., "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Output .onnx file (written atomically)."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print what was done as JSON."),
 ):
     from ..errors import BadInputError, DataError
     from ..formats import Format

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import err_console, out_console
+from .common import PANEL_ARM64, PANEL_OUTPUT, PANEL_TARGET, err_console, out_console
 
 app = typer.Typer(help="Simulated devices: a real sshd in its own network namespace, CPU-throttled with cgroups "
                   "(root), registered in the inventory.\n\nExample: edgekit sim up pi --cpu-quota 0.25 && "
@@ -23,21 +23,21 @@ app = typer.Typer(help="Simulated devices: a real sshd in its own network namesp
              "Example (a Debian arm64 twin under qemu): edgekit sim up pi-arm --arch arm64")
 def up_cmd(
     name: str = typer.Argument(..., help="Device name."),
-    target: str = typer.Option("rpi4", "--target", "-t", help="Target class it registers as."),
-    cpu_quota: Optional[float] = typer.Option(None, "--cpu-quota", help="CPU limit in cores (0.25 = a quarter core)."),
-    memory: Optional[str] = typer.Option(None, "--memory", help="Memory limit, e.g. 512M or 1G."),
-    arch: str = typer.Option("native", "--arch", help="native: an sshd running this host's Python. arm64: a Debian "
+    target: str = typer.Option("rpi4", "--target", "-t", rich_help_panel=PANEL_TARGET, help="Target class it registers as."),
+    cpu_quota: Optional[float] = typer.Option(None, "--cpu-quota", rich_help_panel=PANEL_TARGET, help="CPU limit in cores (0.25 = a quarter core)."),
+    memory: Optional[str] = typer.Option(None, "--memory", rich_help_panel=PANEL_TARGET, help="Memory limit, e.g. 512M or 1G."),
+    arch: str = typer.Option("native", "--arch", rich_help_panel=PANEL_TARGET, help="native: an sshd running this host's Python. arm64: a Debian "
                              "bookworm arm64 twin (Raspberry Pi OS's base, Python 3.11) under qemu user emulation, "
                              "rootfs built once and cached (root; apt-get install qemu-user-static binfmt-support "
                              "debootstrap)."),
-    provision: bool = typer.Option(True, "--provision/--no-provision", help="arm64: install the target's aarch64 "
+    provision: bool = typer.Option(True, "--provision/--no-provision", rich_help_panel=PANEL_ARM64, help="arm64: install the target's aarch64 "
                                    "runtime wheels on the twin (downloaded on this host; the twin has no network)."),
-    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="arm64: folder of aarch64 .whl files to "
+    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", rich_help_panel=PANEL_ARM64, help="arm64: folder of aarch64 .whl files to "
                                               "install from (default: download them into the edgekit cache)."),
-    runtime: Optional[list[str]] = typer.Option(None, "--runtime", help="arm64: also install this runtime's own "
+    runtime: Optional[list[str]] = typer.Option(None, "--runtime", rich_help_panel=PANEL_ARM64, help="arm64: also install this runtime's own "
                                                 "wheels (the target's wheels.runtime_packages, e.g. executorch: a CPU "
                                                 "torch + executorch, ~167 MB); repeatable."),
-    as_json: bool = typer.Option(False, "--json", help="Print the simulator's state as JSON."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the simulator's state as JSON."),
 ):
     from ..sim.device import status, up
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import err_console, out_console
+from .common import PANEL_DATA, PANEL_DISTRIBUTED, PANEL_OUTPUT, PANEL_TRAINING, err_console, out_console
 
 HELP = """Train a teacher (module:factory) on DATA with torch DDP launched by torchrun; write a .pt2.
 
@@ -18,20 +18,23 @@ Run `edgekit plan` first: distributing a job that fits one process only adds ove
 
 Examples:
 
-  edgekit train examples/digits/model.py:DigitsCNN --data train.npz --epochs 5 --out teacher.pt2
+  edgekit train examples/digits/model.py:DigitsCNN --data train.npz \\
+      --epochs 5 --out teacher.pt2
 
-  edgekit train examples/digits/model.py:DigitsCNN --data train.npz --epochs 5 --out teacher.pt2 \\
-      --nproc-per-node 2 --force
+  edgekit train examples/digits/model.py:DigitsCNN --data train.npz \\
+      --epochs 5 --out teacher.pt2 --nproc-per-node 2 --force
 
   # node 0 of 2 (node 1 runs the same with --node-rank 1):
-  edgekit train mypkg.models:teacher --data /shared/shards --epochs 10 --out /shared/teacher.pt2 \\
-      --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400
+  edgekit train mypkg.models:teacher --data /shared/shards --epochs 10 \\
+      --out /shared/teacher.pt2 --nnodes 2 --node-rank 0 \\
+      --rdzv-endpoint 10.0.0.1:29400
 
   # continue a killed run from its last checkpoint
   edgekit train ... --resume
 
 Data: .npz (x, y), a folder of x_*.npy + y_*.npy shards (memory-mapped), or Parquet (a file or a
 folder; a list column x or numeric feature columns, label column y).
+
 Exit codes: 0 ok, 2 bad input, 3 a process or the rendezvous failed.
 """
 
@@ -50,31 +53,31 @@ def _shape(text: Optional[str]) -> Optional[tuple[int, ...]]:
 
 def train_cmd(
     factory: str = typer.Argument(..., help="module:factory or path/to/file.py:factory returning an nn.Module."),
-    data: Path = typer.Option(..., "--data", help=".npz, folder of .npy shards, or Parquet file/folder."),
-    out: Path = typer.Option(..., "--out", "-o", help="The teacher, a torch.export program (.pt2)."),
-    epochs: int = typer.Option(1, "--epochs", min=1, help="Epochs to train (total, also when resuming)."),
-    batch_size: int = typer.Option(64, "--batch-size", min=1, help="GLOBAL batch, split over all processes."),
-    lr: float = typer.Option(1e-3, "--lr", help="Learning rate."),
-    optimizer: str = typer.Option("adam", "--optimizer", help="adam or sgd (momentum 0.9)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the initial weights and the data order."),
-    precision: str = typer.Option("auto", "--precision", help="auto (bf16/fp16 autocast on GPU, fp32 on CPU), fp32, bf16, fp16."),
-    eval_data: Optional[Path] = typer.Option(None, "--eval-data", help="Held-out data (same format) for a final accuracy."),
-    x_key: str = typer.Option("x", "--x-key", help="Array/column name of the inputs."),
-    y_key: str = typer.Option("y", "--y-key", help="Array/column name of the labels."),
-    input_shape: Optional[str] = typer.Option(None, "--input-shape", help="Per-sample shape for flat features, e.g. 1,8,8."),
-    checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir", help="Default: OUT with suffix .ckpt."),
-    checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Steps between checkpoints (0: each epoch)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="Processes on this node (torchrun)."),
-    nnodes: int = typer.Option(1, "--nnodes", min=1, help="Number of nodes (torchrun)."),
-    node_rank: int = typer.Option(0, "--node-rank", min=0, help="This node's rank; node 0 hosts the rendezvous."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0's c10d rendezvous."),
-    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by all nodes (default: from the command)."),
-    rdzv_timeout: int = typer.Option(300, "--rdzv-timeout", min=1, help="Seconds to reach node 0 / wait for all nodes."),
-    max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="torchrun restarts of the worker group on a failure."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Torch threads per process (default cores/nproc)."),
-    force: bool = typer.Option(False, "--force", help="Distribute even when the advisor says one process is enough."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result (paths and metrics) as JSON."),
+    data: Path = typer.Option(..., "--data", rich_help_panel=PANEL_DATA, help=".npz, folder of .npy shards, or Parquet file/folder."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", rich_help_panel=PANEL_DATA, help="Held-out data (same format) for a final accuracy."),
+    x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA, help="Array/column name of the inputs."),
+    y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA, help="Array/column name of the labels."),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", rich_help_panel=PANEL_DATA, help="Per-sample shape for flat features, e.g. 1,8,8."),
+    epochs: int = typer.Option(1, "--epochs", min=1, rich_help_panel=PANEL_TRAINING, help="Epochs to train (total, also when resuming)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, rich_help_panel=PANEL_TRAINING, help="GLOBAL batch, split over all processes."),
+    lr: float = typer.Option(1e-3, "--lr", rich_help_panel=PANEL_TRAINING, help="Learning rate."),
+    optimizer: str = typer.Option("adam", "--optimizer", rich_help_panel=PANEL_TRAINING, help="adam or sgd (momentum 0.9)."),
+    seed: int = typer.Option(0, "--seed", rich_help_panel=PANEL_TRAINING, help="Seed of the initial weights and the data order."),
+    precision: str = typer.Option("auto", "--precision", rich_help_panel=PANEL_TRAINING, help="auto (bf16/fp16 autocast on GPU, fp32 on CPU), fp32, bf16, fp16."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, rich_help_panel=PANEL_TRAINING, help="Torch threads per process (default cores/nproc)."),
+    checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir", rich_help_panel=PANEL_TRAINING, help="Default: OUT with suffix .ckpt."),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, rich_help_panel=PANEL_TRAINING, help="Steps between checkpoints (0: each epoch)."),
+    resume: bool = typer.Option(False, "--resume", rich_help_panel=PANEL_TRAINING, help="Continue from the last checkpoint."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, rich_help_panel=PANEL_DISTRIBUTED, help="Processes on this node (torchrun)."),
+    nnodes: int = typer.Option(1, "--nnodes", min=1, rich_help_panel=PANEL_DISTRIBUTED, help="Number of nodes (torchrun)."),
+    node_rank: int = typer.Option(0, "--node-rank", min=0, rich_help_panel=PANEL_DISTRIBUTED, help="This node's rank; node 0 hosts the rendezvous."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", rich_help_panel=PANEL_DISTRIBUTED, help="HOST:PORT of node 0's c10d rendezvous."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", rich_help_panel=PANEL_DISTRIBUTED, help="Job id shared by all nodes (default: from the command)."),
+    rdzv_timeout: int = typer.Option(300, "--rdzv-timeout", min=1, rich_help_panel=PANEL_DISTRIBUTED, help="Seconds to reach node 0 / wait for all nodes."),
+    max_restarts: int = typer.Option(0, "--max-restarts", min=0, rich_help_panel=PANEL_DISTRIBUTED, help="torchrun restarts of the worker group on a failure."),
+    force: bool = typer.Option(False, "--force", rich_help_panel=PANEL_DISTRIBUTED, help="Distribute even when the advisor says one process is enough."),
+    out: Path = typer.Option(..., "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="The teacher, a torch.export program (.pt2)."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the result (paths and metrics) as JSON."),
 ):
     from ..train import train
 
