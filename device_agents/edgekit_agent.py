@@ -1833,7 +1833,7 @@ def measure(req):
 
     model = req["model"]
     if req.get("model_sha256"):
-        got = sha256(model)
+        got = model_sha256(model, req.get("companions"))
         if got != req["model_sha256"]:
             raise AgentFailure("integrity", f"model file {model} has sha256 {got[:12]}..., expected "
                                f"{req['model_sha256'][:12]}... (corrupted transfer)", EXIT_BAD_REQUEST)
@@ -1943,14 +1943,15 @@ def measure_ab(req):
     import numpy as np
 
     ab = req["ab"]
-    for path, digest in ((req["model"], req.get("model_sha256")), (ab["model"], ab.get("model_sha256"))):
-        if digest and sha256(path) != digest:
+    req_b = {**req, "companions": ab.get("companions")}  # B's own files beside its model
+    for r, path, digest in ((req, req["model"], req.get("model_sha256")), (req_b, ab["model"], ab.get("model_sha256"))):
+        if digest and model_sha256(path, r.get("companions")) != digest:
             raise AgentFailure("integrity", f"model file {path} does not have sha256 {digest[:12]}...",
                                EXIT_BAD_REQUEST)
     runtime = req["runtime"]
     if runtime not in RUNNERS:
         raise AgentFailure("bad_request", f"unknown runtime {runtime!r}; known: {sorted(RUNNERS)}", EXIT_BAD_REQUEST)
-    runners = {"a": RUNNERS[runtime].open(req["model"], req), "b": RUNNERS[runtime].open(ab["model"], req)}
+    runners = {"a": RUNNERS[runtime].open(req["model"], req), "b": RUNNERS[runtime].open(ab["model"], req_b)}
     in_specs = req["inputs"]
     feeds = [_prepare(np, x, s) for x, s in zip(synthetic_inputs(np, in_specs), in_specs)]
     try:
@@ -1984,6 +1985,17 @@ def measure_ab(req):
         "latency_ms": {"warmup": int(req.get("warmup", 10)), "runs": len(raw_b), "raw": raw_b},
         "ab": {"a": out["a"], "b": out["b"], "order": "".join(order)},
     }
+
+
+def model_sha256(path, companions=None):
+    """The hash of a model that may be a set of files (edgekit/fsutil.py ``sha256_files``): one file, its
+    own hash; with companions ({suffix: path}), over each file's suffix and hash, the main file first."""
+    if not companions:
+        return sha256(path)
+    h = hashlib.sha256()
+    for suffix, p in [(os.path.splitext(path)[1], path), *companions.items()]:
+        h.update(suffix.encode() + b"\0" + sha256(p).encode() + b"\n")
+    return h.hexdigest()
 
 
 def sha256(path):

@@ -1,8 +1,8 @@
 """The model handle that flows through the pipeline.
 
 An Artifact is immutable: converters and passes take one and return a new one whose lineage
-has one more step. Its ``sha256`` is of the file's bytes, so two artifacts with the same hash
-are the same model wherever they came from.
+has one more step. Its ``sha256`` is of the file's bytes (of every file, for a format whose model is
+a set of files: ``files``), so two artifacts with the same hash are the same model wherever they came from.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .formats import Format
-from .fsutil import sha256_file
+from .formats import Format, model_files
+from .fsutil import sha256_file, sha256_files
 
 
 class TensorSpec(BaseModel):
@@ -66,7 +66,12 @@ class Artifact(BaseModel):
     @classmethod
     def from_file(cls, path: str | Path, fmt: Format, io: IOSpec, *, lineage=(), precision="fp32") -> "Artifact":
         p = Path(path).resolve()
-        return cls(format=fmt, path=p, sha256=sha256_file(p), io=io, lineage=tuple(lineage), precision=precision)
+        files = model_files(p, fmt)
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise FileNotFoundError(f"{p.name}: the model's file(s) {missing} are missing beside it")
+        return cls(format=fmt, path=p, sha256=sha256_files(files) if len(files) > 1 else sha256_file(p), io=io,
+                   lineage=tuple(lineage), precision=precision)
 
     def derive(self, path: str | Path, *, fmt: Format | None = None, io: IOSpec | None = None,
                step: LineageStep, precision: str | None = None) -> "Artifact":
@@ -81,11 +86,16 @@ class Artifact(BaseModel):
         )
 
     @property
+    def files(self) -> list[Path]:
+        """The files this model is made of: ``path`` first, then its format's companions (same stem)."""
+        return model_files(self.path, self.format)
+
+    @property
     def size_bytes(self) -> int:
         p = self.path
         if p.is_dir():  # .mlpackage
             return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-        return p.stat().st_size
+        return sum(f.stat().st_size for f in self.files)
 
     def lineage_dicts(self) -> list[dict[str, Any]]:
         return [s.model_dump(mode="json") for s in self.lineage]

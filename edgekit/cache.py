@@ -28,8 +28,8 @@ from pydantic import BaseModel
 
 from .artifact import Artifact, IOSpec, LineageStep
 from .config import validate
-from .formats import Format
-from .fsutil import cache_dir, sha256_file
+from .formats import Format, model_files
+from .fsutil import cache_dir, sha256_file, sha256_files
 from .passes.base import Pass, PassContext
 
 # Libraries whose version can change a pass's output (looked up without importing them).
@@ -170,7 +170,8 @@ class PassCache:
         try:
             meta = json.loads(meta_file.read_text())
             cached = entry / meta["file"]
-            if sha256_file(cached) != meta["sha256"]:
+            files = model_files(cached, meta["format"])
+            if (sha256_files(files) if len(files) > 1 else sha256_file(cached)) != meta["sha256"]:
                 shutil.rmtree(entry, ignore_errors=True)  # damaged: never trusted, rewritten by this run
                 return None
             step = LineageStep.model_validate(meta["step"])
@@ -179,6 +180,8 @@ class PassCache:
             return None
         workdir.mkdir(parents=True, exist_ok=True)
         dest = workdir / f"{out_name}{Path(meta['file']).suffix}"
+        for companion in model_files(cached, meta["format"])[1:]:  # first, so the main file lands last
+            _copy_atomic(companion, dest.with_suffix(companion.suffix))
         _copy_atomic(cached, dest)
         step = step.model_copy(update={
             "metrics": {**step.metrics, "cache": {"hit": True, "key": key[:16], "original_seconds": step.seconds}},
@@ -197,7 +200,8 @@ class PassCache:
             if Path(art.path).is_dir():
                 shutil.copytree(art.path, tmp / name)
             else:
-                shutil.copyfile(art.path, tmp / name)
+                for f in art.files:  # the main file and its companions (same stem)
+                    shutil.copyfile(f, tmp / ("artifact" + f.suffix))
             (tmp / "meta.json").write_text(json.dumps({
                 "file": name, "sha256": art.sha256, "format": art.format.value, "precision": art.precision,
                 "io": art.io.model_dump(mode="json"), "step": art.lineage[-1].model_dump(mode="json"),
@@ -243,7 +247,8 @@ def find_by_sha256(sha256: str, suffix: str = "") -> Path | None:
             if meta.get("sha256") != sha256 or (suffix and not str(meta.get("file", "")).endswith(suffix)):
                 continue
             f = meta_file.parent / meta["file"]
-            if f.is_file() and sha256_file(f) == sha256:
+            files = model_files(f, meta["format"])
+            if all(p.is_file() for p in files) and (sha256_files(files) if len(files) > 1 else sha256_file(f)) == sha256:
                 return f
         except (OSError, ValueError, KeyError):
             continue

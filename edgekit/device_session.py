@@ -221,7 +221,7 @@ class DeviceSession:
         self._deliver(self._eval_files(), kind="eval")
 
     def deliver(self, artifacts) -> None:
-        self._deliver([Path(a.path) for a in artifacts])
+        self._deliver([f for a in artifacts for f in a.files])  # every file of each model
 
     def _deliver(self, files: list[Path], kind: str = "model") -> None:
         todo = [f for f in dict.fromkeys(files) if f not in self._remotes]
@@ -250,7 +250,7 @@ class DeviceSession:
         t = self.transport
         with_eval = settings.with_eval and self._eval_bundle is not None
         return build_request(
-            variant=name, artifact=art, model_remote=self._remotes[Path(art.path)], source_io=self.source_io,
+            variant=name, artifact=art, model_remote=[self._remotes[f] for f in art.files], source_io=self.source_io,
             measure=settings.measure, eval_remote=self._eval_remote() if with_eval else None, x_keys=self._eval_keys,
             outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
             energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options,
@@ -318,6 +318,7 @@ class DeviceSession:
         block_s = max(0.05, min(0.5, settings.measure.min_seconds / 10))
         req = self.request("ab", a, s).model_copy(update={"ab": {
             "model": self._remotes[Path(b.path)], "model_sha256": b.sha256, "blocks": blocks,
+            "companions": {f.suffix: self._remotes[f] for f in b.files[1:]} or None,
             "block_seconds": block_s, "min_runs": 3, "max_runs": 500}})
         res = self.run(req, s)
         if isinstance(res, MeasureFailure):

@@ -74,6 +74,12 @@ class FormatSpec:
     packages: tuple[Package, ...] = ()
     source_loader: str | None = None  # "module:function" (Path -> Source) when edgekit can start from it
     is_dir: bool = False  # saved as a folder (.mlpackage)
+    # files beside the main one, same stem (OpenVINO's .bin weights beside the .xml): the model is the set;
+    # delivery, both caches and ship/ carry every file, and the sha256 covers them all
+    companions: tuple[str, ...] = ()
+    # "module:function" (threads, options) -> dict: the runtime API settings that reproduce a measured
+    # setting, for ship/runtime.json (None: the agent does not run this format)
+    ship_apply: str | None = None
 
     @property
     def suffix(self) -> str:
@@ -121,7 +127,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         ),
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
                   Package("onnxscript", "torch -> ONNX exporter")),
-        source_loader="edgekit.source:load_onnx",
+        source_loader="edgekit.source:load_onnx", ship_apply="edgekit.ship:onnxruntime_apply",
     ),
     FormatSpec(
         format=Format.TFLITE, label="TFLite", suffixes=(".tflite",), runtime="litert",
@@ -144,7 +150,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         extra="tflite",
         packages=(Package("tensorflow", "onnx2tf conversion", "tflite"), Package("onnx2tf", "ONNX -> TFLite", "tflite"),
                   Package("ai-edge-litert", "LiteRT interpreter", "tflite")),
-        source_loader="edgekit.source:load_tflite",
+        source_loader="edgekit.source:load_tflite", ship_apply="edgekit.ship:litert_apply",
     ),
     FormatSpec(
         format=Format.COREML, label="Core ML", suffixes=(".mlpackage", ".mlmodel"), runtime="coreml",
@@ -171,7 +177,7 @@ FORMATS: tuple[FormatSpec, ...] = (
                                      quick=True),
                            Candidate("executorch-dynamic", _convert(to="executorch", precision="int8",
                                                                     quantization="dynamic"))),
-        extra="executorch",
+        extra="executorch", ship_apply="edgekit.ship:executorch_apply",
         packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
     ),
 )
@@ -188,6 +194,20 @@ def format_spec(fmt: Format | str) -> FormatSpec:
 def spec_for_runtime(runtime: str) -> FormatSpec | None:
     """The row whose device runtime is ``runtime`` (None for a runtime edgekit has no row for)."""
     return _BY_RUNTIME.get(runtime)
+
+
+def model_files(path: str | Path, fmt: Format | str) -> list[Path]:
+    """The files a model of ``fmt`` saved at ``path`` is made of: the main file, then its companions."""
+    p = Path(path)
+    return [p, *(p.with_suffix(sfx) for sfx in format_spec(fmt).companions)]
+
+
+def load_named(ref: str):
+    """The object a registry row names as ``"module:attribute"`` (imported when used)."""
+    import importlib
+
+    mod, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(mod), attr)
 
 
 def convert_targets() -> tuple[str, ...]:
@@ -229,4 +249,5 @@ def detect_format(path: str | Path) -> Format:
 
 
 __all__ = ["Format", "FormatSpec", "Candidate", "Package", "FORMATS", "format_spec", "spec_for_runtime",
+           "model_files", "load_named",
            "convert_targets", "all_precisions", "all_options", "SUFFIXES", "RUNTIME_FOR_FORMAT", "detect_format"]

@@ -28,6 +28,17 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def sha256_files(paths: list[Path]) -> str:
+    """SHA-256 of a model that is a set of files (the main file and its companions, e.g. OpenVINO's
+    .xml + .bin): over each file's suffix and own hash, in the order given. One file: its own hash."""
+    if len(paths) == 1:
+        return sha256_file(paths[0])
+    h = hashlib.sha256()
+    for f in paths:
+        h.update(Path(f).suffix.encode() + b"\0" + sha256_file(f).encode() + b"\n")
+    return h.hexdigest()
+
+
 def ensure_writable_dir(path: str | os.PathLike) -> Path:
     """Create ``path`` if needed and check it can be written; raise OutputError otherwise."""
     p = Path(path)

@@ -1,6 +1,7 @@
-"""``out/ship/``: the file to ship, its lineage and measured figures (ship.json), and the runtime
+"""``out/ship/``: the file(s) to ship, its lineage and measured figures (ship.json), and the runtime
 configuration the measured speed needs (runtime.json: runtime, threads, options, and the runtime API
-settings that reproduce them, ``apply``)."""
+settings that reproduce them, ``apply``: each runtime's function is named by its registry row,
+``formats.FormatSpec.ship_apply``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from .artifact import Artifact
+from .formats import load_named, spec_for_runtime
 from .fsutil import atomic_path, atomic_write_text
 from .report.model import VariantResult
 
@@ -17,10 +19,13 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
     ship_dir = out_dir / "ship"
     ship_dir.mkdir(exist_ok=True)
     dest = ship_dir / f"{v.name}{Path(art.path).suffix}"
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(art.path, tmp)
-    meta = {"variant": v.name, "file": str(dest), "sha256": art.sha256, "format": art.format.value,
-            "precision": art.precision, "lineage": art.lineage_dicts(),
+    # every file of the model (OpenVINO's .bin beside its .xml), same stem: the runtime finds its companions
+    copies = [(src, dest.with_suffix(src.suffix)) for src in art.files]
+    for src, to in copies:
+        with atomic_path(to) as tmp:
+            shutil.copyfile(src, tmp)
+    meta = {"variant": v.name, "file": str(dest), "files": [str(to) for _, to in copies], "sha256": art.sha256,
+            "format": art.format.value, "precision": art.precision, "lineage": art.lineage_dicts(),
             "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
                          "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop}}
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
@@ -33,36 +38,45 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
     return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
 
 
+def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
+    """How the application loads the shipped file to run it as it was measured: the runtime API
+    call and every setting the agent's runner made for these threads and options (defaults spelled
+    out, so a runtime whose defaults change does not change the shipped speed), from the runtime's
+    registry row (``ship_apply``). None for a runtime the agent does not run."""
+    row = spec_for_runtime(runtime)
+    if row is None or row.ship_apply is None:
+        return None
+    return load_named(row.ship_apply)(threads, options)
+
+
 _ORT_LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
                "all": "ORT_ENABLE_ALL"}
 
 
-def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
-    """How the application loads the shipped file to run it as it was measured: the runtime API
-    call and every setting the agent's runner made for these threads and options (defaults spelled
-    out, so a runtime whose defaults change does not change the shipped speed). None for a runtime
-    the agent does not run."""
-    if runtime == "onnxruntime":
-        parallel = options.get("execution_mode") == "parallel"
-        inter = int(options.get("inter_op_threads") or threads) if parallel else 1
-        level = _ORT_LEVELS[options.get("graph_optimization_level", "all")]
-        return {"call": "onnxruntime.InferenceSession(file, sess_options, providers=['CPUExecutionProvider'])",
-                "sess_options": {"intra_op_num_threads": threads, "inter_op_num_threads": inter,
-                                 "execution_mode": "ORT_PARALLEL" if parallel else "ORT_SEQUENTIAL",
-                                 "graph_optimization_level": level}}
-    if runtime == "litert":
-        off = options.get("xnnpack") == "off"
-        if options.get("api") == "compiled":
-            return {"call": "ai_edge_litert.compiled_model.CompiledModel.from_file(file, options=Options("
-                            "hardware_accelerators=HardwareAccelerator.CPU, cpu_options=CpuOptions(...)))",
-                    "cpu_options": {"num_threads": threads, "kernel_mode": "BUILTIN" if off else None}}
-        resolver = {"off": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "on": "BUILTIN"}.get(options.get("xnnpack"), "AUTO")
-        return {"call": "ai_edge_litert.interpreter.Interpreter(model_path=file, num_threads, "
-                        "experimental_op_resolver_type)",
-                "num_threads": threads, "experimental_op_resolver_type": resolver}
-    if runtime == "executorch":
-        # the XNNPACK pool is process-wide and must be sized before the program loads
-        return {"call": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool(threads) before "
-                        "the program loads (executorch.runtime.Runtime.get().load_program(file))",
-                "threadpool_threads": threads}
-    return None
+def onnxruntime_apply(threads: int, options: dict) -> dict:
+    parallel = options.get("execution_mode") == "parallel"
+    inter = int(options.get("inter_op_threads") or threads) if parallel else 1
+    level = _ORT_LEVELS[options.get("graph_optimization_level", "all")]
+    return {"call": "onnxruntime.InferenceSession(file, sess_options, providers=['CPUExecutionProvider'])",
+            "sess_options": {"intra_op_num_threads": threads, "inter_op_num_threads": inter,
+                             "execution_mode": "ORT_PARALLEL" if parallel else "ORT_SEQUENTIAL",
+                             "graph_optimization_level": level}}
+
+
+def litert_apply(threads: int, options: dict) -> dict:
+    off = options.get("xnnpack") == "off"
+    if options.get("api") == "compiled":
+        return {"call": "ai_edge_litert.compiled_model.CompiledModel.from_file(file, options=Options("
+                        "hardware_accelerators=HardwareAccelerator.CPU, cpu_options=CpuOptions(...)))",
+                "cpu_options": {"num_threads": threads, "kernel_mode": "BUILTIN" if off else None}}
+    resolver = {"off": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "on": "BUILTIN"}.get(options.get("xnnpack"), "AUTO")
+    return {"call": "ai_edge_litert.interpreter.Interpreter(model_path=file, num_threads, "
+                    "experimental_op_resolver_type)",
+            "num_threads": threads, "experimental_op_resolver_type": resolver}
+
+
+def executorch_apply(threads: int, options: dict) -> dict:
+    # the XNNPACK pool is process-wide and must be sized before the program loads
+    return {"call": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool(threads) before "
+                    "the program loads (executorch.runtime.Runtime.get().load_program(file))",
+            "threadpool_threads": threads}

@@ -61,6 +61,9 @@ class AgentRequest(_Strict):
     variant: str
     model: str
     model_sha256: str
+    # the model's other files by suffix (OpenVINO's ".bin" beside the ".xml"): each is delivered by its
+    # own content hash, so the runner is told where each one is
+    companions: dict[str, str] | None = None
     format: str
     runtime: str
     threads: int = 1
@@ -128,7 +131,8 @@ def eval_request(eval_remote, x_keys) -> EvalRequest | None:
     return EvalRequest(shards=[{k: sh[k] for k in x_keys} for sh in eval_remote], x_keys=list(x_keys))
 
 
-def build_request(*, variant: str, artifact: Artifact, model_remote: str, source_io, measure: MeasureDefaults,
+def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[str], source_io,
+                  measure: MeasureDefaults,
                   eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
                   options: MeasureOptions | None = None, runtime: str | None = None,
                   runtime_options: dict | None = None) -> AgentRequest:
@@ -140,8 +144,11 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str, source
     if o.energy_command and "external_command" not in sources:
         sources.append("external_command")
     max_seconds = max(o.max_seconds, o.sustained_seconds or 0.0)  # the host waits for the whole sustained run
+    remotes = [model_remote] if isinstance(model_remote, str) else list(model_remote)  # artifact.files' order
+    companions = {f.suffix: r for f, r in zip(artifact.files[1:], remotes[1:])} or None
     return AgentRequest(
-        variant=variant, model=model_remote, model_sha256=artifact.sha256, format=artifact.format.value,
+        variant=variant, model=remotes[0], model_sha256=artifact.sha256, companions=companions,
+        format=artifact.format.value,
         runtime=runtime or RUNTIME_FOR_FORMAT[artifact.format], threads=measure.threads, warmup=measure.warmup,
         runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs, max_seconds=max_seconds,
         inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys), outputs_path=outputs_remote,
