@@ -1,7 +1,7 @@
 """A fleet run: one release measured on every unit of a pool, in parallel, judged on its worst unit.
 
 ``deploy_fleet`` is ``pipeline.deploy`` over several devices: the same preparation (``prepare_run``),
-the same variants (built once), one ``DeviceSession`` per unit (each takes its host lock and its
+the same variants (built once, ``steps.build_recipe``), one ``DeviceSession`` per unit (each takes its host lock and its
 device-side lease), run in threads (the work is on the devices). Eval is replicated (every unit scores
 the whole set) or sharded (``shard_eval``: unit i scores the i-th contiguous part; the per-sample
 outputs are put back in order and scored as one set, so the metric and its paired statistics are the
@@ -28,9 +28,15 @@ from typing import Any, Callable
 import numpy as np
 
 from .device_session import DeviceSession, Measured
+from .devices import select_devices
 from .errors import BadInputError, DeviceError, EdgekitError
 from .options import DeployOptions
-from .report.model import Check, Report
+from .prepare import prepare_run, resolve_recipe, target_spec
+from .report.assemble import assemble_report
+from .report.model import Check, FleetSection, FleetUnit, FleetVariant, Report
+from .report.release import release_judgement
+from .report.write import write_report
+from .steps import build_recipe, measure_all, recorded_settings, run_settings
 
 Progress = Callable[[str], None]
 
@@ -74,10 +80,6 @@ def plan_for(plan, idx: np.ndarray):
 def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, calib_data=None, recipe=None,
                  out="edgekit-out", example_inputs=None, arch=None, x_key="x", y_key="y",
                  options: DeployOptions, progress: Progress | None = None, transport=None) -> Report:
-    from .devices import select_devices
-    from .pipeline import _build, measure_all, recorded_settings, run_settings
-    from .prepare import prepare_run, resolve_recipe, target_spec
-
     opts, progress = options, progress or (lambda _m: None)
     if device is not None or transport is not None:
         raise BadInputError("a fleet run (--devices/--pool) measures inventory devices: drop --device")
@@ -96,7 +98,7 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
     rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
-    variants, passes_seconds, warnings = _build(run, progress)
+    variants, passes_seconds, warnings = build_recipe(run, progress)
     settings = run_settings(run, opts)
     bounds = shard_bounds(run.eval_ds.n, m) if opts.shard_eval else [None] * m
     units = [Unit(e.name, shard=b) for e, b in zip(entries, bounds)]
@@ -121,8 +123,6 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
                 s.use_eval(ds, unit_dir)
                 s.deliver(variants.values())
                 u.measured = measure_all(s, variants, settings, run.measure, say)
-                from .report.release import release_judgement
-
                 u.release = release_judgement(s, replace(run, plan=plan), u.measured, judged, settings, opts, say)
             u.state = "measured"
         except Exception as exc:  # one unit's failure is its row in the report; the others go on
@@ -144,15 +144,13 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
     if opts.shard_eval:
         plan = _combine_shards(run.plan, ok)
     progress("writing the report")
-    from .report.assemble import assemble_report
-
     fleet_run = replace(run, plan=plan)
     extra = recorded_settings(run, settings, passes_seconds)
     for u in ok:
         u.report = assemble_report(fleet_run, u.measured, u.session, baseline=rec.baseline,
                                    warnings=opts.extra_warnings + warnings, release=u.release, settings=extra)
     report = _fleet_report(units, ok, judged, opts, need, run, plan)
-    report.write(run.out_dir)
+    write_report(report, run.out_dir)
     return report
 
 
@@ -231,8 +229,6 @@ def _fleet_report(units: list[Unit], ok: list[Unit], judged: list[str], opts: De
 
 
 def fleet_section(units: list[Unit], judged: list[str], opts: DeployOptions, need: int, chosen: Unit, run, plan):
-    from .report.model import FleetSection, FleetUnit, FleetVariant
-
     names = list(next(u for u in units if u.state == "measured").measured)
     rows = []
     for u in units:

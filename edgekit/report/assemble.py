@@ -9,8 +9,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..metrics.evaluate import score_drops
 from .gate import evaluate_gate, slower_warnings
 from .model import Gate, Report, VariantResult
+from .release import compare_reports
 
 if TYPE_CHECKING:
     from ..device_session import DeviceSession, Measured
@@ -30,8 +32,6 @@ def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: b
     (a bootstrap: thousands of metric evaluations for a non-decomposable metric such as mAP) are
     computed once per measured variant, however often a search asks; ``stats=False`` gives the point
     drop only (screening, unless --strict-stats needs the significance)."""
-    from ..metrics.evaluate import score_drops
-
     base = measured[baseline].result
     if stats:
         todo = {n: m for n, m in measured.items() if n == baseline or m.result.accuracy_stats is None}
@@ -103,8 +103,6 @@ def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session
     )
     diff = None
     if run.previous is not None:
-        from .release import compare_reports
-
         diff = compare_reports(report, run.previous, run.previous_path, run.gate,
                                judgements=release.judgements if release else None,
                                method=release.method if release else "direct",

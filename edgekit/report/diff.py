@@ -18,7 +18,7 @@ from ..measure.compare import (DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare_summar
                                two_proportion_p)
 # The diff's models are the report's ``comparison`` section, so they live in the schema (model.py);
 # they are re-exported here, where they have always been imported from.
-from .model import MetricChange, Report, ReportDiff, ReportIdentity, VariantDiff, VariantResult
+from .model import MetricChange, Report, ReportDiff, ReportIdentity, VariantDiff, VariantResult, provides
 
 
 def _report_identity(r: Report) -> ReportIdentity:
@@ -147,6 +147,7 @@ def counterpart(previous: Report, name: str, shipped: str | None = None) -> Vari
     return old.get(prev) if prev else None
 
 
+@provides  # Report.diff
 def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_ALPHA,
                  min_effect: float = DEFAULT_MIN_EFFECT) -> ReportDiff:
     """What changed in ``current`` relative to ``baseline`` (e.g. the last release's report). Variants

@@ -5,25 +5,24 @@ Which variants are judged: the non-baseline variants (what compression produced)
 any, else the baseline itself. A budget that is None is not checked.
 
 With a previous release's report (``diff``, see ``diff.py``), each judged variant is also checked
-against its namesake there: a significant p50 latency regression above ``max_latency_regression``,
-an accuracy drop above ``max_release_accuracy_drop`` points, a peak memory or size increase above its
-fraction. A latency change fails only when it is both statistically significant and above the
-threshold, so run-to-run noise on a busy device does not fail a release.
+against its namesake there (``release.release_checks``; release.py knows nothing of this gate): a
+significant p50 latency regression above ``max_latency_regression``, an accuracy drop above
+``max_release_accuracy_drop`` points, a peak memory or size increase above its fraction. A latency
+change fails only when it is both statistically significant and above the threshold, so run-to-run
+noise on a busy device does not fail a release.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..measure.profile import is_slower, measured_p50s, profile_diff
 from ..recipe import GateConfig
+from .diff import ReportDiff
 from .model import Check, Gate, VariantResult
-
-if TYPE_CHECKING:
-    from .diff import ReportDiff
+from .release import compare_reports, release_checks
 
 
 def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
-                  diff: "ReportDiff | None" = None, *, latency_representative: bool = True,
+                  diff: ReportDiff | None = None, *, latency_representative: bool = True,
                   judged: list[str] | None = None) -> Gate:
     """``latency_representative=False`` (an emulated device): latency budgets are not applicable and
     say so, instead of failing a release on emulation speed. ``judged``: the names of the variants
@@ -65,8 +64,6 @@ def evaluate_gate(variants: list[VariantResult], baseline: str, cfg: GateConfig,
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
     if diff is not None:
-        from .release import release_checks
-
         for v in judged:
             checks.extend(release_checks(v.name, diff, cfg))
     return Gate(passed=all(c.passed for c in checks), checks=checks)
@@ -111,8 +108,6 @@ def _speedup_check(v: VariantResult, limit: float, representative: bool, base: V
     ok = sp >= limit
     why = ""
     if not ok and base is not None and v.op_profile is not None and base.op_profile is not None:
-        from ..measure.profile import measured_p50s, profile_diff
-
         why = "; per-op profile: " + profile_diff(base.op_profile, v.op_profile, base.name, v.name,
                                                   measured_p50s(base, v)).summary
     return Check(name="min_speedup", variant=v.name, value=sp, limit=limit, passed=ok,
@@ -123,8 +118,6 @@ def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
     """A compressed variant that is slower than the baseline on the device is said, never silent:
     p50 95% CIs separated (the variant's lower bound above the baseline's upper bound), with the
     per-op profiles' reason when both were profiled."""
-    from ..measure.profile import measured_p50s, is_slower, profile_diff
-
     base = next((v for v in variants if v.name == baseline), None)
     out = []
     if base is None or base.latency_ms is None:
@@ -153,5 +146,10 @@ def _budget(checks: list[Check], v: VariantResult, name: str, value: float | Non
                         message=f"{value:.3f} {unit} {'<=' if ok else '>'} budget {limit:g} {unit}"))
 
 
-# The checks against a previous release's report live in release.py (kept importable from here).
-from .release import compare_with_baseline, release_checks  # noqa: E402
+def compare_with_baseline(report, baseline_report, baseline_path, cfg: GateConfig) -> None:
+    """Compare ``report`` with a previous report (direct method), record which one, and re-judge
+    the gate with the release checks, on the variants the gate judged before."""
+    d = compare_reports(report, baseline_report, baseline_path, cfg)
+    judged = sorted({c.variant for c in report.gate.checks if c.variant and not c.name.startswith("parity[")}) or None
+    report.gate = evaluate_gate(report.variants, report.baseline, cfg, d, judged=judged,
+                                latency_representative=report.device.is_latency_representative)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..measure.compare import format_p
+from ..timeline import stage_totals, timeline_line
 from .model import ComparedWith, HopParity, Report, VariantResult
 
 _CSS = """
@@ -544,8 +545,6 @@ _STAGE_COLOURS = {"preparation": "#8e8cd8", "build": "#e8a33d", "host_filter": "
 def _timeline_bar(search) -> str:
     """Where the search's time went: one stacked bar (inline SVG, no plotting library), the stages in
     pipeline order, and the budget's end marked."""
-    from ..timeline import stage_totals, timeline_line
-
     tl = search.timeline
     if tl is None or not tl.spans or not tl.wall_s:
         return ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..timeline import timeline_line
+from .diff import render_diff_markdown
 from .model import Report
 
 
@@ -66,8 +68,6 @@ def render_markdown(r: Report) -> str:
         lines.append(f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
                      f"{'pass' if c.passed else '**FAIL**'}: {c.message} |")
     if r.comparison is not None:
-        from .diff import render_diff_markdown
-
         cw = r.compared_with
         lines += ["", "## Compared with the baseline report", "", f"Baseline: `{cw.path if cw else None}`."]
         if cw is not None and cw.method is not None:
@@ -130,8 +130,6 @@ def _search_section(r: Report) -> list[str]:
 
 
 def _timeline_text(srch) -> str:
-    from ..timeline import timeline_line
-
     host = (srch.host or {}).get("summary")
     return timeline_line(srch.timeline) + (f" ({host})" if host else "")
 

@@ -5,14 +5,16 @@ kept); another MAJOR is refused with a clear message.
 
 Every section is a typed model (``device``, ``search``, ``compared_with``, ``comparison``, each
 variant's ``lineage``); all of them keep unknown fields, so a newer minor version's additions survive
-a load and a write. This module imports no view: ``Report.write`` loads ``write.py`` when called.
+a load and a write. This module imports no view (the views import it, never the reverse): the
+functions behind ``Report.diff`` and ``Report.write`` are handed over by ``diff.py`` and ``write.py``
+(:func:`provides`), which the package's ``__init__`` imports.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -620,10 +622,9 @@ class Report(_Open):
         raise KeyError(f"no variant {name!r} in report; variants: {[v.name for v in self.variants]}")
 
     def diff(self, other: "Report", *, alpha: float = 0.05, min_effect: float = 0.10) -> ReportDiff:
-        """What changed in this report relative to ``other`` (e.g. the last release): a ReportDiff."""
-        from .diff import diff_reports
-
-        return diff_reports(other, self, alpha=alpha, min_effect=min_effect)
+        """What changed in this report relative to ``other`` (e.g. the last release): a ReportDiff
+        (``diff.diff_reports(other, self)``)."""
+        return _provided("diff_reports")(other, self, alpha=alpha, min_effect=min_effect)
 
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> str:
@@ -653,7 +654,27 @@ class Report(_Open):
                                 f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from exc
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write report.json, report.md, report.html and junit.xml into ``out_dir`` (see write.py)."""
-        from .write import write_report
+        """Write report.json, report.md, report.html and junit.xml into ``out_dir`` (``write.write_report``)."""
+        return _provided("write_report")(self, out_dir)
 
-        return write_report(self, out_dir)
+
+# The views import this module and never the reverse, so the schema is in no import cycle. The two
+# methods above that need a view call the function its module hands over here when it is imported;
+# edgekit/report/__init__.py imports both modules, and Python runs it before any module of the
+# package, so they are here whenever this module is.
+_PROVIDED: dict[str, Callable[..., Any]] = {}
+
+
+def provides(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: ``fn`` (``diff_reports``, ``write_report``) is what the Report method of the same
+    job calls."""
+    _PROVIDED[fn.__name__] = fn
+    return fn
+
+
+def _provided(name: str) -> Callable[..., Any]:
+    try:
+        return _PROVIDED[name]
+    except KeyError:  # only if edgekit/report/__init__.py stopped importing its module
+        raise RuntimeError(f"edgekit.report: no {name} was provided (edgekit/report/__init__.py imports "
+                           "diff.py and write.py)") from None

@@ -27,13 +27,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..agent.protocol import AgentRunFailed
+from ..artifact import Artifact
+from ..cache import find_by_sha256
+from ..errors import BadInputError
+from ..fsutil import sha256_file
+from ..measure.compare import format_p
 from ..measure.stats import BOOTSTRAP_SEED
 from ..recipe import GateConfig
+from .diff import MetricChange, ReportDiff, counterpart, diff_reports
 from .model import Check, Report, VariantResult
 
 if TYPE_CHECKING:
     from ..device_session import ABBlocks
-    from .diff import MetricChange, ReportDiff
 
 METHOD_TEXT = {
     "ab": "A/B interleaved re-measurement of the baseline report's model in this session",
@@ -53,8 +59,6 @@ class LatencyJudgement:
     test: str = ""
 
     def describe(self) -> str:
-        from ..measure.compare import format_p
-
         lo, hi = self.ci95
         p = f", {self.test} p={format_p(self.p_value)}" if self.test else ""
         return (f"{abs(self.ratio - 1):.1%} {'slower' if self.ratio > 1 else 'faster'} by {self.method} "
@@ -102,7 +106,7 @@ def judge_ab(blocks: "ABBlocks", alpha: float = 0.05) -> LatencyJudgement:
 
 def _signed_rank_p(logs: np.ndarray) -> float | None:
     try:
-        from scipy.stats import wilcoxon
+        from scipy.stats import wilcoxon  # heavy (scipy, optional): keeps importing the report light
     except ImportError:
         return None
     if len(logs) < 2 or np.all(logs == 0):
@@ -130,8 +134,6 @@ def judge_normalized(old_v: VariantResult, old_ref: VariantResult, new_v: Varian
 
 def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir: Path | None) -> Path | None:
     """The baseline report's model file for ``v``, only where its sha256 matches."""
-    from ..fsutil import sha256_file
-
     if not v.artifact_path:
         return None
     recorded = Path(v.artifact_path)
@@ -146,8 +148,6 @@ def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir
                 return c
         except OSError:
             continue
-    from ..cache import find_by_sha256
-
     return find_by_sha256(v.sha256, recorded.suffix)
 
 
@@ -163,24 +163,18 @@ def choose_method(requested: str, previous: Report, judged: list[VariantResult],
     if requested == "auto":
         return "ab" if ab_ok else ("normalized" if norm_ok else "direct")
     if requested == "ab" and not ab_ok:
-        from ..errors import BadInputError
-
         missing = [v.name for v in comparable if v.name not in ab_files]
         raise BadInputError(f"--release-method ab needs the baseline report's model files; not found for: "
                             f"{', '.join(missing) or '(no variant in common)'}",
                             hint="pass --baseline-artifacts DIR (the baseline run's out/artifacts), or "
                                  "--release-method auto")
     if requested == "normalized" and not norm_ok:
-        from ..errors import BadInputError
-
         raise BadInputError("--release-method normalized needs the same reference variant (same sha256) in both "
                             "reports, and a judged variant other than the reference", hint="use --release-method auto")
     return requested
 
 
-def latency_change(j: LatencyJudgement, old: VariantResult, new: VariantResult, min_effect: float) -> "MetricChange":
-    from .diff import MetricChange
-
+def latency_change(j: LatencyJudgement, old: VariantResult, new: VariantResult, min_effect: float) -> MetricChange:
     if j.significant and j.ratio >= 1 + min_effect:
         verdict = "slower"
     elif j.significant and j.ratio <= 1 / (1 + min_effect):
@@ -207,8 +201,6 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
                   shipped: str | None = None) -> ReleaseJudgement:
     """Choose the method and, for ``ab``, re-measure the baseline report's models against the new
     ones in this (still open) device session."""
-    from .diff import counterpart
-
     previous: Report = run.previous
     progress = progress or (lambda _m: None)
     new = {n: m.result for n, m in measured.items()}
@@ -228,9 +220,6 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
     judgements: dict[str, LatencyJudgement] = {}
     detail: dict = {"requested": requested}
     if method == "ab":
-        from ..agent.protocol import AgentRunFailed
-        from ..artifact import Artifact
-
         for v in judged_v:
             if v.name not in ab_files:
                 continue
@@ -259,7 +248,7 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
     return ReleaseJudgement(method=method, judgements=judgements, detail=detail)
 
 
-def release_checks(variant: str, diff: "ReportDiff", cfg: GateConfig) -> list[Check]:
+def release_checks(variant: str, diff: ReportDiff, cfg: GateConfig) -> list[Check]:
     """The checks of one variant against its counterpart in the previous release's report (its
     namesake, or for the shipped variant the previously shipped one: ``diff.counterpart``)."""
     vd = diff.variant(variant)
@@ -311,12 +300,9 @@ def release_checks(variant: str, diff: "ReportDiff", cfg: GateConfig) -> list[Ch
 
 def compare_reports(report: Report, previous: Report, previous_path, cfg: GateConfig, *,
                     judgements: dict[str, LatencyJudgement] | None = None, method: str = "direct",
-                    method_detail: dict | None = None) -> "ReportDiff":
+                    method_detail: dict | None = None) -> ReportDiff:
     """Diff ``report`` against ``previous`` and record it (``compared_with``, ``comparison``); the
     latency change of each variant in ``judgements`` is the method's, not the raw cross-run one."""
-    from ..fsutil import sha256_file
-    from .diff import diff_reports
-
     min_effect = cfg.max_latency_regression if cfg.max_latency_regression is not None else 0.10
     d = diff_reports(previous, report, alpha=cfg.significance_alpha, min_effect=min_effect)
     old = {v.name: v for v in previous.variants}
@@ -341,14 +327,3 @@ def compare_reports(report: Report, previous: Report, previous_path, cfg: GateCo
     report.comparison = d.model_dump(mode="json")
     report.warnings.extend(f"baseline comparison: {w}" for w in d.warnings)
     return d
-
-
-def compare_with_baseline(report, baseline_report, baseline_path, cfg: GateConfig) -> None:
-    """Compare ``report`` with a previous report (direct method), record which one, and re-judge
-    the gate with the release checks, on the variants the gate judged before."""
-    from .gate import evaluate_gate
-
-    d = compare_reports(report, baseline_report, baseline_path, cfg)
-    judged = sorted({c.variant for c in report.gate.checks if c.variant and not c.name.startswith("parity[")}) or None
-    report.gate = evaluate_gate(report.variants, report.baseline, cfg, d, judged=judged,
-                                latency_representative=report.device.is_latency_representative)

@@ -3,7 +3,8 @@ cannot leave a mix of old and new files), then each file is written atomically, 
 its presence marks a complete set.
 
 The views are looked up on their modules at call time (``html.render_html``...), so this module is the
-only place that joins the schema (model.py) to its views.
+only place that joins the schema (model.py) to its views; ``Report.write`` calls :func:`write_report`
+(handed over to model.py by ``provides``: the schema imports no view).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from ..fsutil import atomic_write_text
 from . import html, junit, markdown
-from .model import Report
+from .model import Report, provides
 
 FILES = {"md": "report.md", "html": "report.html", "junit": "junit.xml", "json": "report.json"}
 
@@ -23,6 +24,7 @@ def render_all(report: Report) -> dict[str, str]:
             "junit": junit.render_junit(report), "json": report.to_json()}
 
 
+@provides  # Report.write
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     """Write report.md, report.html, junit.xml and report.json into ``out_dir``; returns their paths by key."""
     out = Path(out_dir)

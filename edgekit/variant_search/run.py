@@ -21,26 +21,40 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from ..agent.inprocess import load_agent
+from ..agent.protocol import build_request, load_outputs
 from ..artifact import Artifact
+from ..data import eval_bundle
 from ..device_session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
+from ..formats import RUNTIME_FOR_FORMAT
+from ..host import host_compute, host_threads
+from ..measure.profile import profile_diffs, profile_variants, profiled_names
+from ..metrics import MetricSpec
 from ..options import DeployOptions, refused_by_search
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
 from ..prepare import PreparedRun, prepare_run, target_spec
 from ..recipe import Recipe, VariantSpec
+from ..report.assemble import assemble_report, score
+from ..report.decision import ship_decision
 from ..report.gate import evaluate_gate
-from ..report.model import Check, Gate, Report, VariantResult
+from ..report.model import Check, Decision, Gate, Report, VariantResult
+from ..report.release import release_judgement
+from ..report.write import write_report
+from ..ship import write_ship
+from ..steps import recorded_settings, run_settings
 from ..targets import MeasureDefaults
+from ..timeline import BudgetExceeded, Clock
 from .candidates import candidate_variants
+from .choice import BASE, Candidate, Objective, choose, reasons
 from .racing import clearly_slower, race_entry
+from .tuning import tune_runtime
 
-Objective = Literal["p50", "p99", "energy", "size"]
-BASE = "fp32"
 BUILD_SHARE = 0.8  # of the time budget: the rest is left to measure what was built
 
 
@@ -69,43 +83,6 @@ class SearchOptions:
     quick: bool = False
 
 
-@dataclass
-class Candidate:
-    spec: VariantSpec
-    status: str = "pending"  # built | dropped | finalist | selected
-    stage: str | None = None
-    reason: str | None = None
-    artifact: Artifact | None = None
-    host_accuracy: float | None = None
-    screening: dict[str, Any] = field(default_factory=dict)
-    build_seconds: float | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def drop(self, stage: str, reason: str) -> None:
-        self.status, self.stage, self.reason = "dropped", stage, reason
-
-    def summary(self) -> dict[str, Any]:
-        a = self.artifact
-        return {"name": self.spec.name, "passes": [p.model_dump() for p in self.spec.passes], "status": self.status,
-                "dropped_at": self.stage if self.status == "dropped" else None, "reason": self.reason,
-                "format": a.format.value if a else None, "precision": a.precision if a else None,
-                "size_bytes": a.size_bytes if a else None, "host_accuracy": self.host_accuracy,
-                "build_seconds": self.build_seconds, "screening": self.screening or None}
-
-
-def _objective_value(v: VariantResult, objective: Objective) -> float | None:
-    if objective == "size":
-        return float(v.size_bytes)
-    if objective == "energy":
-        return v.energy_mj_per_inference
-    if v.latency_ms is None:
-        return None
-    return v.latency_ms.p50 if objective == "p50" else v.latency_ms.p99
-
-
 def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
            device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float | None = None,
            options: SearchOptions | None = None, deploy_options: DeployOptions | None = None,
@@ -121,9 +98,6 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
     opts, recipe = _options(deploy_options, sopts, max_accuracy_drop, baseline_report, metric, eval_samples)
     progress = progress or (lambda _m: None)
     spec = target_spec(target)
-    from ..host import host_compute, host_threads
-    from ..timeline import Clock
-
     clock = Clock(budget_s=sopts.time_budget_s)  # the wall clock from here: preparation counts
     with contextlib.ExitStack() as stack:
         with clock.span("preparation", "host threads"):  # sizing them, and torch's import
@@ -149,9 +123,6 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
     _build(run, cands, clock, ht, progress)
     with clock.span("host_filter"):
         _host_filter(run, cands, sopts, progress)
-
-    from ..pipeline import run_settings
-
     final_settings = run_settings(run, opts)
     screen_settings = _screening(final_settings, sopts)
     with DeviceSession(spec, device, source_io=run.source.artifact.io, plan=run.plan, transport=transport,
@@ -167,20 +138,14 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
             chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
-            from .tuning import tune_runtime
-
             with clock.span("tuning"):
                 chosen, chosen_settings = tune_runtime(session, run, final, cands, chosen, final_settings, opts,
                                                        clock.deadline, progress, sopts.objective)
         release = None
         if chosen is not None and run.previous is not None:
-            from ..report.release import release_judgement
-
             with clock.span("release"):
                 release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
                                             shipped=chosen.name)
-        from ..measure.profile import profile_variants, profiled_names
-
         with clock.span("profile"):
             profile_variants(session, final, profiled_names(final, BASE, opts.profile,
                                                             [chosen.name] if chosen else [], slower=False),
@@ -192,9 +157,6 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
 
 def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen, screen_settings,
             final_settings, clock, ht) -> Report:
-    from ..measure.profile import profile_diffs
-    from ..ship import write_ship
-
     ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
     timeline = clock.to_dict()
     section = {"mode": "quick" if sopts.quick else "full", "objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
@@ -206,9 +168,6 @@ def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, re
                              + [c.summary() for c in cands]
                              + [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]}
     ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
-    from ..pipeline import recorded_settings
-    from ..report.assemble import assemble_report
-
     builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)
     warnings = list(opts.extra_warnings) + _budget_warnings(cands, clock, ht)
     report = assemble_report(run, ordered, session, baseline=BASE, warnings=warnings,
@@ -217,7 +176,7 @@ def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, re
                                        **recorded_settings(run, final_settings, builds)})
     report.profile_diffs = profile_diffs(report.variants, BASE)
     report.decision = _decision(report, cands, chosen)
-    report.write(run.out_dir)
+    write_report(report, run.out_dir)
     return report
 
 
@@ -234,11 +193,8 @@ def _budget_warnings(cands: list[Candidate], clock, ht) -> list[str]:
             f"{clock.seconds('build'):.0f} s of the {clock.budget_s:g} s budget{busy}; --time-budget raises it"]
 
 
-def _decision(report: Report, cands: list[Candidate], chosen) -> "Decision":
+def _decision(report: Report, cands: list[Candidate], chosen) -> Decision:
     """The search's answer in deploy's words: what ships and why, and why every other candidate lost."""
-    from ..report.decision import ship_decision
-    from ..report.model import Decision
-
     lost = {c.name: (f"dropped at {c.stage}: {c.reason}" if c.status == "dropped"
                      else c.reason or f"a finalist, not the best by {report.search.objective}")
             for c in cands if chosen is None or c.name not in (chosen.name, chosen.name.split("@")[0])
@@ -255,8 +211,6 @@ def _decision(report: Report, cands: list[Candidate], chosen) -> "Decision":
 
 
 def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_report, metric, eval_samples):
-    from dataclasses import replace
-
     opts = replace(deploy_options) if deploy_options is not None else DeployOptions()
     if max_accuracy_drop is not None:
         opts.max_accuracy_drop = max_accuracy_drop
@@ -268,8 +222,6 @@ def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_r
     refused_by_search(opts)
     recipe = Recipe(baseline=BASE)
     if metric is not None:
-        from ..metrics import MetricSpec
-
         ms = MetricSpec(name=metric) if isinstance(metric, str) else metric
         recipe = Recipe(baseline=BASE, metric=ms)
     return opts, recipe
@@ -280,8 +232,6 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
     budget: a build is not started after it, and a running one is stopped there (the long passes check
     the deadline between trials and epochs) and dropped with its time. A failed build drops only that
     candidate."""
-    from ..timeline import BudgetExceeded
-
     # train data (--train-data) reaches the accuracy-aware candidate's QAT rung (ort-int8-mixed)
     ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds,
                       extras={"source": run.source, "metric_plan": run.plan})
@@ -314,9 +264,6 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
 
 def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float | None:
     """The metric with the candidate's runtime on this host, through the agent's own code."""
-    from ..agent.protocol import build_request, load_outputs
-    from ..formats import RUNTIME_FOR_FORMAT
-
     if RUNTIME_FOR_FORMAT.get(art.format) not in agent.RUNNERS:
         return None
     out = run.art_dir / f".host-{art.sha256[:12]}.npz"
@@ -340,10 +287,6 @@ def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
     """Drop candidates whose accuracy with the same runtime on this host is already far outside."""
     if not sopts.host_filter:
         return
-    from ..data import eval_bundle
-
-    from ..agent.inprocess import load_agent
-
     agent = load_agent()
     eval_file = eval_bundle(run.eval_ds, run.art_dir)
     base = _host_accuracy(agent, run, run.fp32, eval_file)
@@ -367,27 +310,16 @@ def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
     """A short measurement: few runs, no minimum time, no sustained run (that is for the finals)."""
     m = final.measure
     runs = min(sopts.screening_runs, m.runs)
-    from dataclasses import replace
-
     return final.but(measure=MeasureDefaults(**{**m.model_dump(), "runs": runs, "min_seconds": 0.0, "max_runs": runs}),
                      options=replace(final.options, sustained_seconds=None), benchmark_binary=None)
 
 
 # what screening drops on (latency is left to racing and the finals: a short run's timing is noisy)
 _SCREENED = {"accuracy_drop", "peak_memory_budget", "model_size_budget"}
-_WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "peak memory over the budget",
-        "latency_p50_budget": "over the p50 latency budget", "latency_p90_budget": "over the p90 latency budget",
-        "model_size_budget": "over the model size budget", "min_speedup": "below the minimum speed-up"}
-
-
-def _reasons(failed) -> str:
-    return "; ".join(f"{_WHY.get(f.name, f.name)}: {f.message}" for f in failed)
 
 
 def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[str] | None, representative: bool):
     """The gate's failed checks for ``cand`` against ``base`` (the same checks deploy's gate makes)."""
-    from ..report.assemble import score
-
     score({BASE: base, cand.name: cand}, run.plan, BASE, run.gate, stats=run.gate.strict_stats)
     g = evaluate_gate([base.result, cand.result], BASE, run.gate, judged=[cand.name],
                       latency_representative=representative)
@@ -419,7 +351,7 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
                        "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
                        "peak_memory_mb": v.peak_memory_mb, "energy_mj_per_inference": v.energy_mj_per_inference}
         if failed:
-            c.drop("screening", _reasons(failed))
+            c.drop("screening", reasons(failed))
             continue
         if latency:
             entries.append(race_entry(c.name, v.latency_ms.raw or []))
@@ -451,8 +383,6 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
             representative: bool):
     """The finalists that pass the gate (every check deploy's gate makes), then the best by the
     objective. fp32 may ship too: when nothing compressed beats it, it is the honest answer."""
-    from ..report.assemble import score
-
     score(final, run.plan, BASE, run.gate)
     base = final[BASE].result
     qualified, why_not, failed_checks = [], {}, []
@@ -462,14 +392,14 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
         if not failed:
             qualified.append(m.result)
             continue
-        why_not[name] = _reasons(failed)
+        why_not[name] = reasons(failed)
         failed_checks += [c for c in failed if c not in failed_checks]
         if name != BASE:
             next(c for c in cands if c.name == name).drop("finals", why_not[name])
     if sopts.objective == "energy" and qualified and all(v.energy_mj_per_inference is None for v in qualified):
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({qualified[0].energy_reason})", hint="use --objective p50, or add an energy source")
-    chosen = _choose(qualified, sopts.objective)
+    chosen = choose(qualified, sopts.objective)
     if chosen is not None:
         chosen.selected = True
         for c in cands:
@@ -481,20 +411,6 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
     # the checks each finalist failed come with it: CI's test view names the budget that was missed
     return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
                                                   message=msg), *failed_checks])
-
-
-def _choose(finalists: list[VariantResult], objective: Objective) -> VariantResult | None:
-    scored = [(v, _objective_value(v, objective)) for v in finalists]
-    scored = [(v, s) for v, s in scored if s is not None]
-    if not scored:
-        return None
-    best, best_s = min(scored, key=lambda p: (p[1], p[0].name))
-    if objective not in ("p50", "p99"):
-        return best
-    # statistically indistinguishable from the best (overlapping CIs): the smallest file wins
-    lo, hi = best.latency_ms.ci95
-    ties = [v for v, _ in scored if v.latency_ms.ci95[0] <= hi and v.latency_ms.ci95[1] >= lo]
-    return min(ties, key=lambda v: (v.size_bytes, "@" in v.name, v.name))  # ties: default runtime options
 
 
 __all__ = ["SearchOptions", "search"]

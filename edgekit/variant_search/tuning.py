@@ -33,6 +33,16 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
+from ..device_session import MeasureFailure
+from ..measure.compare import _thin
+from ..measure.stats import BOOTSTRAP_SEED
+from ..recipe import VariantSpec
+from ..report.assemble import score
+from ..report.gate import evaluate_gate
+from .choice import BASE, Candidate, choose, reasons
+
 # runtime -> option -> its values, the runtime's default first; every other value is a setting tried.
 # What each means on the device, and what the installed runtimes offer, is in the agent's runners.
 # ExecuTorch has none: XNNPACK delegation is fixed when the .pte is lowered, and its XNNPACK thread
@@ -93,11 +103,6 @@ def percentile_ratio_ci(a, b, q: float, level: float = 0.95, resamples: int = TA
                         seed: int | None = None) -> tuple[float, float]:
     """Percentile bootstrap CI of percentile_q(b) / percentile_q(a), each run resampled on its own
     (``measure/compare.bootstrap_ratio_ci`` does the same for the median), fixed seed."""
-    import numpy as np
-
-    from ..measure.compare import _thin
-    from ..measure.stats import BOOTSTRAP_SEED
-
     a, b = _thin(np.asarray(a, dtype=np.float64)), _thin(np.asarray(b, dtype=np.float64))
     rng = np.random.default_rng(BOOTSTRAP_SEED if seed is None else seed)
     ratios = np.empty(resamples)
@@ -116,8 +121,6 @@ def tail_worse(default_raw, row_raw, objective: str = "p50", margin: float = TAI
     is not (or cannot be told: fewer than 5 timings on a side). Compared: p90 for the p50 objective,
     p90 and p99 for p99; worse = the bootstrap 95% CI of the percentile ratio (row / default) lies
     above 1 + ``margin``. A second thread on a shared device can win the median and lose the tail."""
-    import numpy as np
-
     a = np.asarray([] if default_raw is None else default_raw, dtype=np.float64)
     b = np.asarray([] if row_raw is None else row_raw, dtype=np.float64)
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
@@ -175,10 +178,6 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
     """Measure ``chosen`` under each runtime setting; returns (the variant to ship, its settings).
     A row that hangs or kills the agent on a device that still answers is dropped with its reason;
     a would-be winner whose tail is worse than the default setting's is dropped and the next judged."""
-    from ..device_session import MeasureFailure
-    from ..report.gate import evaluate_gate
-    from .run import BASE, Candidate, _choose, _reasons
-
     m = final[chosen.name]
     runtime = chosen.runtime.name
     base_threads = settings.measure.threads
@@ -189,8 +188,6 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
     grid = [g for g in grid if not (g["threads"] == base_threads and not g["options"])]
     if not grid:
         return chosen, settings
-    from ..recipe import VariantSpec
-
     contenders, per_setting, rows = [chosen], {chosen.name: settings}, {}
     spec = next((c.spec for c in cands if c.name == chosen.name), VariantSpec(name=chosen.name))
     for i, g in enumerate(grid):
@@ -212,18 +209,16 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
             row.drop("tuning", f"failed on the device ({r.kind}): {r.message}")
             continue
         final[name], per_setting[name] = r, s  # shipped settings carry no tuning time limit
-        from ..report.assemble import score
-
         score({BASE: final[BASE], name: r}, run.plan, BASE, run.gate)
         g_ = evaluate_gate([final[BASE].result, r.result], BASE, run.gate, judged=[name],
                            latency_representative=session.emulation is None)
         failed = [c for c in g_.checks if not c.passed]
         if failed:
-            row.drop("tuning", _reasons(failed))
+            row.drop("tuning", reasons(failed))
             continue
         row.status = "finalist"
         contenders.append(r.result)
-    best = _choose(contenders, objective)
+    best = choose(contenders, objective)
     while best is not None and best is not chosen:  # a non-default setting wins only with an honest tail
         why = tail_worse(chosen.latency_ms.raw if chosen.latency_ms else None,
                          best.latency_ms.raw if best.latency_ms else None, objective)
@@ -231,7 +226,7 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
             break
         rows[best.name].drop("tuning", why)
         contenders.remove(best)
-        best = _choose(contenders, objective)
+        best = choose(contenders, objective)
     if best is not chosen:
         chosen.selected = False
         best.selected = True

@@ -9,7 +9,7 @@ from edgekit.artifact import Artifact, IOSpec
 from edgekit.errors import PassError
 from edgekit.formats import Format
 from edgekit.passes import PassContext
-from edgekit.pipeline import build_variants
+from edgekit.steps import build_variants
 from edgekit.recipe import Recipe
 from edgekit.source import Source
 

@@ -246,7 +246,7 @@ def test_p99_objective_chooses_the_lower_tail_over_the_lower_median():
     """The p99 run below cannot show the objective is used (on `local` the p50 and p99 orders agree): here
     one finalist has the lower median and a long tail, the other a higher median, a short tail and the
     larger file (so the smaller-file tie rule cannot explain choosing it)."""
-    from edgekit.variant_search.run import _choose
+    from edgekit.variant_search.choice import choose as _choose
     from tests.unit.report_factory import variant as make_variant
 
     def finalist(name, p50, p99, size):

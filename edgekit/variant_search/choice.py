@@ -1,0 +1,81 @@
+"""The search's candidate table and its choice, shared by the search (run.py) and runtime tuning
+(tuning.py), which both import this module and neither imports the other for it.
+
+A :class:`Candidate` is one row of the table (built, dropped at a stage with its reason, finalist,
+selected). :func:`choose` picks among the finalists that pass the gate by the objective: among those
+statistically indistinguishable from the best (overlapping 95% CIs) the smallest file wins, so a
+re-measurement does not flip the choice on noise. :func:`reasons` says why a candidate failed the gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..artifact import Artifact
+from ..recipe import VariantSpec
+from ..report.model import VariantResult
+
+Objective = Literal["p50", "p99", "energy", "size"]
+BASE = "fp32"  # the baseline every candidate is judged against
+
+
+@dataclass
+class Candidate:
+    spec: VariantSpec
+    status: str = "pending"  # built | dropped | finalist | selected
+    stage: str | None = None
+    reason: str | None = None
+    artifact: Artifact | None = None
+    host_accuracy: float | None = None
+    screening: dict[str, Any] = field(default_factory=dict)
+    build_seconds: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def drop(self, stage: str, reason: str) -> None:
+        self.status, self.stage, self.reason = "dropped", stage, reason
+
+    def summary(self) -> dict[str, Any]:
+        a = self.artifact
+        return {"name": self.spec.name, "passes": [p.model_dump() for p in self.spec.passes], "status": self.status,
+                "dropped_at": self.stage if self.status == "dropped" else None, "reason": self.reason,
+                "format": a.format.value if a else None, "precision": a.precision if a else None,
+                "size_bytes": a.size_bytes if a else None, "host_accuracy": self.host_accuracy,
+                "build_seconds": self.build_seconds, "screening": self.screening or None}
+
+
+_WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "peak memory over the budget",
+        "latency_p50_budget": "over the p50 latency budget", "latency_p90_budget": "over the p90 latency budget",
+        "model_size_budget": "over the model size budget", "min_speedup": "below the minimum speed-up"}
+
+
+def reasons(failed) -> str:
+    """The failed gate checks in words, one clause each."""
+    return "; ".join(f"{_WHY.get(f.name, f.name)}: {f.message}" for f in failed)
+
+
+def objective_value(v: VariantResult, objective: Objective) -> float | None:
+    if objective == "size":
+        return float(v.size_bytes)
+    if objective == "energy":
+        return v.energy_mj_per_inference
+    if v.latency_ms is None:
+        return None
+    return v.latency_ms.p50 if objective == "p50" else v.latency_ms.p99
+
+
+def choose(finalists: list[VariantResult], objective: Objective) -> VariantResult | None:
+    scored = [(v, objective_value(v, objective)) for v in finalists]
+    scored = [(v, s) for v, s in scored if s is not None]
+    if not scored:
+        return None
+    best, best_s = min(scored, key=lambda p: (p[1], p[0].name))
+    if objective not in ("p50", "p99"):
+        return best
+    # statistically indistinguishable from the best (overlapping CIs): the smallest file wins
+    lo, hi = best.latency_ms.ci95
+    ties = [v for v, _ in scored if v.latency_ms.ci95[0] <= hi and v.latency_ms.ci95[1] >= lo]
+    return min(ties, key=lambda v: (v.size_bytes, "@" in v.name, v.name))  # ties: default runtime options
