@@ -45,7 +45,7 @@ def test_compress_recipe_deploys_every_variant_and_reruns_from_cache(cli, digits
     assert names == ["torch.export", "prune_structured", "distill", "torch->onnx", "quantize_accuracy_aware"]
     pruned = by["pruned-distilled"]
     assert pruned.format == "onnx" and pruned.size_bytes < by["fp32"].size_bytes * 0.5
-    assert pruned.speedup_vs_baseline is not None and pruned.speedup_vs_baseline > 0
+    _faster_as_claimed(pruned, by["fp32"])
     first = rep.settings["passes"]["cache"]
     assert first["misses"] >= 6  # every pass and export computed
 
@@ -57,3 +57,35 @@ def test_compress_recipe_deploys_every_variant_and_reruns_from_cache(cli, digits
     # same models, bit for bit
     assert {v.name: v.sha256 for v in rep2.variants} == {v.name: v.sha256 for v in rep.variants}
     assert all(s.get("metrics", {}).get("cache", {}).get("hit") for s in rep2.variants[2].lineage[1:])
+    # the same files measured again (the measurement cache is off in tests): the figure is still fp32 p50 / p50
+    _faster_as_claimed(rep2.variant("pruned-distilled"), rep2.variant("fp32"), ab=False)  # same files: A/B above
+
+
+# README ("Compression that carries its own evidence"): the pruned + distilled digits CNN runs at 1.48x fp32's
+# speed on the local device (pruned alone 1.45x). The bound is the README's lowest pruned figure, 1.45x, less
+# 10% for noise: 1.305x (seen here: 1.455-1.483x by A/B). It is checked on an A/B interleaved re-measurement
+# of the two report files in one agent process (the release gate's method): the report's own figure comes
+# from two measurements made one after the other, which on this shared 2-core host drift apart by more
+# than the claim (the same two files read 1.47x, then 0.87x, with 5000 runs each), so that figure is checked
+# for what it is (fp32 p50 / the variant's p50), and the claim about the model on the drift-free method.
+CLAIMED_SPEEDUP = 1.45
+NOISE_MARGIN = 0.10
+
+
+def _faster_as_claimed(v, base, ab: bool = True):
+    sp = v.speedup_vs_baseline
+    assert sp is not None and sp == pytest.approx(base.latency_ms.p50 / v.latency_ms.p50, rel=1e-2), \
+        (v.name, sp, base.latency_ms.p50, v.latency_ms.p50)  # what speedup_vs_baseline means
+    if not ab:
+        return
+    from edgekit.device_session import DeviceSession, RunSettings
+    from edgekit.report.release import judge_ab
+    from edgekit.source import load_onnx
+    from edgekit.targets import MeasureDefaults, load_target
+
+    a, b = (load_onnx(Path(x.artifact_path)).artifact for x in (base, v))
+    with DeviceSession(load_target("local"), None, source_io=a.io, plan=None) as s:
+        blocks = s.measure_ab(a, b, RunSettings(measure=MeasureDefaults(warmup=2, runs=20, min_seconds=1.0,
+                                                                          threads=1)), 20)
+    j = judge_ab(blocks)  # ratio = the variant's time / fp32's, the median of 20 block ratios
+    assert 1 / j.ratio >= CLAIMED_SPEEDUP * (1 - NOISE_MARGIN), (v.name, 1 / j.ratio, j.detail["block_ratios"])

@@ -239,3 +239,96 @@ def test_missing_or_foreign_baseline_is_refused_before_any_work(cli, digits, tmp
     r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--out", out, "--baseline", old)
     assert r.exit_code == 2 and "report schema 0.9" in r.stderr
     assert not (out / "report.json").exists() and not (out / "artifacts").exists()
+
+
+# --- the normalized method end to end -----------------------------------------------------------
+# `--release-method normalized` divides each variant's p50 by the reference variant (fp32, the same file by
+# sha256 in both runs) of its own run. The baseline below is a real --no-search deploy's report whose
+# timings are then scaled, which is what a release measured on another day looks like to this run:
+# - every variant 4x faster at the release (the machine, not the model, changed): the ratios agree, so the
+#   normalized judgement sees no regression, where the raw timings say 4x slower;
+# - only the INT8 variant 4x faster at the release (the model got 4x slower relative to fp32): a
+#   significant regression far above the limit.
+# The limit is 100% (--max-latency-regression 1): the doctored effects are +300%, and two measurements
+# made one after the other in one run on this shared host have been seen to drift apart by up to ~1.7x,
+# which a 10% limit would mistake for a change; halfway (in log terms) between the two keeps both verdicts
+# clear of that noise.
+NORMALIZED_LIMIT = "1.0"
+DRIFT = 4.0
+
+
+@pytest.fixture(scope="module")
+def fixed_release(digits, tmp_path_factory):
+    """A release of the fixed default variants (fp32 + int8-static): int8-static is judged, fp32 is the
+    reference the normalized method divides by."""
+    from edgekit.cli.main import main
+
+    out = tmp_path_factory.mktemp("fixed-release")
+    rc = main(["deploy", str(digits.pt2), "--eval-data", str(digits.eval), "--calib-data", str(digits.calib),
+               "--out", str(out), "--no-search", *MEASURE])
+    assert rc in (0, 1)
+    rep = Report.load(out / "report.json")
+    assert [v.name for v in rep.variants] == ["fp32", "int8-static"]
+    assert all(v.latency_ms.raw and len(v.latency_ms.raw) >= 100 for v in rep.variants)  # what normalized reads
+    return out
+
+
+def _doctored(release: Path, dst: Path, faster: dict[str, float]) -> Path:
+    """The release's report with the named variants' timings divided by the given factors."""
+    import json
+
+    doc = json.loads((release / "report.json").read_text())
+    for v in doc["variants"]:
+        f = faster.get(v["name"])
+        if f is None:
+            continue
+        lat = v["latency_ms"]
+        lat["raw"] = [x / f for x in lat["raw"]]
+        for k in ("mean", "std", "min", "max", "p50", "p90", "p99"):
+            lat[k] /= f
+        lat["ci95"] = [x / f for x in lat["ci95"]]
+    dst.mkdir(parents=True)
+    (dst / "report.json").write_text(json.dumps(doc))
+    return dst / "report.json"
+
+
+def _normalized_deploy(cli, digits, baseline: Path, out: Path):
+    r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--out", out, "--no-search",
+            *MEASURE, "--baseline", baseline, "--release-method", "normalized", "--remeasure",
+            "--max-latency-regression", NORMALIZED_LIMIT)
+    rep = Report.load(out / "report.json")
+    assert rep.compared_with.method == "normalized" and rep.compared_with.method_detail["requested"] == "normalized"
+    old = Report.load(baseline)
+    assert rep.variant("fp32").sha256 == old.variant("fp32").sha256  # the same reference file: normalized applies
+    lat = [c for c in rep.gate.checks if c.name == "latency_regression"]
+    assert [c.variant for c in lat] == ["int8-static"], rep.gate.checks
+    return r, rep, old, lat[0]
+
+
+def test_normalized_release_method_cancels_a_machine_that_was_faster(cli, digits, fixed_release, tmp_path):
+    baseline = _doctored(fixed_release, tmp_path / "release-on-a-fast-day", {"fp32": DRIFT, "int8-static": DRIFT})
+    r, rep, old, c = _normalized_deploy(cli, digits, baseline, tmp_path / "out")
+    assert r.exit_code == 0, (r.stdout + r.stderr, [x.message for x in rep.gate.failed_checks])
+    # the raw timings alone say "about 4x slower" (what --release-method direct would judge) ...
+    raw = rep.variant("int8-static").latency_ms.p50 / old.variant("int8-static").latency_ms.p50
+    assert raw > DRIFT / 2, raw
+    # ... the reference measured the same drift, and the normalized ratio removes it
+    detail = rep.compared_with.method_detail["int8-static"]
+    assert detail["reference"] == "fp32" and detail["reference_ratio_raw"] > DRIFT / 2, detail
+    assert c.passed and "by normalized" in c.message, c.message
+    assert c.limit == float(NORMALIZED_LIMIT) and abs(c.value) < float(NORMALIZED_LIMIT), c.message
+    assert not [w for w in rep.warnings if "compared across two runs directly" in w], rep.warnings
+
+
+def test_normalized_release_method_fails_a_variant_slower_against_its_reference(cli, digits, fixed_release, tmp_path):
+    baseline = _doctored(fixed_release, tmp_path / "release-int8-was-faster", {"int8-static": DRIFT})
+    r, rep, old, c = _normalized_deploy(cli, digits, baseline, tmp_path / "out")
+    assert r.exit_code == 1, r.stdout + r.stderr
+    assert {x.name for x in rep.gate.failed_checks} == {"latency_regression"}, \
+        [x.message for x in rep.gate.failed_checks]
+    assert not c.passed and c.significant and "by normalized" in c.message, c.message
+    # far above the limit: the whole 95% CI of the normalized ratio is above 1 + limit
+    assert c.value > float(NORMALIZED_LIMIT) and c.ratio_ci95[0] > 1 + float(NORMALIZED_LIMIT), c.message
+    assert f"significant regression above {float(NORMALIZED_LIMIT):.0%}" in c.message
+    # the reference itself did not move between the runs beyond this host's drift: the regression is int8's
+    assert rep.compared_with.method_detail["int8-static"]["reference_ratio_raw"] < DRIFT / 2
