@@ -3,7 +3,8 @@
 Per model (`mbv2`: the perf-style net, benchmarks/mobilenet.py's full-width MobileNetV2 at 64x64 trained
 here on the zoo's hue task; then the test zoo: `--models` takes any zoo names), on one device (default `local`, with ExecuTorch added to its runtimes when it is installed), prints:
 
-  fp32 on each runtime (ORT, TFLite, ExecuTorch) | onnxruntime's recommended default INT8 (S8S8 QDQ,
+  fp32 on each runtime (ORT, TFLite, ExecuTorch, OpenVINO) | OpenVINO at the CPU's default precision
+  (bf16 where the CPU has it: an inference hint, no calibration) and NNCF INT8 | onnxruntime's recommended default INT8 (S8S8 QDQ,
   per-channel) | every fixed setting of an exhaustive grid (the ORT grid of benchmarks/int8_ladder.py:
   U8/S8 activations x per-channel/per-tensor x minmax/percentile/entropy x QDQ/QOperator, plus every
   fixed candidate of the format registry: TFLite fp16/INT8/dynamic, ExecuTorch INT8, ORT dynamic) and
@@ -45,7 +46,7 @@ from _cpu import isa  # noqa: E402
 from int8_ladder import buildable, interleaved  # noqa: E402
 
 CONV_NETS = {"mbv2", "cnn", "det"}  # the MobileNetV2s; the ResNet backbone of the detector
-RUNTIME = {"onnx": "ORT", "tflite": "TFLite", "executorch": "ExecuTorch"}
+RUNTIME = {"onnx": "ORT", "tflite": "TFLite", "executorch": "ExecuTorch", "openvino": "OpenVINO"}
 ORT_DEFAULT = "ort-int8-qdq-s8s8"  # onnxruntime's recommended CPU setting: QDQ, S8S8, per-channel weights
 
 
@@ -256,9 +257,13 @@ def _print(name: str, t: dict, cpu: str) -> None:
           "x fp32 = ORT fp32 p50 / p50 (agent, 1 thread); cpu x = the same from thread CPU time on this host "
           "(ORT files only); a variant outside the tolerance shows its screening figures (20 runs, against fp32's)")
     print(f"   {'':44} {'value':>8} {'drop':>6} {'p50 ms':>9} {'x fp32':>6} {'cpu x':>6} {'build s':>8}  in tol")
-    for fmt in ("onnx", "tflite", "executorch"):
+    for fmt in ("onnx", "tflite", "executorch", "openvino"):
         r = rows.get("fp32") if fmt == "onnx" else rows.get(f"{fmt}-fp32")
         _line(f"fp32 {RUNTIME[fmt]}", r)
+    # OpenVINO's columns: the CPU plugin's default precision (bf16 on AVX-512 BF16/AMX CPUs, no calibration)
+    # and NNCF INT8
+    _line("OpenVINO at the CPU's default precision", rows.get("openvino-auto"))
+    _line("OpenVINO INT8 (NNCF)", rows.get("openvino-int8"))
     _line("ORT default INT8 (S8S8 QDQ per-channel)", rows.get(ORT_DEFAULT))
     bo = best_fixed(rows, ort_only=True)
     _line(f"best fixed ORT setting: {bo['name'] if bo else '-'}", bo)

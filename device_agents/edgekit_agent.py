@@ -1530,9 +1530,232 @@ class ExecuTorchRunner(Runner):
         return finish_op_profile("executorch", ops, runs_us)
 
 
+class OpenVINORunner(Runner):
+    """An OpenVINO IR (``.xml`` beside its ``.bin`` weights) on OpenVINO's CPU plugin.
+
+    What the CPU plugin computes in is an inference hint, not a property of the file: on a CPU with
+    AVX-512 BF16/AMX its default is bf16 (fp16 on ARM cores with fp16 arithmetic), elsewhere f32. The
+    hop records the precision a variant means in the IR's rt_info (``edgekit/inference_precision``:
+    ``f32``, or ``auto`` for the plugin's default), the runner applies it, and reports the precision
+    the compiled model runs at (``options.inference_precision``, read back), which ship/runtime.json
+    then spells out. CPU pinning is off (hosts and boards are shared); one stream, latency hint,
+    unless asked otherwise. Compile time is the load time the agent already measures."""
+
+    name = "openvino"
+    log_missing = False
+    # Runtime options, checked against openvino 2026.4's CPU plugin properties:
+    # - inference_precision: INFERENCE_PRECISION_HINT (overrides what the IR asks for)
+    # - performance_hint: PERFORMANCE_HINT LATENCY (default here) or THROUGHPUT (streams by the plugin)
+    # - num_streams: NUM_STREAMS (default 1: one request at a time is what the agent times)
+    OPTIONS = {"inference_precision": ("f32", "bf16", "f16"), "performance_hint": ("latency", "throughput"),
+               "num_streams": None}
+
+    @classmethod
+    def probe(cls):
+        import importlib.metadata
+        import importlib.util
+
+        if importlib.util.find_spec("openvino") is None:
+            return None, "openvino is not installed (pip install openvino)"
+        try:
+            return importlib.metadata.version("openvino"), None
+        except importlib.metadata.PackageNotFoundError as exc:
+            return None, f"openvino has no package metadata: {exc}"
+
+    @staticmethod
+    def wanted_precision(model):
+        """What the IR asks for (``edgekit/inference_precision``): "f32", or None for the plugin's default."""
+        try:
+            if model.has_rt_info(["edgekit", "inference_precision"]):
+                v = model.get_rt_info(["edgekit", "inference_precision"])
+                v = v.astype(str) if hasattr(v, "astype") else str(v)
+                return None if v == "auto" else v
+        except Exception:  # an IR edgekit did not write has no such entry
+            pass
+        return None
+
+    def load(self, model_path, request):
+        threads = int(request.get("threads", 1))
+        opts = self.check_options(request.get("runtime_options"))
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            raise AgentFailure("runtime_missing", f"openvino is not installed on this device ({exc}); "
+                               "pip install openvino", EXIT_RUNTIME) from exc
+        self.version = _dist_version("openvino") or ov.__version__
+        core = ov.Core()
+        # delivered by content hash, the .bin is not beside the .xml under its stem: the request says where
+        weights = (request.get("companions") or {}).get(".bin") or os.path.splitext(str(model_path))[0] + ".bin"
+        try:
+            model = core.read_model(str(model_path), weights)
+        except Exception as exc:
+            raise AgentFailure("model_load_failed", f"openvino cannot read {model_path} with its weights "
+                               f"{weights}: {exc}", EXIT_RUNTIME) from exc
+        precision = opts.get("inference_precision") or self.wanted_precision(model)
+        hint = opts.get("performance_hint", "latency")
+        config = {"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False,
+                  "PERFORMANCE_HINT": hint.upper(), "NUM_STREAMS": str(opts.get("num_streams", 1))}
+        if precision:
+            config["INFERENCE_PRECISION_HINT"] = precision
+        cache = os.environ.get("EDGEKIT_OPENVINO_CACHE_DIR")
+        if cache:  # OpenVINO's compiled-blob cache: a second load of the same IR skips compilation
+            config["CACHE_DIR"] = cache
+        try:
+            self.compiled = core.compile_model(model, "CPU", config)
+        except Exception as exc:
+            raise AgentFailure("model_load_failed", f"openvino's CPU plugin cannot compile {model_path}: {exc}",
+                               EXIT_RUNTIME) from exc
+        self.request = self.compiled.create_infer_request()
+        ran_at = self.compiled.get_property("INFERENCE_PRECISION_HINT")  # an openvino Type: bf16, f16, f32
+        self.options = {"inference_precision": ran_at.get_type_name() if hasattr(ran_at, "get_type_name") else
+                        str(ran_at), "performance_hint": hint, "num_streams": int(opts.get("num_streams", 1))}
+        self.threads = int(self.compiled.get_property("INFERENCE_NUM_THREADS")) or threads
+        self.input_shapes = [[d.get_length() if d.is_static else None for d in i.get_partial_shape()]
+                             for i in self.compiled.inputs]
+        self.model_path, self.weights_path = str(model_path), weights
+        self.core = core
+
+    def static_batch(self):
+        for s in self.input_shapes:
+            if s and s[0] is not None:
+                return s[0]
+        return None
+
+    def batch_dynamic(self):
+        return self.static_batch() is None
+
+    def run(self, feeds):
+        res = self.request.infer(list(feeds))
+        return [res[o] for o in self.compiled.outputs]
+
+    def profile(self, feeds, runs):
+        """OpenVINO's own performance counters (PERF_COUNT): the model compiled again with them on, per
+        executed node (the plugin's fused nodes, named after the IR's layers, with the kernel that ran).
+        The CPU plugin's counters are each node's MEAN over every inference of the request so far
+        (measured: the sum over nodes decays run after run from the first, slow one), so the timed runs'
+        own mean is recovered from two readings: after the first run (left out) and after the last."""
+        import time as _time
+
+        config = {"INFERENCE_NUM_THREADS": self.threads, "ENABLE_CPU_PINNING": False, "PERF_COUNT": True,
+                  "NUM_STREAMS": "1", "PERFORMANCE_HINT": "LATENCY",
+                  "INFERENCE_PRECISION_HINT": self.compiled.get_property("INFERENCE_PRECISION_HINT")}
+        compiled = self.core.compile_model(self.core.read_model(self.model_path, self.weights_path), "CPU", config)
+        req = compiled.create_infer_request()
+
+        def reading():
+            return {(p.node_name, p.node_type, p.exec_type): p.real_time.total_seconds() * 1e6
+                    for p in req.profiling_info if not str(p.status).endswith("NOT_RUN")}
+
+        req.infer(list(feeds))
+        first = reading()
+        runs = int(runs)
+        runs_us = []
+        for _ in range(runs):
+            t0 = _time.perf_counter()
+            req.infer(list(feeds))
+            runs_us.append((_time.perf_counter() - t0) * 1e6)
+        ops = {}
+        for (node, op_type, kernel), mean_all in reading().items():
+            total = max(0.0, mean_all * (runs + 1) - first.get((node, op_type, kernel), 0.0))  # the timed runs' sum
+            ops[node] = {"node": node, "op_type": op_type, "calls": runs, "total_us": total, "provider": kernel,
+                         "us": [total / runs] * runs}
+        return finish_op_profile("openvino", ops, runs_us)
+
+
+class NCNNRunner(Runner):
+    """An NCNN model (``.param`` graph beside its ``.bin`` weights, as pnnx writes them) on NCNN's CPU
+    path (Vulkan off). NCNN's Mat has no batch axis: the model takes one sample (batch 1) per input,
+    float32, and its inputs and outputs are pnnx's blobs ``in0, in1, ...`` / ``out0, out1, ...`` in the
+    source model's order.
+
+    What NCNN computes in is an option, not the file: by default it stores and computes in fp16 where the
+    CPU can (``use_fp16_storage``/``_arithmetic``/``_packed``: on, on x86 too); ``fp16: off`` turns all of
+    them (and bf16) off for fp32. The hop pins the setting its variant means (the artifact's
+    ``runtime_options``); the runner reports what it applied."""
+
+    name = "ncnn"
+    log_missing = False
+    # checked against the ncnn 1.0.20261020 Python binding's Option
+    OPTIONS = {"fp16": ("on", "off")}
+    _FP16 = ("use_fp16_storage", "use_fp16_arithmetic", "use_fp16_packed")
+
+    @classmethod
+    def probe(cls):
+        import importlib.metadata
+        import importlib.util
+
+        if importlib.util.find_spec("ncnn") is None:
+            return None, "ncnn is not installed (pip install ncnn)"
+        try:
+            return importlib.metadata.version("ncnn"), None
+        except importlib.metadata.PackageNotFoundError as exc:
+            return None, f"ncnn has no package metadata: {exc}"
+
+    def load(self, model_path, request):
+        threads = int(request.get("threads", 1))
+        opts = self.check_options(request.get("runtime_options"))
+        try:
+            import ncnn
+        except ImportError as exc:
+            raise AgentFailure("runtime_missing", f"ncnn is not installed on this device ({exc}); pip install ncnn",
+                               EXIT_RUNTIME) from exc
+        self.ncnn = ncnn
+        self.version = _dist_version("ncnn") or getattr(ncnn, "__version__", None)
+        weights = (request.get("companions") or {}).get(".bin") or os.path.splitext(str(model_path))[0] + ".bin"
+        net = ncnn.Net()
+        net.opt.num_threads = threads  # ncnn's default is every core
+        net.opt.use_vulkan_compute = False
+        fp16 = opts.get("fp16", "on") == "on"
+        for key in self._FP16:
+            setattr(net.opt, key, fp16 and getattr(net.opt, key))
+        if not fp16:
+            net.opt.use_bf16_storage = net.opt.use_bf16_packed = False
+        if net.load_param(str(model_path)) != 0 or net.load_model(str(weights)) != 0:
+            raise AgentFailure("model_load_failed", f"ncnn cannot load {model_path} with its weights {weights} "
+                               "(a .param/.bin pair pnnx wrote)", EXIT_RUNTIME)
+        self.net = net
+        self.input_names = sorted(net.input_names(), key=self._index)
+        self.output_names = sorted(net.output_names(), key=self._index)
+        self.options = {"fp16": "on" if fp16 else "off"}
+        self.threads = threads
+        # NCNN drops unit axes (a (1, 1, 10) output comes back as 10 values): the host's output shapes restore them
+        self.out_shapes = [tuple(s.get("shape") or ()) for s in request.get("outputs") or []]
+
+    @staticmethod
+    def _index(blob):
+        digits = "".join(c for c in str(blob) if c.isdigit())
+        return int(digits) if digits else 0
+
+    def static_batch(self):
+        return 1  # NCNN's Mat has no batch axis
+
+    def run(self, feeds):
+        import numpy as np
+
+        ex = self.net.create_extractor()
+        for name, x in zip(self.input_names, feeds):
+            x = np.ascontiguousarray(np.asarray(x, dtype=np.float32)[0])  # one sample: the batch axis dropped
+            ex.input(name, self.ncnn.Mat(x).clone())
+        outs = []
+        for name in self.output_names:
+            rc, mat = ex.extract(name)
+            if rc != 0:
+                raise RuntimeError(f"ncnn could not compute blob {name} (error {rc})")
+            y = np.array(mat)
+            shape = self.out_shapes[len(outs)] if len(outs) < len(self.out_shapes) else ()
+            if shape and all(isinstance(d, int) for d in shape) and int(np.prod(shape)) == y.size:
+                outs.append(y.reshape(shape))
+            else:
+                outs.append(y[None])
+        return outs
+
+    def profile(self, feeds, runs):
+        return no_op_profile("NCNN's per-layer timer (NCNN_BENCHMARK) is compiled out of the PyPI wheels")
+
+
 # The one list of runtimes this agent drives: requests, --probe (available_runtimes) and the host's
 # in-process checks all read it.
-RUNNERS = {cls.name: cls for cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner)}
+RUNNERS = {cls.name: cls for cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner, OpenVINORunner, NCNNRunner)}
 
 
 # --------------------------------------------------------------------------- data
@@ -1943,7 +2166,9 @@ def measure_ab(req):
     import numpy as np
 
     ab = req["ab"]
-    req_b = {**req, "companions": ab.get("companions")}  # B's own files beside its model
+    # B's own files beside its model, and the runtime options its file needs (NCNN's fp16 setting)
+    req_b = {**req, "companions": ab.get("companions"),
+             "runtime_options": ab["runtime_options"] if "runtime_options" in ab else req.get("runtime_options")}
     for r, path, digest in ((req, req["model"], req.get("model_sha256")), (req_b, ab["model"], ab.get("model_sha256"))):
         if digest and model_sha256(path, r.get("companions")) != digest:
             raise AgentFailure("integrity", f"model file {path} does not have sha256 {digest[:12]}...",

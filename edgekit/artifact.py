@@ -91,6 +91,13 @@ class Artifact(BaseModel):
         return model_files(self.path, self.format)
 
     @property
+    def runtime_options(self) -> dict[str, Any]:
+        """Runtime options the file needs to run as it was made (NCNN's fp16 setting: a run-time option,
+        not a property of the .param/.bin), pinned by its last conversion (``config.runtime_options``)."""
+        step = next((s for s in reversed(self.lineage) if s.kind == "convert"), None)
+        return dict(step.config.get("runtime_options") or {}) if step is not None else {}
+
+    @property
     def size_bytes(self) -> int:
         p = self.path
         if p.is_dir():  # .mlpackage

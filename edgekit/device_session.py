@@ -319,6 +319,7 @@ class DeviceSession:
         req = self.request("ab", a, s).model_copy(update={"ab": {
             "model": self._remotes[Path(b.path)], "model_sha256": b.sha256, "blocks": blocks,
             "companions": {f.suffix: self._remotes[f] for f in b.files[1:]} or None,
+            "runtime_options": {**b.runtime_options, **(s.runtime_options or {})} or None,
             "block_seconds": block_s, "min_runs": 3, "max_runs": 500}})
         res = self.run(req, s)
         if isinstance(res, MeasureFailure):

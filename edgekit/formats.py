@@ -26,6 +26,8 @@ class Format(str, Enum):
     TFLITE = "tflite"
     COREML = "coreml"
     EXECUTORCH = "executorch"
+    OPENVINO = "openvino"
+    NCNN = "ncnn"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,17 @@ class Package:
     dist: str
     purpose: str
     extra: str = "core"  # the pip extra that installs it ("core": edgekit itself)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The runtime options the search's tuning stage tries (variant_search/tuning.py), as the agent's
+    runner takes them (its OPTIONS; what each means is said there)."""
+
+    options: tuple[tuple[str, tuple], ...] = ()  # option -> its values, the runtime's default first
+    multi_thread_only: tuple[str, ...] = ()  # tried only above one thread (e.g. an inter-op pool)
+    implied: tuple[tuple[str, object, str], ...] = ()  # (option, value, option sent = the setting's threads)
+    short: tuple[tuple[str, str], ...] = ()  # the candidate table's short names
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,7 @@ class FormatSpec:
     # "module:function" (threads, options) -> dict: the runtime API settings that reproduce a measured
     # setting, for ship/runtime.json (None: the agent does not run this format)
     ship_apply: str | None = None
+    tuning: Tuning = Tuning()  # runtime options the search tunes (none: threads only)
 
     @property
     def suffix(self) -> str:
@@ -128,6 +142,14 @@ FORMATS: tuple[FormatSpec, ...] = (
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
                   Package("onnxscript", "torch -> ONNX exporter")),
         source_loader="edgekit.source:load_onnx", ship_apply="edgekit.ship:onnxruntime_apply",
+        # checked against onnxruntime 1.32's SessionOptions; parallel mode runs independent nodes on an
+        # inter-op pool (of the setting's threads), which one thread does not have
+        tuning=Tuning(options=(("graph_optimization_level", ("all", "extended", "basic")),
+                               ("execution_mode", ("sequential", "parallel"))),
+                      multi_thread_only=("execution_mode",),
+                      implied=(("execution_mode", "parallel", "inter_op_threads"),),
+                      short=(("graph_optimization_level", "opt"), ("execution_mode", "mode"),
+                             ("inter_op_threads", "inter"))),
     ),
     FormatSpec(
         format=Format.TFLITE, label="TFLite", suffixes=(".tflite",), runtime="litert",
@@ -151,6 +173,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         packages=(Package("tensorflow", "onnx2tf conversion", "tflite"), Package("onnx2tf", "ONNX -> TFLite", "tflite"),
                   Package("ai-edge-litert", "LiteRT interpreter", "tflite")),
         source_loader="edgekit.source:load_tflite", ship_apply="edgekit.ship:litert_apply",
+        tuning=Tuning(options=(("xnnpack", ("on", "off")), ("api", ("interpreter", "compiled")))),
     ),
     FormatSpec(
         format=Format.COREML, label="Core ML", suffixes=(".mlpackage", ".mlmodel"), runtime="coreml",
@@ -179,6 +202,44 @@ FORMATS: tuple[FormatSpec, ...] = (
                                                                     quantization="dynamic"))),
         extra="executorch", ship_apply="edgekit.ship:executorch_apply",
         packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
+    ),
+    FormatSpec(
+        format=Format.OPENVINO, label="OpenVINO", suffixes=(".xml",), companions=(".bin",), runtime="openvino",
+        hop="edgekit.convert.onnx_to_openvino:openvino_hop", hop_from=Format.ONNX,
+        hop_config="edgekit.convert.onnx_to_openvino:OpenvinoConfig",
+        precisions=("fp32", "auto", "int8"), options=("calibration_samples",),
+        precision_hint="OpenVINO IR is converted at fp32, auto (the CPU plugin's default precision) or int8 (NNCF)",
+        precision_note="OpenVINO's float precision is an inference hint: fp32 runs at f32, auto at the CPU "
+        "plugin's default (bf16 on CPUs with AVX-512 BF16/AMX, fp16 on ARM with fp16 arithmetic); int8 is NNCF "
+        "post-training quantization calibrated on --calib-data",
+        parity_hint="an op converts with different numerics in OpenVINO's ONNX frontend or CPU plugin",
+        search_candidates=(Candidate("openvino-fp32", _convert(to="openvino", precision="fp32")),
+                           Candidate("openvino-auto", _convert(to="openvino", precision="auto"), quick=True),
+                           Candidate("openvino-int8", _convert(to="openvino", precision="int8"), True, quick=True),
+                           # NNCF's accuracy control: layers returned to float until inside the tolerance
+                           Candidate("openvino-int8-ac", (*_convert(to="openvino", precision="fp32"),
+                                                          ("quantize_nncf", {})), True)),
+        extra="openvino", ship_apply="edgekit.ship:openvino_apply",
+        # THROUGHPUT lets the plugin pick streams; with one thread there is one stream either way
+        tuning=Tuning(options=(("performance_hint", ("latency", "throughput")),),
+                      multi_thread_only=("performance_hint",), short=(("performance_hint", "hint"),)),
+        packages=(Package("openvino", "ONNX -> OpenVINO IR and its CPU runtime", "openvino"),
+                  Package("nncf", "OpenVINO INT8 (post-training quantization)", "openvino")),
+    ),
+    FormatSpec(
+        format=Format.NCNN, label="NCNN", suffixes=(".param",), companions=(".bin",), runtime="ncnn",
+        hop="edgekit.convert.onnx_to_ncnn:ncnn_hop", hop_from=Format.ONNX,
+        hop_config="edgekit.convert.onnx_to_ncnn:NcnnConfig",
+        precisions=("fp32", "fp16"),
+        precision_hint="NCNN is converted at fp32 or fp16 here; its INT8 tools (ncnn2table, ncnn2int8) are not in "
+        "the ncnn/pnnx wheels",
+        precision_note="NCNN fp16 is fp16 weights, storage and arithmetic (NCNN's default where the CPU has it); "
+        "fp32 runs with every fp16 option off; batch 1, float inputs",
+        parity_hint="an op converts with different numerics in pnnx or runs differently in NCNN",
+        search_candidates=(Candidate("ncnn-fp32", _convert(to="ncnn", precision="fp32")),
+                           Candidate("ncnn-fp16", _convert(to="ncnn", precision="fp16"))),
+        extra="ncnn", ship_apply="edgekit.ship:ncnn_apply",
+        packages=(Package("ncnn", "NCNN runtime", "ncnn"), Package("pnnx", "ONNX -> NCNN converter", "ncnn")),
     ),
 )
 
@@ -248,6 +309,6 @@ def detect_format(path: str | Path) -> Format:
     return fmt
 
 
-__all__ = ["Format", "FormatSpec", "Candidate", "Package", "FORMATS", "format_spec", "spec_for_runtime",
+__all__ = ["Format", "FormatSpec", "Candidate", "Package", "Tuning", "FORMATS", "format_spec", "spec_for_runtime",
            "model_files", "load_named",
            "convert_targets", "all_precisions", "all_options", "SUFFIXES", "RUNTIME_FOR_FORMAT", "detect_format"]

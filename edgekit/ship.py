@@ -80,3 +80,22 @@ def executorch_apply(threads: int, options: dict) -> dict:
     return {"call": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool(threads) before "
                     "the program loads (executorch.runtime.Runtime.get().load_program(file))",
             "threadpool_threads": threads}
+
+
+def openvino_apply(threads: int, options: dict) -> dict:
+    # the precision is what the CPU plugin ran at (read back by the agent), not the IR's weights' type
+    cfg = {"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False,
+           "PERFORMANCE_HINT": str(options.get("performance_hint", "latency")).upper(),
+           "NUM_STREAMS": str(options.get("num_streams", 1))}
+    if options.get("inference_precision"):
+        cfg["INFERENCE_PRECISION_HINT"] = options["inference_precision"]
+    return {"call": "openvino.Core().compile_model(file, 'CPU', config)  # the .bin beside the .xml", "config": cfg}
+
+
+def ncnn_apply(threads: int, options: dict) -> dict:
+    fp16 = options.get("fp16", "on") == "on"
+    return {"call": "net = ncnn.Net(); set net.opt; net.load_param(file); net.load_model(the .bin)",
+            "opt": {"num_threads": threads, "use_vulkan_compute": False, "use_fp16_storage": fp16,
+                    "use_fp16_arithmetic": fp16, "use_fp16_packed": fp16,
+                    **({} if fp16 else {"use_bf16_storage": False, "use_bf16_packed": False})},
+            "batch": 1, "inputs": "in0, in1, ... (one sample each, no batch axis)", "outputs": "out0, out1, ..."}

@@ -153,7 +153,7 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[
         runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs, max_seconds=max_seconds,
         inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys), outputs_path=outputs_remote,
         energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
-        warmup_mode=o.warmup_mode, runtime_options=runtime_options or None,
+        warmup_mode=o.warmup_mode, runtime_options={**artifact.runtime_options, **(runtime_options or {})} or None,
         sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
     )
 

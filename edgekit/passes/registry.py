@@ -14,6 +14,7 @@ _PASSES: dict[str, str] = {
     "quantize_fp16": "edgekit.passes.quantize_fp16:Fp16Convert",
     "quantize_qat": "edgekit.passes.quantize_qat:QatQuantize",
     "quantize_inc": "edgekit.passes.quantize_inc:IncQuantize",
+    "quantize_nncf": "edgekit.passes.quantize_nncf:QuantizeNncf",
     "prune_magnitude": "edgekit.passes.prune_magnitude:MagnitudePrune",
     "prune_structured": "edgekit.passes.prune_structured:StructuredPrune",
     "distill": "edgekit.passes.distill:Distill",

@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from ..device_session import MeasureFailure
+from ..formats import FORMATS
 from ..measure.compare import _thin
 from ..measure.stats import BOOTSTRAP_SEED
 from ..recipe import VariantSpec
@@ -43,23 +44,16 @@ from ..report.assemble import score
 from ..report.gate import evaluate_gate
 from .choice import BASE, Candidate, choose, reasons
 
-# runtime -> option -> its values, the runtime's default first; every other value is a setting tried.
-# What each means on the device, and what the installed runtimes offer, is in the agent's runners.
-# ExecuTorch has none: XNNPACK delegation is fixed when the .pte is lowered, and its XNNPACK thread
-# pool is sized by the threads (ExecuTorchRunner._size_pool).
-RUNTIME_OPTIONS: dict[str, dict[str, tuple]] = {
-    "onnxruntime": {"graph_optimization_level": ("all", "extended", "basic"),
-                    "execution_mode": ("sequential", "parallel")},
-    "litert": {"xnnpack": ("on", "off"), "api": ("interpreter", "compiled")},
-    "executorch": {},
-}
-# options tried only above one thread: onnxruntime's parallel mode runs independent nodes on an
-# inter-op pool, which one thread does not have
-MULTI_THREAD_ONLY = frozenset({"execution_mode"})
-# options sent along with another option's value: parallel mode's inter-op pool gets the setting's threads
-IMPLIED = {("execution_mode", "parallel"): lambda threads: {"inter_op_threads": threads}}
-# the candidate table's short names (``name@t2,opt=basic,mode=parallel``)
-SHORT = {"graph_optimization_level": "opt", "execution_mode": "mode", "inter_op_threads": "inter"}
+# The tuning tables, derived from the format registry's rows (``formats.FormatSpec.tuning``): runtime ->
+# option -> its values, the runtime's default first (every other value is a setting tried); options tried
+# only above one thread; options sent along with another option's value (= the setting's threads); the
+# candidate table's short names (``name@t2,opt=basic,mode=parallel``). ExecuTorch has none: XNNPACK
+# delegation is fixed when the .pte is lowered, and its thread pool is sized by the threads.
+RUNTIME_OPTIONS: dict[str, dict[str, tuple]] = {s.runtime: dict(s.tuning.options) for s in FORMATS
+                                               if s.runtime and s.agent_runs}
+MULTI_THREAD_ONLY = frozenset(o for s in FORMATS for o in s.tuning.multi_thread_only)
+IMPLIED = {(k, v): o for s in FORMATS for k, v, o in s.tuning.implied}
+SHORT = {k: v for s in FORMATS for k, v in s.tuning.short}
 MAX_THREADS = 4
 # a tuning row's agent run gets its share of the remaining budget, never less than this (a legitimate
 # row on a slow board must finish) and never more than the request's own timeout
@@ -156,7 +150,7 @@ def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[d
             if key in MULTI_THREAD_ONLY and t < 2:
                 continue
             for value in opts[key][1:]:
-                extra = IMPLIED.get((key, value), lambda _t: {})(t)
+                extra = {IMPLIED[(key, value)]: t} if (key, value) in IMPLIED else {}
                 grid.append({"threads": t, "options": {key: value, **extra}})
     return grid
 
@@ -167,7 +161,8 @@ def label(name: str, setting: dict, default_threads: int) -> str:
     t = setting["threads"]
     parts = [] if t == default_threads else [f"t{t}"]
     for k, v in sorted(setting["options"].items()):
-        if k == "inter_op_threads" and v == t and setting["options"].get("execution_mode") == "parallel":
+        if v == t and any(o == k and setting["options"].get(trigger) == value
+                          for (trigger, value), o in IMPLIED.items()):
             continue
         parts.append(f"{SHORT.get(k, k)}={v}")
     return f"{name}@{','.join(parts)}" if parts else name

@@ -1,0 +1,228 @@
+"""OpenVINO as a runtime (issue #24): ONNX -> IR (.xml + .bin, one artifact of two files) at fp32, at
+the CPU's default precision (an inference hint: bf16 on this CPU when it has AVX-512 BF16) and INT8
+through NNCF, parity checked by the agent's own OpenVINORunner; the agent measures IR variants beside
+the ONNX baseline on the local target, delivers and verifies both files, ships both, and says in
+runtime.json the precision the plugin ran at; the per-op profile comes from OpenVINO's counters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from edgekit.formats import Format
+from tests.unit.test_quantize_qat import unequalized  # noqa: F401  (the PTQ-resistant MLP, a shared fixture)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        line = next(x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags"))
+    except (OSError, StopIteration):
+        return set()
+    return set(line.split(":", 1)[1].split())
+
+
+def _xs(path) -> list[np.ndarray]:
+    return [np.load(path)["x"]]
+
+
+@pytest.fixture(scope="module")
+def digits_onnx(digits, tmp_path_factory):
+    from edgekit.convert.torch_to_onnx import export_onnx
+    from edgekit.source import load_source
+
+    src = load_source(digits.pt2, workdir=tmp_path_factory.mktemp("ov-src"))
+    return export_onnx(src, tmp_path_factory.mktemp("ov-onnx") / "fp32.onnx", _xs(digits.eval))
+
+
+def _top1(path: Path, io, ds_path) -> float:
+    from edgekit.convert.onnx_to_openvino import run_ir_all
+
+    d = np.load(ds_path)
+    out, _ = run_ir_all(path, io, [d["x"]])
+    return float((out[0].argmax(1) == d["y"]).mean() * 100)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "auto"])
+def test_float_ir_is_two_files_within_parity_at_the_precision_it_ran(digits, digits_onnx, tmp_path, precision):
+    from edgekit.convert.onnx_to_openvino import HOP, OpenvinoConfig, onnx_to_openvino
+
+    out = tmp_path / f"digits-{precision}.xml"
+    art = onnx_to_openvino(digits_onnx, out, OpenvinoConfig(precision=precision), parity_inputs=_xs(digits.eval))
+    assert art.format == Format.OPENVINO and art.path == out.resolve()
+    assert [f.name for f in art.files] == [out.name, out.with_suffix(".bin").name]
+    assert all(f.is_file() for f in art.files) and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    # the hash covers both files: other weights under the same graph are another model
+    from edgekit.fsutil import sha256_files
+
+    assert art.sha256 == sha256_files(art.files) and art.size_bytes == sum(f.stat().st_size for f in art.files)
+    step = art.lineage[-1]
+    assert step.kind == "convert" and step.name == HOP and step.input_sha256 == digits_onnx.sha256
+    m = step.metrics
+    bf16_cpu = "avx512_bf16" in _cpu_flags() or "amx_bf16" in _cpu_flags()
+    want = "f32" if precision == "fp32" or not bf16_cpu else "bf16"
+    assert m["inference_precision"] == want, m  # what the plugin ran at, read back from the compiled model
+    assert m["parity_tolerance"] == {"f32": "fp32", "bf16": "bf16"}[want]
+    assert m["parity_violations"] == [] and m["parity"]["reference"].startswith("onnxruntime")
+    if want == "f32":
+        assert m["parity"]["max_abs_err"] < 1e-4
+    else:  # bf16 keeps 8 bits of mantissa: visibly not f32, still the same classifier
+        assert m["parity"]["max_abs_err"] > 1e-4 and m["parity"]["top1_agreement"] >= 0.97
+    # the IR says which precision it means (the runner applies it); its weights stay fp32 either way
+    import openvino as ov
+
+    model = ov.Core().read_model(str(out))
+    assert model.get_rt_info(["edgekit", "inference_precision"]).astype(str) == ("f32" if precision == "fp32" else "auto")
+
+
+def test_nncf_int8_keeps_accuracy_and_needs_calibration(digits, digits_onnx, tmp_path):
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
+    from edgekit.errors import ConversionError
+
+    with pytest.raises(ConversionError, match="calibrated on your data"):
+        onnx_to_openvino(digits_onnx, tmp_path / "no.xml", OpenvinoConfig(precision="int8"),
+                         parity_inputs=_xs(digits.eval))
+    assert not list(tmp_path.iterdir())  # nothing written
+    art = onnx_to_openvino(digits_onnx, tmp_path / "q.xml", OpenvinoConfig(precision="int8"),
+                           parity_inputs=_xs(digits.eval), calib=_xs(digits.calib))
+    assert art.precision == "int8" and art.lineage[-1].metrics["calibration_samples"] > 0
+    assert "nncf" in art.lineage[-1].config["quantizer"]
+    import openvino as ov
+
+    ops = [op.get_type_name() for op in ov.Core().read_model(str(art.path)).get_ops()]
+    assert ops.count("FakeQuantize") >= 4, ops  # NNCF's quantizers around the convs and the linear layers
+    from edgekit.source import ort_reference
+
+    d = np.load(digits.eval)
+    fp32 = float((ort_reference(digits_onnx.path)([d["x"]]).argmax(1) == d["y"]).mean() * 100)
+    int8 = _top1(art.path, art.io, digits.eval)
+    assert fp32 - int8 <= 2.0, (fp32, int8)
+
+
+def test_the_agent_measures_ir_variants_and_ships_both_files(digits, tmp_path, monkeypatch):
+    import edgekit
+    from edgekit.recipe import Recipe
+    from edgekit.report.model import Report
+
+    recipe = Recipe.model_validate({
+        "baseline": "fp32",
+        "variants": [
+            {"name": "ov-fp32", "passes": [{"convert": {"to": "openvino", "precision": "fp32"}}]},
+            {"name": "ov-int8", "passes": [{"convert": {"to": "openvino", "precision": "int8"}}]},
+        ],
+        "measure": {"warmup": 2, "runs": 10, "min_seconds": 0.05},
+        "gate": {"max_accuracy_drop": 3.0},
+    })
+    out = tmp_path / "out"
+    monkeypatch.setenv("EDGEKIT_LOCAL_DEVICE_DIR", str(tmp_path / "device"))  # a device that has none of the files
+    rep = edgekit.deploy(digits.pt2, eval_data=digits.eval, calib_data=digits.calib, target="local",
+                         recipe=recipe, out=out)
+    by = {v.name: v for v in rep.variants}
+    assert list(by) == ["fp32", "ov-fp32", "ov-int8"]
+    for name in ("ov-fp32", "ov-int8"):
+        v = by[name]
+        assert v.format == "openvino" and v.runtime.name == "openvino" and v.runtime.version.startswith("2026.")
+        assert v.latency_ms.p50 > 0 and v.accuracy is not None and v.parity is not None
+        assert v.runtime.options["performance_hint"] == "latency" and v.runtime.options["num_streams"] == 1
+    assert by["ov-fp32"].runtime.options["inference_precision"] == "f32"
+    assert abs(by["ov-fp32"].accuracy.value - by["fp32"].accuracy.value) < 0.5  # fp32 is fp32
+    assert by["ov-int8"].accuracy_drop <= 3.0
+    # both files went to the device under their content hashes, and came back as one model
+    sent = rep.settings["delivery"]["sent_by_kind"]
+    assert sent["model"] == 5, sent  # fp32.onnx + 2 x (.xml + .bin)
+    # what ships: both files, same stem, and the precision the plugin ran at spelled out
+    rep2 = Report.load(out / "report.json")
+    ship = rep2.decision.ship
+    if rep2.variant(ship).format == "openvino":
+        meta = json.loads((out / "ship" / "ship.json").read_text())
+        assert [Path(f).suffix for f in meta["files"]] == [".xml", ".bin"] and all(Path(f).is_file() for f in meta["files"])
+        rt = json.loads((out / "ship" / "runtime.json").read_text())
+        assert rt["apply"]["config"]["INFERENCE_PRECISION_HINT"] == rt["options"]["inference_precision"]
+
+
+def test_a_corrupted_bin_is_an_integrity_failure_not_a_measurement(digits, digits_onnx, tmp_path):
+    """The .bin is half of the model: the agent checks the hash over both files."""
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
+    from edgekit.agent.inprocess import load_agent
+
+    art = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(), parity_inputs=_xs(digits.eval))
+    agent = load_agent()
+    comp = {".bin": str(art.path.with_suffix(".bin"))}
+    assert agent.model_sha256(str(art.path), comp) == art.sha256
+    raw = bytearray(art.path.with_suffix(".bin").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    art.path.with_suffix(".bin").write_bytes(bytes(raw))
+    assert agent.model_sha256(str(art.path), comp) != art.sha256
+    req = {"model": str(art.path), "model_sha256": art.sha256, "companions": comp, "runtime": "openvino",
+           "inputs": [s.model_dump(mode="json") for s in art.io.inputs], "threads": 1}
+    with pytest.raises(agent.AgentFailure) as err:
+        agent.measure(req)
+    assert err.value.kind == "integrity"
+
+
+def test_per_op_profile_from_openvino_counters_and_its_diff_against_fp32(digits, digits_onnx, tmp_path):
+    from edgekit.agent.inprocess import load_agent
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
+
+    agent = load_agent()
+    art = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(), parity_inputs=_xs(digits.eval))
+    r = agent.RUNNERS["openvino"](str(art.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
+    feeds = [np.asarray(_xs(digits.eval)[0][:1], dtype=np.float32)]
+    prof = r.profile(feeds, 10)
+    assert prof["source"] == "openvino" and prof["runs"] == 10 and prof["reason"] is None
+    types = {op["op_type"] for op in prof["ops"]}
+    assert "Convolution" in types, types
+    assert all(op["calls"] == 10 for op in prof["ops"]) and prof["ops"][0]["total_us"] > 0  # each executed node, every run
+    # the ops' time is a part of the runs' wall time, never more
+    assert sum(op["total_us"] for op in prof["ops"]) <= prof["total_us"] * 1.05
+    # the diff against the fp32 ONNX model on onnxruntime, each from its runtime's own profiler
+    from edgekit.measure.profile import op_profile, profile_diff
+
+    ort = agent.RUNNERS["onnxruntime"](str(digits_onnx.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
+    base = op_profile(ort.profile(feeds, 10), digits_onnx)
+    ovp = op_profile(prof, art)
+    assert base.available and ovp.available and ovp.source == "openvino"
+    d = profile_diff(base, ovp, "fp32", "ov-fp32", None)
+    assert d.base_source == "onnxruntime" and d.other_source == "openvino"
+    assert "Conv" in " ".join(r.op_type for r in d.rows) and d.summary, d
+
+
+# the tolerance (top-1 points on 360 eval samples, a sample is 0.28 point): plain NNCF INT8 was seen 1.9
+# points below fp32 (7 samples); accuracy control got within 1.5 keeping 2 of its 5 quantizers (within 1.0
+# it returned all 5 to float: no INT8 left to show)
+TOL = 1.5
+
+
+def test_nncf_accuracy_control_rescues_what_plain_nncf_int8_loses(unequalized, tmp_path):  # noqa: F811
+    """The unequalized digits MLP (tests/unit/test_quantize_qat.py: activation ranges spread 300x across
+    channels) loses more than the tolerance under plain NNCF INT8; accuracy control returns the layers that
+    cost the most to float until it is inside, and the pass checks the result itself."""
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
+    from edgekit.convert.torch_to_onnx import export_onnx
+    from edgekit.errors import PassError
+    from edgekit.passes import PassContext, get_pass
+    from edgekit.source import load_pt2
+
+    _, pt2, calib, ev, _ = unequalized
+    src = load_pt2(pt2)
+    onnx_art = export_onnx(src, tmp_path / "fp32.onnx", [ev.xs[0][:8]])
+    ir = onnx_to_openvino(onnx_art, tmp_path / "fp32.xml", OpenvinoConfig(), parity_inputs=list(ev.xs))
+    ctx = PassContext(workdir=tmp_path / "w", calib=calib, eval=ev)
+    q = get_pass("quantize_nncf")(ir, {"max_accuracy_drop": TOL}, ctx, out_name="ac")
+    m = q.lineage[-1].metrics
+    assert m["plain_int8_drop"] > TOL, m  # plain NNCF INT8 misses the tolerance on this model ...
+    assert m["accuracy_drop"] <= TOL and m["quantizers_removed"] > 0, m  # ... accuracy control meets it
+    assert m["quantizers"] > 0, m  # with INT8 layers left (not simply the fp32 model back)
+    assert q.format == Format.OPENVINO and q.precision == "mixed" and all(f.is_file() for f in q.files)
+    # the pass's own figure is what the device-side runner computes on the written file
+    from edgekit.convert.onnx_to_openvino import run_ir_all
+
+    got, _ = run_ir_all(q.path, q.io, list(ev.xs))
+    assert float((got[0].argmax(1) == ev.y).mean() * 100) == pytest.approx(m["accuracy"], abs=1e-6)
+    # a tolerance NNCF cannot meet is an error, and nothing is written
+    with pytest.raises(PassError, match="no model was written"):
+        get_pass("quantize_nncf")(ir, {"max_accuracy_drop": 0.0, "max_num_iterations": 1}, ctx, out_name="never")
+    assert not (tmp_path / "w" / "never.xml").exists() and not (tmp_path / "w" / "never.bin").exists()
