@@ -1,9 +1,10 @@
 """Issue #15's table, in one run per model: what each way of compressing it buys on one device.
 
 Per model (`mbv2`: the perf-style net, benchmarks/mobilenet.py's full-width MobileNetV2 at 64x64 trained
-here on the zoo's hue task; then the test zoo: `--models` takes any zoo names), on one device (default `local`, with ExecuTorch added to its runtimes when it is installed), prints:
+here on the zoo's hue task; then the test zoo: `--models` takes any zoo names), on one device (default `local`, with
+ExecuTorch and NCNN added to its runtimes when they are installed), prints:
 
-  fp32 on each runtime (ORT, TFLite, ExecuTorch, OpenVINO) | OpenVINO at the CPU's default precision
+  fp32 on each runtime (ORT, TFLite, ExecuTorch, OpenVINO, NCNN), NCNN fp16 | OpenVINO at the CPU's default precision
   (bf16 where the CPU has it: an inference hint, no calibration) and NNCF INT8 | onnxruntime's recommended default INT8 (S8S8 QDQ,
   per-channel) | every fixed setting of an exhaustive grid (the ORT grid of benchmarks/int8_ladder.py:
   U8/S8 activations x per-channel/per-tensor x minmax/percentile/entropy x QDQ/QOperator, plus every
@@ -46,7 +47,7 @@ from _cpu import isa  # noqa: E402
 from int8_ladder import buildable, interleaved  # noqa: E402
 
 CONV_NETS = {"mbv2", "cnn", "det"}  # the MobileNetV2s; the ResNet backbone of the detector
-RUNTIME = {"onnx": "ORT", "tflite": "TFLite", "executorch": "ExecuTorch", "openvino": "OpenVINO"}
+RUNTIME = {"onnx": "ORT", "tflite": "TFLite", "executorch": "ExecuTorch", "openvino": "OpenVINO", "ncnn": "NCNN"}
 ORT_DEFAULT = "ort-int8-qdq-s8s8"  # onnxruntime's recommended CPU setting: QDQ, S8S8, per-channel weights
 
 
@@ -77,17 +78,19 @@ def perf_mobilenet():
 
 
 def target_file(name: str, work: Path) -> str:
-    """The target as given, with ExecuTorch among its runtimes when it is installed here (the local target
-    lists only the runtimes every install has)."""
+    """The target as given, with ExecuTorch and NCNN among its runtimes when they are installed here (the
+    local target lists only the runtimes every install has, and NCNN is listed by no target yet)."""
     from edgekit.targets import load_target
 
     spec = load_target(name)
-    if importlib.util.find_spec("executorch") is None or "executorch" in spec.runtimes:
+    extra = [r for r, mod in (("executorch", "executorch"), ("ncnn", "ncnn"))
+             if r not in spec.runtimes and importlib.util.find_spec(mod) is not None]
+    if not extra:
         return name
     data = spec.model_dump(mode="json", exclude_none=True)
-    data["runtimes"] = [*spec.runtimes, "executorch"]
-    data["name"] = f"{spec.name}-et"
-    path = work / f"{spec.name}-et.yaml"
+    data["runtimes"] = [*spec.runtimes, *extra]
+    data["name"] = f"{spec.name}-{'-'.join(extra)}"
+    path = work / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
 
@@ -257,13 +260,14 @@ def _print(name: str, t: dict, cpu: str) -> None:
           "x fp32 = ORT fp32 p50 / p50 (agent, 1 thread); cpu x = the same from thread CPU time on this host "
           "(ORT files only); a variant outside the tolerance shows its screening figures (20 runs, against fp32's)")
     print(f"   {'':44} {'value':>8} {'drop':>6} {'p50 ms':>9} {'x fp32':>6} {'cpu x':>6} {'build s':>8}  in tol")
-    for fmt in ("onnx", "tflite", "executorch", "openvino"):
+    for fmt in ("onnx", "tflite", "executorch", "openvino", "ncnn"):
         r = rows.get("fp32") if fmt == "onnx" else rows.get(f"{fmt}-fp32")
         _line(f"fp32 {RUNTIME[fmt]}", r)
     # OpenVINO's columns: the CPU plugin's default precision (bf16 on AVX-512 BF16/AMX CPUs, no calibration)
     # and NNCF INT8
     _line("OpenVINO at the CPU's default precision", rows.get("openvino-auto"))
     _line("OpenVINO INT8 (NNCF)", rows.get("openvino-int8"))
+    _line("NCNN fp16", rows.get("ncnn-fp16"))
     _line("ORT default INT8 (S8S8 QDQ per-channel)", rows.get(ORT_DEFAULT))
     bo = best_fixed(rows, ort_only=True)
     _line(f"best fixed ORT setting: {bo['name'] if bo else '-'}", bo)

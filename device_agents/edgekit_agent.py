@@ -1577,6 +1577,9 @@ class OpenVINORunner(Runner):
     def load(self, model_path, request):
         threads = int(request.get("threads", 1))
         opts = self.check_options(request.get("runtime_options"))
+        # offline: openvino's usage telemetry (openvino_telemetry: Google Analytics, files under ~/intel) is made
+        # unimportable for this process, so openvino falls back to its no-op stub
+        sys.modules.setdefault("openvino_telemetry", None)
         try:
             import openvino as ov
         except ImportError as exc:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -63,6 +64,15 @@ class OpenvinoConfig(BaseModel):
 
 def available() -> bool:
     return importlib.util.find_spec("openvino") is not None
+
+
+def no_telemetry() -> None:
+    """Keep OpenVINO and NNCF offline: both report usage through ``openvino_telemetry`` (Google Analytics,
+    a client id and counters under ~/intel), and NNCF sends it without asking when no consent file exists.
+    Edgekit never reaches the network at run time, so the package is made unimportable for this process
+    before either is imported; both then fall back to their own no-op stubs (checked: no ~/intel files)."""
+    if "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  (import raises ImportError)
 
 
 def _nncf_dataset(calib: list[np.ndarray], names: list[str], batch: int | None, samples: int):
@@ -115,6 +125,7 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
     if cfg.precision == "int8" and not calib:
         raise ConversionError("OpenVINO INT8 (NNCF post-training quantization) is calibrated on your data, and none "
                               "was given", hop=HOP, hint="pass --calib-data CALIB.npz, or convert at fp32/auto")
+    no_telemetry()
     import openvino as ov
 
     from ..source import model_batch, ort_reference_all

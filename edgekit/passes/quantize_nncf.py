@@ -64,10 +64,12 @@ class QuantizeNncf(Pass):
         if artifact.precision != "fp32":
             raise PassError(f"quantize_nncf starts from the fp32 IR, got a {artifact.precision} one",
                             hint="convert: {to: openvino, precision: fp32} before it")
+        from ..convert.onnx_to_openvino import RT_KEY, _nncf_dataset, no_telemetry, run_ir_all
+
+        no_telemetry()
         import nncf
         import openvino as ov
 
-        from ..convert.onnx_to_openvino import RT_KEY, _nncf_dataset, run_ir_all
         from ..source import model_batch
         from .quantize_accuracy_aware import _Scorer
 

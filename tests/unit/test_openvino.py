@@ -226,3 +226,32 @@ def test_nncf_accuracy_control_rescues_what_plain_nncf_int8_loses(unequalized, t
     with pytest.raises(PassError, match="no model was written"):
         get_pass("quantize_nncf")(ir, {"max_accuracy_drop": 0.0, "max_num_iterations": 1}, ctx, out_name="never")
     assert not (tmp_path / "w" / "never.xml").exists() and not (tmp_path / "w" / "never.bin").exists()
+
+
+def test_openvino_and_nncf_stay_offline(digits, digits_onnx, tmp_path):
+    """NNCF reports usage (Google Analytics) without asking when no consent file exists, and both packages
+    write a client id under ~/intel: edgekit's hop, its NNCF pass and the agent's runner keep
+    openvino_telemetry from loading. Run in a fresh process with its own HOME (pytest itself would make
+    NNCF quiet: it checks for pytest)."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    code = (
+        "import sys, numpy as np\n"
+        "from pathlib import Path\n"
+        "from edgekit.artifact import Artifact\n"
+        "from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino\n"
+        f"art = Artifact.model_validate_json(Path({str(tmp_path / 'a.json')!r}).read_text())\n"
+        f"x = [np.load({str(digits.calib)!r})['x']]\n"
+        f"q = onnx_to_openvino(art, Path({str(tmp_path / 'q.xml')!r}), OpenvinoConfig(precision='int8'), "
+        "parity_inputs=x, calib=x)\n"
+        "assert 'nncf' not in sys.modules or sys.modules.get('openvino_telemetry') is None\n"
+        "print('ok', q.precision)\n")
+    (tmp_path / "a.json").write_text(digits_onnx.model_dump_json())
+    env = {**__import__("os").environ, "HOME": str(home)}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ok int8" in r.stdout, r.stdout + r.stderr
+    assert not (home / "intel").exists(), sorted(p.name for p in (home / "intel").iterdir())
