@@ -56,9 +56,10 @@ def test_deploy_with_the_task_metric(cli, in_zoo_dir, name):
     assert base["accuracy"]["metric"] == m.metric
     # the device's fp32 ONNX scores what the trained PyTorch model scored
     assert base["accuracy"]["value"] == pytest.approx(100 * m.facts["metric_fp32"], abs=1.0)  # zoo.json: 0..1
-    assert set(base["parity_outputs"] or {base["parity"]["reference"]: 0}) and base["parity"]["max_abs_err"] < 1e-3
-    if len(m.output_names) > 1:
-        assert len(base["parity_outputs"]) == len(m.output_names)
+    assert base["parity"]["max_abs_err"] < 1e-3
+    # every output is judged: one parity row per output of a multi-output model, at most one otherwise
+    n = len(base["parity_outputs"] or {})
+    assert (n == len(m.output_names)) if len(m.output_names) > 1 else n <= 1, base["parity_outputs"]
     q = next(v for v in rep["variants"] if v["name"] != "fp32")
     assert q["accuracy"]["metric"] == m.metric and q["accuracy_stats"]["ci95"] is not None
     check = next(c for c in rep["gate"]["checks"] if c["name"] == "accuracy_drop")
@@ -110,9 +111,9 @@ def test_accuracy_aware_quantize_with_the_task_metric(cli, in_zoo_dir, name):
     p = _link(m, in_zoo_dir)
     r = cli("quantize", p + "model.pt2", "--calib-data", p + "calib.npz", "--eval-data", p + "eval.npz",
             "--metric", m.metric, "--max-accuracy-drop", "1", "--out", f"out/{name}-int8.onnx", "--json")
-    if r.exit_code == 2:  # no INT8 configuration within tolerance: refused, and nothing written
-        assert "no INT8 configuration met the tolerance" in r.stderr and not (in_zoo_dir / f"out/{name}-int8.onnx").exists()
-        return
+    # these two are the zoo models whose INT8 meets the tolerance (text is left out, see above):
+    # a refusal here is a regression, not a pass
     assert r.exit_code == 0, r.stderr
+    assert (in_zoo_dir / f"out/{name}-int8.onnx").is_file()
     metrics = json.loads(r.stdout)["metrics"]
     assert metrics["metric"] == m.metric and metrics["accuracy_drop"] <= 1 + 1e-9
