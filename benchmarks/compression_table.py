@@ -107,6 +107,10 @@ def fixed_variants(target: str, max_drop: float, ort_grid: list[tuple[str, dict]
                        passes=[PassStep(name="quantize_accuracy_aware", config={"max_accuracy_drop": max_drop})])]
     out += [v for v in registry if v.name != "ort-int8-mixed"]  # = edgekit-quantize at the gate's tolerance
     out += [VariantSpec(name=n, passes=[PassStep(name="quantize", config=cfg)]) for n, cfg in ort_grid]
+    if "openvino" in load_target(target).runtimes:  # NNCF's accuracy control: a recipe pass, not a search candidate
+        out.append(VariantSpec(name="openvino-int8-ac", passes=[
+            PassStep(name="convert", config={"to": "openvino", "precision": "fp32"}),
+            PassStep(name="quantize_nncf", config={"max_accuracy_drop": max_drop})]))
     return out
 
 
@@ -267,6 +271,7 @@ def _print(name: str, t: dict, cpu: str) -> None:
     # and NNCF INT8
     _line("OpenVINO at the CPU's default precision", rows.get("openvino-auto"))
     _line("OpenVINO INT8 (NNCF)", rows.get("openvino-int8"))
+    _line("OpenVINO INT8, NNCF accuracy control", rows.get("openvino-int8-ac"))
     _line("NCNN fp16", rows.get("ncnn-fp16"))
     _line("ORT default INT8 (S8S8 QDQ per-channel)", rows.get(ORT_DEFAULT))
     bo = best_fixed(rows, ort_only=True)
