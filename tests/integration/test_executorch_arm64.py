@@ -107,9 +107,11 @@ def test_host_lowered_pte_runs_on_twin_like_on_host(et_twin, digits, tmp_path):
     recipe = tmp_path / "executorch.yaml"
     recipe.write_text(RECIPE)
     host_target = tmp_path / "local-et.yaml"  # this host through the local agent, with ExecuTorch
-    host_target.write_text((Path(__file__).resolve().parents[2] / "targets" / "local.yaml").read_text()
-                           .replace("name: local", "name: local-et")
-                           .replace("runtimes: [onnxruntime, litert]", "runtimes: [onnxruntime, litert, executorch]"))
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "local.yaml").read_text())
+    spec.update(name="local-et", runtimes=[*spec["runtimes"], "executorch"])  # whatever else local lists
+    host_target.write_text(yaml.safe_dump(spec, sort_keys=False))
     from edgekit.targets import load_target
 
     assert "executorch" in load_target(host_target).runtimes  # the local.yaml edit above took
