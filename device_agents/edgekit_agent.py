@@ -1306,6 +1306,20 @@ def _dist_version(name):
         return None
 
 
+def _probe_installed(dist, missing):
+    """A runner's probe from package metadata only (importing the runtime can cost seconds): (version, None),
+    or (None, why) when it is not installed."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec(dist) is None:
+        return None, missing
+    try:
+        return importlib.metadata.version(dist), None
+    except importlib.metadata.PackageNotFoundError as exc:
+        return None, f"{dist} has no package metadata: {exc}"
+
+
 def _version_tuple(v):
     out = []
     for part in (v or "").split("+")[0].split(".")[:3]:
@@ -1337,15 +1351,7 @@ class ExecuTorchRunner(Runner):
     @classmethod
     def probe(cls):
         # metadata only: importing the runtime costs seconds (torch); load() reports a broken install
-        import importlib.metadata
-        import importlib.util
-
-        if importlib.util.find_spec("executorch") is None:
-            return None, "executorch is not installed (pip install executorch; it needs torch)"
-        try:
-            return importlib.metadata.version("executorch"), None
-        except importlib.metadata.PackageNotFoundError as exc:
-            return None, f"executorch has no package metadata: {exc}"
+        return _probe_installed("executorch", "executorch is not installed (pip install executorch; it needs torch)")
 
     def load(self, model_path, request):
         threads = int(request.get("threads", 1))
@@ -1552,15 +1558,7 @@ class OpenVINORunner(Runner):
 
     @classmethod
     def probe(cls):
-        import importlib.metadata
-        import importlib.util
-
-        if importlib.util.find_spec("openvino") is None:
-            return None, "openvino is not installed (pip install openvino)"
-        try:
-            return importlib.metadata.version("openvino"), None
-        except importlib.metadata.PackageNotFoundError as exc:
-            return None, f"openvino has no package metadata: {exc}"
+        return _probe_installed("openvino", "openvino is not installed (pip install openvino)")
 
     @staticmethod
     def wanted_precision(model):
@@ -1684,15 +1682,7 @@ class NCNNRunner(Runner):
 
     @classmethod
     def probe(cls):
-        import importlib.metadata
-        import importlib.util
-
-        if importlib.util.find_spec("ncnn") is None:
-            return None, "ncnn is not installed (pip install ncnn)"
-        try:
-            return importlib.metadata.version("ncnn"), None
-        except importlib.metadata.PackageNotFoundError as exc:
-            return None, f"ncnn has no package metadata: {exc}"
+        return _probe_installed("ncnn", "ncnn is not installed (pip install ncnn)")
 
     def load(self, model_path, request):
         threads = int(request.get("threads", 1))

@@ -39,6 +39,13 @@ def sha256_files(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
+def publish_files(pairs: list[tuple[Path, Path]]) -> None:
+    """Move a model's files, written and checked aside on the same filesystem, into place: the companions
+    first and the main file (``pairs[0]``) last, so a reader that finds the main file finds the rest."""
+    for src, dest in [*pairs[1:], pairs[0]]:
+        os.replace(src, dest)
+
+
 def ensure_writable_dir(path: str | os.PathLike) -> Path:
     """Create ``path`` if needed and check it can be written; raise OutputError otherwise."""
     p = Path(path)

@@ -18,7 +18,6 @@ against onnxruntime running the ONNX model.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import tempfile
@@ -32,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format
+from ..fsutil import publish_files
 from .parity import compare_outputs, parity_metrics
 
 HOP = "onnx->ncnn"
@@ -126,8 +126,7 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
         results = compare_outputs(ort_reference_all(art.path)(probe), gots, "onnxruntime (the ONNX model)",
                                   [o.name for o in io.outputs])
         pm = parity_metrics(results, cfg.precision)
-        os.replace(weights, out_path.with_suffix(".bin"))  # the weights first, the graph (the model) last
-        os.replace(param, out_path)
+        publish_files([(param, out_path), (weights, out_path.with_suffix(".bin"))])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     import pnnx

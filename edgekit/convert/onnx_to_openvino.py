@@ -20,7 +20,6 @@ onnxruntime running the ONNX model.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..artifact import Artifact, LineageStep
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format
+from ..fsutil import publish_files
 from ..logs import quiet
 from .parity import compare_outputs, parity_metrics
 
@@ -170,8 +170,7 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
         results = compare_outputs(refs, gots, "onnxruntime (the ONNX model)", [o.name for o in art.io.outputs])
         row = "int8" if cfg.precision == "int8" else _PARITY_ROW.get(ran_at, "fp32")
         pm = parity_metrics(results, row)
-        os.replace(tmp_xml.with_suffix(".bin"), out_path.with_suffix(".bin"))
-        os.replace(tmp_xml, out_path)
+        publish_files([(tmp_xml, out_path), (tmp_xml.with_suffix(".bin"), out_path.with_suffix(".bin"))])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     metrics.update(pm, route="openvino", precision=cfg.precision, inference_precision=ran_at, parity_tolerance=row,

@@ -18,7 +18,6 @@ NNCF removed.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DataError, PassError
 from ..formats import Format
+from ..fsutil import publish_files
 from ..logs import quiet
 from .base import Pass, PassContext, PassOutput
 
@@ -130,8 +130,7 @@ class QuantizeNncf(Pass):
                                 f"{drop:.3g} below fp32's {scorer.value(ref_goodness):.4g}: outside the tolerance "
                                 f"{config.max_accuracy_drop:g}; no model was written",
                                 hint="raise max_accuracy_drop, or keep this model at fp32/auto")
-            os.replace(tmp_xml.with_suffix(".bin"), out.with_suffix(".bin"))
-            os.replace(tmp_xml, out)
+            publish_files([(tmp_xml, out), (tmp_xml.with_suffix(".bin"), out.with_suffix(".bin"))])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         fq = _fake_quantizers(controlled)
