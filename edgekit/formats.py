@@ -265,6 +265,18 @@ def model_files(path: str | Path, fmt: Format | str) -> list[Path]:
     return [p, *(p.with_suffix(sfx) for sfx in format_spec(fmt).companions)]
 
 
+def companion_clash(path: str | Path, fmt: Format | str) -> Path | None:
+    """The file of another format's model that saving a ``fmt`` model at ``path`` would break: OpenVINO's
+    ``m.xml`` and NCNN's ``m.param`` both keep their weights in ``m.bin``. None when there is none."""
+    p, own = Path(path), format_spec(fmt)
+    for row in FORMATS:
+        if row is not own and set(row.companions) & set(own.companions):
+            other = p.with_suffix(row.suffix)
+            if other.exists():
+                return other
+    return None
+
+
 def load_named(ref: str):
     """The object a registry row names as ``"module:attribute"`` (imported when used)."""
     import importlib
@@ -312,5 +324,5 @@ def detect_format(path: str | Path) -> Format:
 
 
 __all__ = ["Format", "FormatSpec", "Candidate", "Package", "Tuning", "FORMATS", "format_spec", "spec_for_runtime",
-           "model_files", "load_named",
+           "model_files", "load_named", "companion_clash",
            "convert_targets", "all_precisions", "all_options", "SUFFIXES", "RUNTIME_FOR_FORMAT", "detect_format"]

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from ..errors import ConversionError, MissingExtraError
-from ..formats import Format
+from ..formats import Format, companion_clash
 from ..fsutil import publish_files
 from .parity import compare_outputs, parity_metrics
 
@@ -89,6 +89,11 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
     if out_path.suffix != ".param":
         raise ConversionError(f"{out_path.name}: an NCNN model is saved as a .param (its .bin beside it)", hop=HOP,
                               hint="use --out model.param")
+    clash = companion_clash(out_path, Format.NCNN)
+    if clash is not None:
+        raise ConversionError(f"{out_path.with_suffix('.bin').name} holds the weights of {clash.name}, another model beside "
+                              f"it: writing the NCNN model there would break that one", hop=HOP,
+                              hint=f"choose another name than {out_path.stem} (e.g. --out {out_path.stem}-ncnn{out_path.suffix})")
     bad = [f"{s.name} ({s.dtype})" for s in art.io.inputs if np.dtype(s.dtype).kind != "f"]
     if bad:
         raise ConversionError(f"NCNN takes float inputs; this model's {', '.join(bad)} are not", hop=HOP,

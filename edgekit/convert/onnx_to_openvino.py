@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact, LineageStep
 from ..errors import ConversionError, MissingExtraError
-from ..formats import Format
+from ..formats import Format, companion_clash
 from ..fsutil import publish_files
 from ..logs import quiet
 from .parity import compare_outputs, parity_metrics
@@ -122,6 +122,11 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
     if out_path.suffix != ".xml":
         raise ConversionError(f"{out_path.name}: an OpenVINO IR is saved as a .xml (its .bin beside it)", hop=HOP,
                               hint="use --out model.xml")
+    clash = companion_clash(out_path, Format.OPENVINO)
+    if clash is not None:
+        raise ConversionError(f"{out_path.with_suffix('.bin').name} holds the weights of {clash.name}, another model beside "
+                              f"it: writing the OpenVINO model there would break that one", hop=HOP,
+                              hint=f"choose another name than {out_path.stem} (e.g. --out {out_path.stem}-openvino{out_path.suffix})")
     if cfg.precision == "int8" and not calib:
         raise ConversionError("OpenVINO INT8 (NNCF post-training quantization) is calibrated on your data, and none "
                               "was given", hop=HOP, hint="pass --calib-data CALIB.npz, or convert at fp32/auto")

@@ -100,3 +100,19 @@ def test_the_agent_measures_ncnn_variants_with_their_pinned_setting(digits, tmp_
         assert rt["apply"]["batch"] == 1 and rt["apply"]["opt"]["num_threads"] == rt["threads"]
         assert [Path(f).suffix for f in json.loads((out / "ship" / "ship.json").read_text())["files"]] == \
             [".param", ".bin"]
+
+
+def test_a_model_never_overwrites_the_weights_of_another_formats_model(digits, digits_onnx, tmp_path):
+    """OpenVINO's m.xml and NCNN's m.param both keep weights in m.bin: the second conversion to the same stem
+    is refused (it used to replace the IR's weights silently), and the first model stays whole."""
+    from edgekit.convert.onnx_to_ncnn import NcnnConfig, onnx_to_ncnn
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
+    from edgekit.errors import ConversionError
+
+    ir = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(), parity_inputs=_xs(digits.eval))
+    with pytest.raises(ConversionError, match="m.bin holds the weights of m.xml"):
+        onnx_to_ncnn(digits_onnx, tmp_path / "m.param", NcnnConfig(), parity_inputs=_xs(digits.eval))
+    from edgekit.artifact import Artifact
+
+    assert Artifact.from_file(ir.path, ir.format, ir.io).sha256 == ir.sha256  # the IR and its weights untouched
+    assert not (tmp_path / "m.param").exists()
