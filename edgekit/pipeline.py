@@ -138,7 +138,8 @@ def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, devic
     if len(variants) > 1:  # the answer: what to ship, and why the others lost
         report.decision = decide(report.variants, rec.baseline, run.gate, representative=session.emulation is None)
         if report.decision.ship is not None:
-            write_ship(run.out_dir, report.variant(report.decision.ship), variants[report.decision.ship])
+            write_ship(run.out_dir, report.variant(report.decision.ship), variants[report.decision.ship],
+                       run.source.artifact.io)
     write_report(report, run.out_dir)
     return report
 

@@ -1,7 +1,15 @@
 """``out/ship/``: the file(s) to ship, its lineage and measured figures (ship.json), and the runtime
 configuration the measured speed needs (runtime.json: runtime, threads, options, and the runtime API
 settings that reproduce them, ``apply``: each runtime's function is named by its registry row,
-``formats.FormatSpec.ship_apply``)."""
+``formats.FormatSpec.ship_apply``).
+
+ship.json's ``interface`` is what it takes to call the file without edgekit's help: every input's name
+in the file, the source model's name for it, its shape and dtype as the source takes it, the static
+shape a fixed-shape file was converted at, and the transpose from the source's layout to the file's
+(a TFLite file made by onnx2tf takes NHWC where the source took NCHW); every output's name in the file
+and the source output it stands for, with the transpose back. ``edgekit run ship/`` (``run_shipped.py``)
+feeds the file from this contract alone, exactly as the agent did.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +17,28 @@ import json
 import shutil
 from pathlib import Path
 
-from .artifact import Artifact
+from .artifact import Artifact, IOSpec
 from .formats import load_named, spec_for_runtime
 from .fsutil import atomic_path, atomic_write_text
 from .report.model import VariantResult
 
+SHIP_SCHEMA = 2  # 2: ``interface`` (names, shapes, layouts, transposes, source names)
 
-def write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
+
+def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec) -> dict:
     ship_dir = out_dir / "ship"
-    ship_dir.mkdir(exist_ok=True)
+    ship_dir.mkdir(parents=True, exist_ok=True)
+    before = _shipped_files(ship_dir)
     dest = ship_dir / f"{v.name}{Path(art.path).suffix}"
     # every file of the model (OpenVINO's .bin beside its .xml), same stem: the runtime finds its companions
     copies = [(src, dest.with_suffix(src.suffix)) for src in art.files]
     for src, to in copies:
         with atomic_path(to) as tmp:
             shutil.copyfile(src, tmp)
-    meta = {"variant": v.name, "file": str(dest), "files": [str(to) for _, to in copies], "sha256": art.sha256,
-            "format": art.format.value, "precision": art.precision, "lineage": art.lineage_dicts(),
+    meta = {"schema": SHIP_SCHEMA, "variant": v.name, "file": str(dest), "files": [str(to) for _, to in copies],
+            "sha256": art.sha256, "format": art.format.value, "precision": art.precision,
+            "interface": interface(art, source_io),
+            "lineage": art.lineage_dicts(),
             "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
                          "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop}}
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
@@ -35,7 +48,57 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact) -> dict:
           "options": v.runtime.options or {}, "delegate": v.runtime.delegate, "file": dest.name,
           "apply": runtime_settings(v.runtime.name, v.runtime.threads or 1, v.runtime.options or {})}
     atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
+    # the model files a previous run shipped here (another variant's) go: ship/ holds one model
+    for old in before - {to.resolve() for _, to in copies}:
+        old.unlink(missing_ok=True)
     return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
+
+
+def _shipped_files(ship_dir: Path) -> set[Path]:
+    """The model files the ship.json already in ``ship_dir`` names (only those: nothing else is removed)."""
+    try:
+        meta = json.loads((ship_dir / "ship.json").read_text())
+        names = meta.get("files") or [meta["file"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {(ship_dir / Path(n).name).resolve() for n in names if isinstance(n, str)}
+
+
+def interface(art: Artifact, source_io: IOSpec) -> dict:
+    """How to call the file: per input and output, its name in the file and in the source model, the
+    shape and dtype the source takes/gives (None: a dynamic axis), the static shape the file was
+    converted at (in the source's layout), and the transpose that takes the source's layout to the
+    file's (feed ``np.transpose(x, transpose)``; an output is brought back with the inverse)."""
+    fixed = _fixed_shapes(art)
+
+    def entry(spec, src, kind: str) -> dict:
+        d = {"name": spec.name, "source_name": src.name, "dtype": spec.dtype, "source_dtype": src.dtype,
+             "shape": list(src.shape), "layout": spec.layout, "transpose": list(spec.transpose) if spec.transpose else None}
+        if kind == "input" and src.name in fixed:
+            d["static_shape"], d["static_shape_from"] = fixed[src.name]
+        if spec.scale is not None:
+            d["quantization"] = {"scale": spec.scale, "zero_point": spec.zero_point}
+        return d
+
+    return {"inputs": [entry(s, src, "input") for s, src in zip(art.io.inputs, source_io.inputs)],
+            "outputs": [entry(s, src, "output") for s, src in zip(art.io.outputs, source_io.outputs)],
+            "batch": _batch(art, fixed)}
+
+
+def _fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
+    """Input name -> (static shape, "user" | "data") from the last hop that fixed a dynamic model's sizes."""
+    for step in reversed(art.lineage):
+        shapes = step.config.get("input_shapes") if step.kind == "convert" else None
+        if shapes:
+            return {k: (list(v), step.config.get("input_shapes_from", "user")) for k, v in shapes.items()}
+    return {}
+
+
+def _batch(art: Artifact, fixed: dict) -> int | None:
+    """The batch the file takes (None: any); a file with a static batch is fed that many samples a call."""
+    from .source import model_batch
+
+    return model_batch([fixed[s.name][0] if s.name in fixed else s.shape for s in art.io.inputs])
 
 
 def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:

@@ -22,6 +22,7 @@ from . import quantize as _quantize
 from . import profile as _profile
 from . import doctor as _doctor
 from . import lab as _lab
+from . import run as _run
 from .common import help_text
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 app.command("deploy", help=help_text(_deploy.HELP), no_args_is_help=True)(_deploy.deploy_cmd)
 app.command("convert", help=help_text(_convert.HELP), no_args_is_help=True)(_convert.convert_cmd)
+app.command("run", help=help_text(_run.HELP), no_args_is_help=True)(_run.run_cmd)
 app.add_typer(_targets.app, name="targets")
 app.command("train", help=help_text(_train.HELP), no_args_is_help=True)(_train.train_cmd)
 app.command("plan", help=help_text(_plan.HELP), no_args_is_help=True)(_plan.plan_cmd)

@@ -157,7 +157,7 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
 
 def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen, screen_settings,
             final_settings, clock, ht) -> Report:
-    ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact) if chosen is not None else None
+    ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact, run.source.artifact.io) if chosen is not None else None
     timeline = clock.to_dict()
     section = {"mode": "quick" if sopts.quick else "full", "objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
                "seconds": timeline["wall_s"], "time_budget_s": sopts.time_budget_s,

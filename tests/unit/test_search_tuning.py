@@ -138,7 +138,8 @@ def _shipped_as(variant, model, tmp_path):
 
     out = tmp_path / variant.name.replace("@", "_").replace(",", "_").replace("=", "-")
     out.mkdir()
-    write_ship(out, variant, load_source(model, workdir=tmp_path).artifact)
+    art = load_source(model, workdir=tmp_path).artifact
+    write_ship(out, variant, art, art.io)
     return json.loads((out / "ship" / "runtime.json").read_text())
 
 

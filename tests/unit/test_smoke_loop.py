@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 from edgekit.report.model import Report
 
 
@@ -32,6 +34,12 @@ def test_deploy_digits_local_passes(cli, digits, tmp_path):
     else:
         assert "faster than fp32 on the device" not in d.reason
     assert (out / "ship" / "ship.json").is_file() and f"ship: {d.reason}"[:40] in r.stdout.replace("\n", " ")
+    # the shipped file run from ship/ alone, as a user's application would, scores what the report says
+    r = cli("run", out / "ship", "--input", digits.eval, "--out", tmp_path / "y.npz")
+    assert r.exit_code == 0, r.stderr
+    with np.load(tmp_path / "y.npz") as y, np.load(digits.eval) as ev:
+        top1 = 100.0 * float((next(iter(y.values())).argmax(1) == ev["y"]).mean())
+    assert abs(top1 - ship.accuracy.value) < 1e-3, (top1, ship.accuracy.value)
     fp32 = rep.variants[0]
     assert fp32.accuracy.value > 90 and fp32.accuracy.n == 360 and fp32.latency_ms.runs >= 20
     assert fp32.parity.top1_agreement == 1.0 and fp32.parity.max_abs_err < 1e-3
