@@ -127,6 +127,21 @@ _DEADLINE: contextvars.ContextVar[tuple[float, str, float] | None] = contextvars
     "edgekit_deadline", default=None)
 
 
+def seconds_left() -> float | None:
+    """Seconds until the active deadline (None outside a deadline scope): for a build that can tell
+    up front that its next step cannot finish in time and should not start it."""
+    active = _DEADLINE.get()
+    return None if active is None else active[0] - time.perf_counter()
+
+
+def budget_exceeded(step: str) -> BudgetExceeded:
+    """The error a build raises when it stops (or does not start) ``step`` for the active deadline."""
+    active = _DEADLINE.get()
+    what, started = (active[1], active[2]) if active is not None else ("the build", time.perf_counter())
+    return BudgetExceeded(f"{what} stopped by the time budget after {time.perf_counter() - started:.1f} s ({step})",
+                          hint="raise --time-budget, or give the host more free CPU")
+
+
 def check_deadline(step: str = "") -> None:
     """Called by long builds between units of work (a quantization trial, a fine-tune epoch): past the
     active deadline it raises BudgetExceeded naming the build, the step and the time it ran."""

@@ -458,6 +458,8 @@ class _Ladder:
             qpath = self.t.build(qdq, frozenset())
             s = sens.measure(Path(src.path), qpath, list(self.full.xs), candidates, tmpdir,
                              samples=self.config.sensitivity_samples, output_idx=self.full.idx)
+        except BudgetExceeded:
+            raise
         except Exception as exc:  # onnxruntime/onnx errors of many kinds: the rung fails, named
             self.why = f"layer sensitivity could not be measured ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
             self._rung("mixed", t0, n0, self.why)

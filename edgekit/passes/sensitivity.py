@@ -29,6 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..timeline import budget_exceeded, check_deadline, seconds_left
+
+MIN_SAMPLES = 4  # below this a tensor's error is noise: the step is not started
+
 SWITCH = "edgekit_sensitivity_switch"
 _Q_IN = "_QuantizeLinear_Input"
 _W_Q = "_quantized"
@@ -228,7 +232,18 @@ def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: 
         return [np.asarray(outs[k], dtype=np.float64) for k in pick if np.issubdtype(np.asarray(outs[k]).dtype, np.floating)]
 
     k = len(units)
+    t0 = time.perf_counter()
     ref = run(np.zeros(k, dtype=np.float32))
+    left = seconds_left()
+    if left is not None and k:  # one run per tensor: fewer samples when all of them cannot fit the time left
+        per_sample = (time.perf_counter() - t0) / max(1, len(xs[0]) if xs else 1)
+        fit = int(0.5 * left / (k * per_sample)) if per_sample > 0 else len(xs[0])
+        if fit < min(MIN_SAMPLES, len(xs[0]) if xs else 0):
+            raise budget_exceeded(f"layer sensitivity not started: {k} quantized tensors x {MIN_SAMPLES} samples "
+                                  f"would take ~{k * MIN_SAMPLES * per_sample:.0f} s, {left:.0f} s are left")
+        if xs and fit < len(xs[0]):
+            xs = [x[:fit] for x in xs]
+            ref = run(np.zeros(k, dtype=np.float32))
 
     def rel_err(outs) -> float:
         num = sum(float(np.nansum((o - r) ** 2)) for o, r in zip(outs, ref))
@@ -237,6 +252,7 @@ def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: 
         return float("inf") if bad else num / max(den, 1e-30)
 
     for i, u in enumerate(units):
+        check_deadline(f"layer sensitivity, tensor {i + 1} of {k}")  # one run per tensor: hours on a large model
         sw = np.zeros(k, dtype=np.float32)
         sw[i] = 1.0
         u.error = rel_err(run(sw))

@@ -190,3 +190,29 @@ def test_registry_search_candidates_are_the_ladder_rungs_and_few():
     mixed = next(c for c in format_spec(Format.ONNX).search_candidates if c.name == "ort-int8-mixed")
     assert mixed.passes[0][0] == "quantize_accuracy_aware" and mixed.needs_calib
     assert not any("fp16" in n for n in names)  # the CPU EP runs fp16 slowly on x86
+
+
+def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
+    """One run per quantized tensor took ~50 min on PP-OCRv4's recognizer (558 tensors x 5 s) inside a
+    300 s search: the step measures one run, then takes fewer samples to fit half the time left, or
+    does not start and says why (the search drops the candidate with that reason)."""
+    from edgekit.passes.quantize_accuracy_aware import quantizable_ops
+    from edgekit.passes.sensitivity import measure
+    from edgekit.timeline import BudgetExceeded, Clock
+
+    art, cal, ev = cnn
+    ctx = PassContext(workdir=tmp_path, calib=cal, eval=ev)
+    q = get_pass("quantize")(art, {"activation_type": "uint8", "per_channel": False, "preprocess": False}, ctx,
+                             out_name="q")
+    cands = {n.name for n in onnx.load(str(art.path)).graph.node if n.op_type in quantizable_ops()}
+    full = measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=16)
+    assert full.samples == 16
+    clock = Clock(budget_s=None)
+    with clock.deadline_scope(time.perf_counter() + 0.05, "the build of x"):
+        with pytest.raises(BudgetExceeded, match="layer sensitivity not started: .* quantized tensors x 4 samples"):
+            measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=16)
+    # room for about 6 of the 16 samples a tensor (half the time left, by a run timed above): fewer samples
+    per_sample = full.seconds / ((len(full.units) + 2) * 16)
+    with clock.deadline_scope(time.perf_counter() + 2 * 6 * per_sample * len(full.units), "the build of x"):
+        fewer = measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=16)
+    assert 4 <= fewer.samples < 16, fewer.samples
