@@ -43,6 +43,11 @@ class Candidate:
     # one of the few measured most likely to win: `edgekit deploy` without a recipe runs a short
     # search over these (``--search`` tries every candidate)
     quick: bool = False
+    # a search of its own (the accuracy-aware ladder: trials until one meets the tolerance, or the
+    # deadline): built after every single-shot candidate, with the build time they left, so on a large
+    # model it cannot use up the budget before the cheap candidates exist (measured on PP-OCRv4's
+    # recognizer: its layer sensitivity alone is ~5 s a tensor x 558 tensors)
+    open_ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ FORMATS: tuple[FormatSpec, ...] = (
             Candidate("ort-int8-qdq-u8s8", (_q(mode="static", format="qdq", per_channel=False,
                                                activation_type="uint8"),), True, quick=True),
             # the accuracy-aware ladder: fastest encoding, calibration methods, mixed precision (needs --eval-data)
-            Candidate("ort-int8-mixed", (("quantize_accuracy_aware", {}),), True, quick=True),
+            Candidate("ort-int8-mixed", (("quantize_accuracy_aware", {}),), True, quick=True, open_ended=True),
             Candidate("ort-int8-dynamic", (_q(mode="dynamic"),), False, quick=True),
         ),
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),

@@ -36,8 +36,9 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
                        quick: bool = False) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
     """Candidates for ``target`` (the fp32 ONNX baseline is always measured besides these): the
     ``search_candidates`` of each of its runtimes' registry rows (``quick``: only those marked as the
-    likeliest winners, for the default deploy's short search), and the candidates skipped with the reason."""
-    out: list[VariantSpec] = []
+    likeliest winners, for the default deploy's short search), open-ended ones last, and the candidates
+    skipped with the reason."""
+    out: list[tuple[bool, VariantSpec]] = []
     skipped: list[tuple[str, str]] = []
     known = set(known_passes())
     for runtime in target.runtimes:
@@ -57,5 +58,6 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
             if cand.needs_calib and not has_calib:
                 skipped.append((cand.name, "needs --calib-data"))
                 continue
-            out.append(VariantSpec(name=cand.name, passes=_steps(cand)))
-    return out, skipped
+            out.append((cand.open_ended, VariantSpec(name=cand.name, passes=_steps(cand))))
+    # built in this order: the open-ended searches (the accuracy-aware ladder) after every single-shot one
+    return [v for _, v in sorted(out, key=lambda e: e[0])], skipped

@@ -89,8 +89,11 @@ def test_search_candidates_come_from_the_rows():
     from edgekit.variant_search.candidates import candidate_variants
 
     got, skipped = candidate_variants(load_target("rpi4"), has_calib=True)
-    want = [c.name for r in load_target("rpi4").runtimes for c in spec_for_runtime(r).search_candidates]
+    rows = [c for r in load_target("rpi4").runtimes for c in spec_for_runtime(r).search_candidates]
+    # in the rows' order, the open-ended searches (the accuracy-aware ladder) after every single-shot one
+    want = [c.name for c in rows if not c.open_ended] + [c.name for c in rows if c.open_ended]
     assert [v.name for v in got] == want and not skipped
+    assert got[-1].name == "ort-int8-mixed" and any(c.name == "ort-int8-mixed" for c in rows[:-1])
     got, skipped = candidate_variants(load_target("iphone-coreml"), has_calib=True)
     assert got == [] and skipped == [("coreml", "profiling coreml needs its own host (e.g. Core ML needs macOS)")]
 
