@@ -38,6 +38,14 @@ class AgentFailure(Exception):
         self.exit_code = exit_code
 
 
+def _first_line(text, limit=300, prefer=()):
+    """The first non-empty line of a runtime's message, or the first that names one of ``prefer``
+    (LiteRT puts the failing node after lines about its internals)."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    telling = [ln for ln in lines if any(w in ln.lower() for w in prefer)]
+    return ((telling or lines or [""])[0])[:limit]
+
+
 def log(msg):
     print(f"[edgekit-agent] {msg}", file=sys.stderr, flush=True)
 
@@ -878,6 +886,7 @@ class Runner:
         self.threads = int(threads)
         self.version = None
         self.delegate = None  # the delegate that runs the graph when the runner knows it ("xnnpack")
+        self.warnings = []  # what the report must say about how this model was run (a delegate fallback)
         if model_path is not None:
             self.load(model_path, {"threads": threads, "inputs": input_specs or [], "outputs": output_specs or [],
                                    "runtime_options": runtime_options})
@@ -1075,6 +1084,9 @@ class OnnxRunner(Runner):
         return self.session.run(None, dict(zip(self.input_names, feeds)))
 
 
+_XNN = ("xnnpack", "failed to prepare")
+
+
 class LiteRTRunner(Runner):
     """A .tflite model on the LiteRT interpreter (ai_edge_litert; tflite_runtime on older devices),
     or on ai_edge_litert's CompiledModel (runtime option ``api: compiled``)."""
@@ -1148,9 +1160,23 @@ class LiteRTRunner(Runner):
                 self.interp.allocate_tensors()
         except Exception as exc:
             msg = str(exc)
-            if "Select TensorFlow op" in msg or "Flex" in msg:
-                msg += " (the model uses TensorFlow 'Flex' ops, which the plain LiteRT interpreter cannot run)"
-            raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME) from exc
+            retry = not compiled and "xnnpack" not in opts and resolver is not None and self._delegate_failed(msg)
+            if not retry:
+                if "Select TensorFlow op" in msg or "Flex" in msg:
+                    msg += " (the model uses TensorFlow 'Flex' ops, which the plain LiteRT interpreter cannot run)"
+                raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME) from exc
+            # XNNPACK (applied by default) refused the graph at prepare: run it on LiteRT's own kernels, said
+            # in the report and in the options the measurement (and ship/runtime.json) carries
+            try:
+                self.interp = interp_mod.Interpreter(model_path=model_path, num_threads=threads,
+                                                     experimental_op_resolver_type=resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+                self.interp.allocate_tensors()
+            except Exception as exc2:
+                raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: with XNNPACK: "
+                                   f"{_first_line(msg, prefer=_XNN)}; without it: {_first_line(str(exc2))}", EXIT_RUNTIME) from exc2
+            opts = {**opts, "xnnpack": "off"}
+            self.warnings.append(f"XNNPACK failed to prepare the model ({_first_line(msg, prefer=_XNN)}); measured with LiteRT's "
+                                 "built-in kernels (xnnpack=off), which the application must set too")
         self.threads = threads
         self.inputs = self._in_spec_order(self.interp.get_input_details(), input_specs or [])
         # outputs in the host's order (the source model's), matched by the TFLite tensor names the host
@@ -1164,6 +1190,13 @@ class LiteRTRunner(Runner):
             self.delegated_nodes = self._delegated_nodes()
             self.delegate = "xnnpack" if self.delegated_nodes else None
         self.options = opts
+
+    @staticmethod
+    def _delegate_failed(msg):
+        """Whether an Interpreter error is the XNNPACK delegate's ("Node number 7 (TfLiteXNNPackDelegate)
+        failed to prepare", "Failed to apply XNNPACK delegate"), not the model's own."""
+        low = msg.lower()
+        return "xnnpack" in low and ("prepare" in low or "delegate" in low)
 
     def _delegated_nodes(self):
         """How many nodes of the allocated graph a delegate took (XNNPACK, the Interpreter's only
@@ -2097,7 +2130,7 @@ def measure(req):
     pss = pss_mb()
     arena_mb, arena_reason = runtime_arena(runner)
     state_after = device_state(root)
-    warnings = state_warnings(state_before, state_after, other_cpu)
+    warnings = list(getattr(runner, "warnings", [])) + state_warnings(state_before, state_after, other_cpu)
     if warm.get("warmup_stable") is False:
         warnings.append(f"latency did not stabilize during {warm['warmup']} warmup runs")
     op_profile = None

@@ -304,3 +304,52 @@ def test_litert_compiled_model_runs_integer_io(agent, tmp_path):
     np.testing.assert_array_equal(a, b)
     scale, zp = cm.output_quantization(0)
     np.testing.assert_allclose((b.astype(np.float32) - zp) * scale, np.maximum(2 * x + 1, 0), atol=0.05)
+
+
+@needs_litert
+def test_a_graph_xnnpack_cannot_prepare_is_measured_without_it_and_the_report_says_so(agent, conv_tflite, tmp_path,
+                                                                                      capsys, monkeypatch):
+    """Fault injection on the real interpreter: XNNPACK refuses the graph at prepare (as it does for some
+    INT8 face-detector stages). The agent measures the same file on LiteRT's own kernels, and its answer
+    says so in the options (xnnpack=off: what ship/runtime.json tells the application) and a warning;
+    asked for XNNPACK explicitly, it fails as before."""
+    import ai_edge_litert.interpreter as li
+
+    real, resolver = li.Interpreter, li.OpResolverType
+    msg = "tensorflow/lite/core/subgraph.cc BytesRequired number of elements overflowed.\nNode number 3 " \
+          "(TfLiteXNNPackDelegate) failed to prepare."
+
+    class XnnpackRefuses(real):
+        def __init__(self, *a, experimental_op_resolver_type=resolver.AUTO, **k):
+            self.builtin_only = experimental_op_resolver_type == resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            super().__init__(*a, experimental_op_resolver_type=experimental_op_resolver_type, **k)
+
+        def allocate_tensors(self):
+            if not self.builtin_only:
+                raise RuntimeError(msg)
+            return super().allocate_tensors()
+
+    x = np.random.default_rng(5).standard_normal((3, 16, 16, 3)).astype(np.float32)
+    ref = np.concatenate([agent.LiteRTRunner(str(conv_tflite), 1).run([x[i:i + 1]])[0] for i in range(3)])
+    np.savez(tmp_path / "eval.npz", x=x)
+    monkeypatch.setattr(li, "Interpreter", XnnpackRefuses)
+
+    def run(options):
+        req = {"protocol": 2, "variant": "v", "model": str(conv_tflite), "runtime": "litert", "threads": 1,
+               "warmup": 1, "runs": 3, "min_seconds": 0.0, "max_runs": 3,
+               "inputs": [{"name": "x", "shape": [1, 16, 16, 3], "dtype": "float32"}],
+               "outputs": [{"name": "Identity", "shape": [1, 16], "dtype": "float32"}],
+               "eval": {"path": str(tmp_path / "eval.npz"), "x_keys": ["x"]},
+               "outputs_path": str(tmp_path / "out.npz"), "runtime_options": options}
+        (tmp_path / "req.json").write_text(json.dumps(req))
+        code = agent.main(["agent", str(tmp_path / "req.json")])
+        return code, json.loads(capsys.readouterr().out)
+
+    code, doc = run(None)
+    assert code == 0 and doc["ok"], doc
+    assert doc["runtime"]["options"] == {"xnnpack": "off"} and doc["runtime"]["delegate"] is None
+    assert any("XNNPACK failed to prepare" in w and "Node number 3" in w for w in doc["warnings"]), doc["warnings"]
+    with np.load(tmp_path / "out.npz") as z:
+        np.testing.assert_allclose(z["output_0"], ref, rtol=1e-4, atol=1e-4)
+    code, doc = run({"xnnpack": "on"})  # asked for by name: never silently replaced
+    assert code != 0 and doc["error"]["kind"] == "model_load_failed" and "failed to prepare" in doc["error"]["message"]
