@@ -44,7 +44,7 @@ def deploy_cmd(
     arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
     x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA, help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (arrays named like the model's inputs need none)."),
     y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA, help="Array name of the labels in the eval .npz."),
-    metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, or a user metric module:function / file.py:function."),
+    metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, mask_iou, mask_f1, ctc_accuracy, ctc_char_accuracy, frame_accuracy (options: the recipe's metric: section), or a user metric module:function / file.py:function."),
     output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
     postprocess: Optional[str] = typer.Option(None, "--postprocess", rich_help_panel=PANEL_DATA, help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
     eval_samples: Optional[int] = typer.Option(None, "--eval-samples", rich_help_panel=PANEL_DATA, help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),

@@ -125,3 +125,44 @@ def shape_error(metric: str, outputs: list[np.ndarray], labels: np.ndarray | Non
     return MetricError(f"metric {metric} does not fit: output shape(s) {shapes}, label shape {lab}; it expects {want}",
                        hint="pick the output with --output NAME, a metric that fits the task (--metric), or "
                        "reshape the labels")
+
+
+ACTIVATIONS = ("none", "sigmoid")
+
+
+def binary_options(metric: str, threshold: Any, activation: Any) -> tuple[float, str]:
+    """The ``threshold`` and ``activation`` options of a metric that thresholds probabilities,
+    checked: a bad value names the option, what it got and what it takes."""
+    try:
+        t = float(threshold)
+    except (TypeError, ValueError):
+        raise MetricError(f"metric {metric}: option threshold={threshold!r} is not a number",
+                          hint="threshold is a probability in [0, 1], e.g. {threshold: 0.5}") from None
+    if not 0.0 <= t <= 1.0:
+        raise MetricError(f"metric {metric}: option threshold={t:g} is outside [0, 1]",
+                          hint="threshold is compared with probabilities (after the sigmoid with "
+                          "activation: sigmoid)")
+    if activation not in ACTIVATIONS:
+        raise MetricError(f"metric {metric}: option activation={activation!r} is not one of "
+                          f"{', '.join(ACTIVATIONS)}",
+                          hint="none: the outputs are probabilities in [0, 1]; sigmoid: they are logits")
+    return t, activation
+
+
+def to_probabilities(out: np.ndarray, activation: str) -> np.ndarray:
+    out = np.asarray(out, dtype=np.float64)
+    return 1.0 / (1.0 + np.exp(-out)) if activation == "sigmoid" else out
+
+
+def check_binary_labels(metric: str, labels: np.ndarray, what: str) -> None:
+    """0/1 labels (bool, integer or float); a 0/255 mask or soft labels name the fix."""
+    y = np.asarray(labels)
+    if y.dtype.kind == "b" or y.size == 0:
+        return
+    bad = (y != 0) & (y != 1)
+    if bad.any():
+        vals = np.unique(y[bad])
+        shown = ", ".join(f"{v:g}" for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
+        hint = ("the labels look like a 0/255 image mask: divide them by 255" if set(vals.tolist()) <= {255}
+                else f"{what} are 0 or 1: threshold or binarize the labels before saving the eval .npz")
+        raise MetricError(f"metric {metric} takes 0/1 labels; the labels also hold {shown}", hint=hint)

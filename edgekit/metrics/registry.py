@@ -23,7 +23,10 @@ _BUILTIN: dict[str, Callable[..., Metric]] = {}
 def _builtins() -> dict[str, Callable[..., Metric]]:
     if not _BUILTIN:
         from .classification import MultilabelF1, TopK
+        from .ctc import CTCAccuracy, CTCCharAccuracy
         from .detection import MeanAP
+        from .frames import FrameAccuracy
+        from .mask import MaskF1, MaskIoU
         from .regression import MAE, MSE, PSNR, SNR, Cosine
         from .segmentation import MeanIoU, PixelAccuracy
 
@@ -37,6 +40,9 @@ def _builtins() -> dict[str, Callable[..., Metric]]:
             "map50_95": lambda **o: MeanAP(tuple(np.round(np.arange(0.5, 0.951, 0.05), 2)), "map50_95", **o),
             "mse": MSE, "mae": MAE, "psnr": PSNR, "snr": SNR, "cosine": Cosine,
             "multilabel_f1": MultilabelF1,
+            "mask_iou": MaskIoU, "mask_f1": MaskF1,
+            "ctc_accuracy": CTCAccuracy, "ctc_char_accuracy": CTCCharAccuracy,
+            "frame_accuracy": FrameAccuracy,
         })
     return _BUILTIN
 
@@ -124,7 +130,20 @@ def get_metric(name: str, options: dict | None = None, postprocess: str | None =
     try:
         return factory(**options)
     except TypeError as exc:
-        raise MetricError(f"metric {name}: bad options {options}: {exc}") from exc
+        raise MetricError(f"metric {name}: bad options {options}: {exc}", hint=_options_hint(factory)) from exc
+
+
+def _options_hint(factory: Callable) -> str | None:
+    """The options a built-in takes, when its signature names them."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    named = [f"{p.name} (default {p.default!r})" for p in params
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty]
+    return f"its options: {', '.join(named)}" if named else None
 
 
 def resolve_metric(spec: MetricSpec | None) -> Metric:
