@@ -169,7 +169,7 @@ def onnx_io(model) -> IOSpec:
 
     def spec(v) -> TensorSpec:
         t = v.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        shape = tuple(onnx_dim(d) for d in t.shape.dim)
         dtype = str(helper.tensor_dtype_to_np_dtype(t.elem_type))
         return TensorSpec(name=v.name, shape=shape, dtype=dtype, layout="NCHW" if len(shape) == 4 else None)
 
@@ -433,6 +433,12 @@ def load_source(model: Any, *, example_inputs: tuple | None = None, arch: str | 
 
 
 SYNTHETIC_SAMPLES = 8  # at least this many synthetic samples (a whole number of the model's static batches)
+
+
+def onnx_dim(d) -> int | None:
+    """An ONNX dimension's fixed size, None when it is symbolic, unset, or written as -1/0 (exporters
+    such as paddle2onnx mark a dynamic axis with dim_value -1)."""
+    return int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else None
 
 
 def synthetic_inputs(io: IOSpec, *, input_shapes: dict[str, tuple[int, ...] | list[int]] | None = None,

@@ -7,18 +7,22 @@ TFLite routes, in order:
 2. onnx2tf with ``pseudo_ops`` when the model has ops (Erf from exact GELU, Asin...) whose TF lowering
    is a Flex op: onnx2tf rebuilds them from builtin ops;
 3. onnx2tf with ``keep_input_layout`` (NCHW inputs kept, transposes inside the graph), the option
-   that most often fixes a layout problem;
+   that most often fixes a layout problem; skipped, with the reason recorded, for a model without a
+   rank 3-5 input (nothing to keep);
 4. onnx2tf with its own defaults (``onnx2tf.convert(input_onnx_file_path=..., output_folder_path=...)``
-   on the ONNX file as given, no edgekit options): whatever onnx2tf converts by itself, edgekit
-   converts too (it still finds the layout and checks parity on every output);
+   on the ONNX file as given, no edgekit options but ``not_use_onnxsim``, so that an ``onnxsim`` on
+   PATH changes nothing): whatever onnx2tf converts by itself, edgekit converts too (it still finds
+   the layout and checks parity on every output);
 5. litert-torch straight from the PyTorch program (fp32 only; when installed and the source is PyTorch).
 
 A route that fails in an unexpected way (a converter's internal error) is recorded with its error
-and the next route is tried; only bad input and a missing package stop the chain.
+and the next route is tried; only bad input and a missing package stop the chain. A route that fails
+exactly as an earlier one is summarised as "same error as <route>".
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +33,7 @@ import numpy as np
 from ..artifact import Artifact
 from ..data import Dataset
 from ..errors import BadInputError, ConversionError, DataError, MissingExtraError
+from .onnx2tf_errors import strip_ansi
 from .onnx_to_tflite import TfliteConfig, onnx_to_tflite
 
 HOP = "->tflite"
@@ -38,6 +43,7 @@ HOP = "->tflite"
 class Route:
     name: str
     run: Callable[[Path], Artifact]
+    skip: str | None = None  # why this route cannot apply to the model: recorded, never run
 
 
 def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: Dataset | None,
@@ -54,7 +60,8 @@ def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: 
     if fixes and not cfg.pseudo_ops:
         routes.append(Route(f"onnx2tf(pseudo_ops={','.join(fixes)})", o2t(cfg.model_copy(update={"pseudo_ops": fixes}))))
     if not cfg.keep_input_layout:
-        routes.append(Route("onnx2tf(keep_input_layout)", o2t(cfg.model_copy(update={"keep_input_layout": True}))))
+        routes.append(Route("onnx2tf(keep_input_layout)", o2t(cfg.model_copy(update={"keep_input_layout": True})),
+                            skip=_keep_layout_skip(onnx_art)))
     if not cfg.plain_defaults:
         routes.append(Route("onnx2tf(defaults)", o2t(cfg.model_copy(update={
             "plain_defaults": True, "keep_input_layout": False, "pseudo_ops": []}))))
@@ -74,6 +81,17 @@ def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: 
     return routes
 
 
+def _keep_layout_skip(onnx_art: Artifact) -> str | None:
+    """Why keep_input_layout cannot apply: it keeps NCW/NCHW/NCDHW (rank 3-5) inputs as they are, and
+    a model without one has nothing to keep (onnx2tf asserts on any other input it is named)."""
+    ranks = [len(s.shape) for s in onnx_art.io.inputs]
+    if ranks and not any(r in (3, 4, 5) for r in ranks):
+        return (f"skipped: keep_input_layout keeps channels-first (rank 3-5) inputs as they are; this model's "
+                f"input{'s are' if len(ranks) > 1 else ' is'} rank {', '.join(str(r) for r in ranks)}, "
+                "with no layout to keep")
+    return None
+
+
 def _pseudo_op_fixes(onnx_art: Artifact) -> list[str]:
     import onnx
 
@@ -88,18 +106,24 @@ def first_passing(routes: list[Route], out_path: str | Path, hop: str = HOP) -> 
     """Run ``routes`` until one is within tolerance; its file lands at ``out_path``."""
     out_path = Path(out_path)
     tried: list[dict] = []
+    hints: list[str] = []  # the failed routes' own hints (onnx_to_tflite's names edgekit's options), first first
     for i, r in enumerate(routes):
+        if r.skip:
+            tried.append({"route": r.name, "error": r.skip, "skipped": True})
+            continue
         staged = out_path.with_name(f".{out_path.stem}.route{i}{out_path.suffix}")
         try:
             art = r.run(staged)
         except (DataError, MissingExtraError):
             raise  # the user's input is wrong, or a package is missing: no other route fixes that
         except BadInputError as exc:
-            tried.append({"route": r.name, "error": str(exc).splitlines()[0]})
+            tried.append({"route": r.name, "error": strip_ansi(str(exc).splitlines()[0])})
+            if exc.hint:
+                hints.append(exc.hint)
             _remove(staged)
             continue
         except Exception as exc:  # a converter's internal error: this route's result, the next one may work
-            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            first = strip_ansi(str(exc)).strip().splitlines()[0][:300] if str(exc).strip() else ""
             tried.append({"route": r.name, "error": f"{type(exc).__name__}: {first}"})
             _remove(staged)
             continue
@@ -114,10 +138,31 @@ def first_passing(routes: list[Route], out_path: str | Path, hop: str = HOP) -> 
         new_step = step.model_copy(update={"metrics": metrics})
         return art.model_copy(update={"path": out_path.resolve(), "lineage": (*art.lineage[:-1], new_step)})
     raise ConversionError(
-        "no route converted the model within its parity tolerance:\n" +
-        "\n".join(f"  - {t['route']}: {t['error']}" for t in tried), hop=hop,
-        hint="the first route's error names the blocking op; keep this model on ONNX Runtime (--to onnx) "
-        "or change that op in the model")
+        "no route converted the model within its parity tolerance:\n" + "\n".join(_summary(tried)), hop=hop,
+        hint=hints[0] if hints else "the first route's error names the blocking op; keep this model on ONNX "
+        "Runtime (--to onnx) or change that op in the model")
+
+
+def _same_key(error: str) -> str:
+    """An error with what differs between two runs of the same failure taken out: the route's own
+    prefix, Keras' layer counters ('tf.nn.softmax_2'), temporary folders."""
+    e = re.sub(r"^\[[^\]]*\]\s*", "", error)
+    e = re.sub(r"\b((?:tf|model)[\w.]*?)_\d+\b", r"\1", e)
+    return re.sub(r"\S*\.edgekit-[\w-]+\S*", "<tmp>", e)
+
+
+def _summary(tried: list[dict]) -> list[str]:
+    """One line per route; a route that failed exactly as an earlier one says so instead of repeating it."""
+    seen: dict[str, str] = {}
+    lines = []
+    for t in tried:
+        key = _same_key(t["error"])
+        if key in seen and not t.get("skipped"):
+            lines.append(f"  - {t['route']}: same error as {seen[key]}")
+        else:
+            seen.setdefault(key, t["route"])
+            lines.append(f"  - {t['route']}: {t['error']}")
+    return lines
 
 
 def _remove(p: Path) -> None:
@@ -132,17 +177,22 @@ def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfi
                       route: str = "auto") -> Artifact:
     import onnx
 
-    from .opcheck import require_static_shapes
+    from .opcheck import require_static_shapes, sizes_from_samples
 
     cfg = cfg or TfliteConfig()
-    # no route can guess sizes the user did not give: say so once, before trying any
+    # TFLite graphs are static: dynamic sizes the user did not give are the data's (the shapes the model is
+    # evaluated at; recorded in the lineage's config); with no data, say so once, before trying any route
     try:
         model = onnx.load(str(onnx_art.path), load_external_data=False)
     except Exception as exc:  # DecodeError, OSError: not an ONNX file
         raise ConversionError(f"{onnx_art.path} is not a readable ONNX model: {type(exc).__name__}", hop=HOP,
                               hint="re-export the model, or check the file was copied completely") from exc
-    require_static_shapes(model, "onnx->tflite",
-                          {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()})
+    given = {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()}
+    sized = sizes_from_samples(model, parity_inputs or (list(calib.xs) if calib is not None else None), given)
+    if sized != given:
+        cfg = cfg.model_copy(update={"input_shapes": {k: list(v) for k, v in sized.items()},
+                                     "input_shapes_from": "data"})
+    require_static_shapes(model, "onnx->tflite", sized)
     routes = tflite_routes(onnx_art, cfg, source=source, calib=calib, parity_inputs=parity_inputs, route=route)
     return first_passing(routes, out_path)
 

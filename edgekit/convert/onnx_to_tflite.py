@@ -12,9 +12,19 @@ How it is done, and why:
   with 4-D 3-channel inputs. edgekit writes that file (built from the user's own data) into the
   conversion's working folder, where onnx2tf looks first, and swaps onnx2tf's download function for
   a local loader during the call, so a conversion never reaches the network.
+- What onnx2tf is given (``onnx2tf_prepare.py``): the input sizes fixed (TFLite is static) and shapes
+  re-inferred; when ONNX shape inference still leaves tensors without a static shape (paddle2onnx's
+  Shape -> Cast -> Slice -> Concat -> Reshape), their constant subgraphs folded by onnxslim in this
+  process (``simplify``; onnx2tf's own onnxsim step is switched off: it runs an ``onnxsim`` executable
+  only when one is on PATH); node names TensorFlow rejects as scope names ('Softmax@0') rewritten.
+- Errors (``onnx2tf_errors.py``): onnx2tf's failure is reported as the ONNX node it was converting (op
+  type, inputs and their shapes) and the cause, without its colour codes or its advice about its own
+  CLI flags.
 - Layout: onnx2tf makes NHWC graphs from NCHW models. Which permutation each input and output got
   is found by running the fp32 graph against ONNX Runtime on a few eval samples and is recorded in
   the artifact's io spec (``transpose``); the agent applies it, so users keep feeding NCHW data.
+  The fp16/int8 file's tensors are matched to the fp32 file's by name, signature or shape (outputs
+  that share a shape: by their values), never by position alone.
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ from ..errors import ConversionError, DataError, MissingExtraError
 from ..formats import Format
 from ..fsutil import atomic_path
 from ..logs import quiet
+from .onnx2tf_errors import describe_node, failing_node, log_tail, onnx2tf_failure, strip_ansi
+from .onnx2tf_prepare import fixed_shapes, fold_constant_of_shape, layout_hints, shapeless_tensors, simplify, tf_node_names
 from .opcheck import model_ops, require_ops, require_static_shapes
 from .parity import compare, compare_outputs, parity_metrics
 
@@ -62,6 +74,9 @@ class TfliteConfig(BaseModel):
     keep_input_layout: bool = Field(False, description="keep NCHW/NCW inputs as they are (onnx2tf inserts "
                                     "transposes inside the graph); a layout-fixing option")
     input_shapes: dict[str, list[int]] | None = Field(None, description="fixed sizes for dynamic inputs")
+    input_shapes_from: Literal["user", "data"] = Field(
+        "user", description="where input_shapes came from: the user (--input-shape, the recipe) or the eval/"
+        "calibration data's shapes, which fix a dynamic model's sizes when none are given (TFLite is static)")
     pseudo_ops: list[str] = Field(default_factory=list, description="ONNX ops onnx2tf rebuilds from builtin "
                                   "ops (its replace_to_pseudo_operators), e.g. Erf (exact GELU) which would "
                                   "otherwise need a TF Flex op; a fixing option the route fallback tries")
@@ -69,9 +84,13 @@ class TfliteConfig(BaseModel):
     plain_defaults: bool = Field(False, description="call onnx2tf with nothing but its input and output paths "
                                  "(its own defaults, the ONNX file as given): the route that makes edgekit never "
                                  "cover less than onnx2tf itself; edgekit still finds the layout and checks parity")
+    simplify: bool = Field(True, description="when ONNX shape inference leaves tensors without a static shape "
+                           "(shape computations such as Shape -> Cast -> Slice -> Concat -> Reshape), fold them "
+                           "into constants with onnxslim (no op fusion) before onnx2tf, which picks layouts "
+                           "from shapes; recorded in the lineage as 'simplified'")
     layout_hints: bool = Field(True, description="tell onnx2tf (its param_replacement_file) the layout of 4-D "
                                "tensors whose C, H and W are equal and that feed a padded Conv, which its "
-                               "shape-based layout guessing gets wrong (see _layout_hints)")
+                               "shape-based layout guessing gets wrong (see layout_hints)")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -139,12 +158,6 @@ def _offline_onnx2tf(sample_path: Path) -> Iterator[None]:
                 m.download_test_image_data = fn
 
 
-def _tail(text: str, n: int = 6) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln or "error" in ln]
-    return " | ".join((errs or lines)[-n:])[-800:]
-
-
 def _agent():
     """The device agent module, loaded once in this process (``agent/inprocess.py``): parity on the
     host runs the very code the device runs (LiteRTRunner, _prepare, _restore_output)."""
@@ -182,7 +195,7 @@ def probe_litert(path: Path) -> None:
                                  timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
             ok = res.returncode == 0 and res.stdout.strip().endswith("ok")
             why = None if ok else (f"exit {res.returncode}" + (f" (signal {-res.returncode})" if res.returncode < 0 else "")
-                                   + ": " + _tail("\n".join(ln for ln in res.stderr.splitlines()
+                                   + ": " + log_tail("\n".join(ln for ln in res.stderr.splitlines()
                                                             if not ln.startswith("INFO:")), 3)[-300:])
         except subprocess.TimeoutExpired:
             why = "no answer within 300 s"
@@ -303,10 +316,18 @@ def _by_name(details, onnx_specs):
 
 
 def _match(details, onnx_specs, kind: str):
-    """Interpreter tensors in the ONNX model's order (by name when onnx2tf kept the names)."""
+    """Interpreter tensors in the ONNX model's order: by name when onnx2tf kept the names, else by
+    shape when each ONNX tensor fits exactly one (up to a layout permutation), else in the
+    interpreter's order."""
     if len(details) != len(onnx_specs):
         raise ConversionError(f"the TFLite model has {len(details)} {kind}s, the ONNX model {len(onnx_specs)}", hop=HOP)
-    return _by_name(details, onnx_specs) or list(details)
+    named = _by_name(details, onnx_specs)
+    if named:
+        return named
+    fits = [[d for d in details if _perm_candidates(tuple(s.shape), _shape_of(d))] for s in onnx_specs]
+    if all(len(f) == 1 for f in fits) and len({int(f[0]["index"]) for f in fits}) == len(fits):
+        return [f[0] for f in fits]
+    return list(details)
 
 
 def _restored(y: np.ndarray, perm) -> np.ndarray:
@@ -379,25 +400,143 @@ def find_layout(fp32_path: Path, onnx_io: IOSpec, onnx_ref: Callable, probe: lis
     return best[1]
 
 
-def _final_io(final: Path, fp32: Path, io32: IOSpec, onnx_io: IOSpec) -> IOSpec:
-    """The io spec of the fp16/int8 file made from the same graph as the fp32 one: its tensors by
-    name, else by the fp32 file's interpreter positions; the fp32 file's permutations."""
+def _signature_indices(path: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """The .tflite's first signature as ({input key: tensor index}, {output key: tensor index}); empty
+    without one (onnx2tf's own files have none; TFLiteConverter's from a SavedModel have one, keyed
+    by the SavedModel's names: the ONNX input names, and output_0, output_1... in the ONNX output order)."""
+    try:
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError:
+            from tensorflow.lite import Interpreter  # type: ignore[no-redef]
+        it = Interpreter(model_path=str(path))
+        sigs = it.get_signature_list()
+        if not sigs:
+            return {}, {}
+        runner = it.get_signature_runner(next(iter(sigs)))
+        return ({k: int(v["index"]) for k, v in runner.get_input_details().items()},
+                {k: int(v["index"]) for k, v in runner.get_output_details().items()})
+    except Exception:  # no signature API in this runtime: match by the other means
+        return {}, {}
+
+
+def _shape_of(d) -> tuple[int, ...]:
+    return tuple(int(v) for v in d["shape"])
+
+
+def _align(dets, f32, specs32, onnx_specs, sig: dict[str, int], kind: str) -> list:
+    """``dets`` (the interpreter tensors of a file made from the same graph as the fp32 one) in the
+    order of ``specs32`` (the fp32 file's tensors, in the ONNX model's order), each matched by its
+    tensor name, else by the file's signature key (the ONNX name, or ``output_K``: the K-th ONNX
+    output), else by its normalized name, else by its shape when only one tensor has it; never by
+    position alone. None stands for a tensor none of these tell apart (shared shapes, no names)."""
+    by_name = {d["name"]: d for d in dets}
+    by_index = {int(d["index"]): d for d in dets}
+    norm = {}
+    for d in dets:
+        norm.setdefault(_norm_name(d["name"]), []).append(d)
+    f32_shape = {d["name"]: _shape_of(d) for d in f32}
+    keys = {}
+    for key, idx in sig.items():
+        keys.setdefault(_norm_name(key), []).append(idx)
+    picked: list = [None] * len(specs32)
+    used: set[int] = set()
+
+    def take(k: int, d) -> bool:
+        if d is None or int(d["index"]) in used:
+            return False
+        want = f32_shape.get(specs32[k].name)
+        if want is not None and _shape_of(d) != want:  # same graph, same shapes: a mismatch is a wrong match
+            return False
+        picked[k] = d
+        used.add(int(d["index"]))
+        return True
+
+    steps = [
+        lambda k: by_name.get(specs32[k].name),
+        lambda k: (by_index.get(keys[_norm_name(onnx_specs[k].name)][0])
+                   if len(keys.get(_norm_name(onnx_specs[k].name), [])) == 1 else None),
+        lambda k: (by_index.get(sig[f"output_{k}"]) if kind == "output" and f"output_{k}" in sig
+                   and not any(_norm_name(s.name) in keys for s in onnx_specs) else None),
+        lambda k: (norm[_norm_name(onnx_specs[k].name)][0] if len(norm.get(_norm_name(onnx_specs[k].name), [])) == 1
+                   else None),
+    ]
+    for step in steps:
+        for k in range(len(specs32)):
+            if picked[k] is None:
+                try:
+                    take(k, step(k))
+                except (KeyError, IndexError):
+                    pass
+    for k in range(len(specs32)):  # by shape: the one remaining tensor with the fp32 tensor's shape
+        if picked[k] is None:
+            want = f32_shape.get(specs32[k].name)
+            same = [d for d in dets if int(d["index"]) not in used and _shape_of(d) == want]
+            if len(same) == 1:
+                take(k, same[0])
+    return picked
+
+
+def _final_io(final: Path, fp32: Path, io32: IOSpec, onnx_io: IOSpec,
+              probe: list[np.ndarray] | None = None) -> IOSpec:
+    """The io spec of the fp16/int8 file made from the same graph as the fp32 one, every tensor
+    matched to the fp32 file's (see _align) and given its permutation. Outputs that share a shape and
+    no name are told apart by their values on ``probe`` (the fp32 file's outputs); inputs by their
+    order only when nothing else can tell them apart (the SavedModel keeps the ONNX input order)."""
     din, dout = _tflite_details(final)
     fin, fout = _tflite_details(fp32)
     if len(din) != len(fin) or len(dout) != len(fout):
         raise ConversionError(f"the {final.name} graph has other inputs/outputs than the fp32 graph", hop=HOP)
-
-    def align(dets, f32, specs):
-        by = {d["name"]: d for d in dets}
-        if all(s.name in by for s in specs):
-            return [by[s.name] for s in specs]
-        pos = [next(i for i, d in enumerate(f32) if d["name"] == s.name) for s in specs]
-        return [dets[i] for i in pos]
-
-    ins = align(din, fin, io32.inputs)
-    outs = align(dout, fout, io32.outputs)
+    sig_in, sig_out = _signature_indices(final)
+    ins = _align(din, fin, io32.inputs, onnx_io.inputs, sig_in, "input")
+    if any(d is None for d in ins):
+        left = [d for d in din if all(d is not p for p in ins)]
+        ins = [d if d is not None else left.pop(0) for d in ins]
+    outs = _align(dout, fout, io32.outputs, onnx_io.outputs, sig_out, "output")
+    if any(d is None for d in outs):
+        outs = _by_values(final, fp32, io32, ins, outs, dout, probe)
     return IOSpec(inputs=_details_specs(ins, onnx_io.inputs, [s.transpose for s in io32.inputs]),
                   outputs=_details_specs(outs, onnx_io.outputs, [s.transpose for s in io32.outputs]))
+
+
+def _raw_spec(d) -> TensorSpec:
+    dt = np.dtype(d["dtype"]).name
+    scale, zp = (d.get("quantization") or (0.0, 0))[:2]
+    q = dt in ("int8", "uint8", "int16") and scale
+    return TensorSpec(name=d["name"], shape=_shape_of(d), dtype=dt, scale=float(scale) if q else None,
+                      zero_point=int(zp) if q else None)
+
+
+def _by_values(final: Path, fp32: Path, io32: IOSpec, ins: list, outs: list, dout, probe) -> list:
+    """The unmatched outputs of ``final`` matched to the fp32 file's by their values on ``probe``:
+    each to the remaining same-shape tensor closest to the fp32 output."""
+    missing = [s.name for s, d in zip(io32.outputs, outs) if d is None]
+    if not probe:
+        raise ConversionError(f"cannot tell which output of {final.name} is {', '.join(missing)}: they share a "
+                              "shape and the file names none of them", hop=HOP)
+    x = _first_samples(probe, 2)
+    # the fp32 outputs in the TFLite layout (no permutation undone), in the ONNX order
+    ref = run_tflite_all(fp32, IOSpec(inputs=io32.inputs, outputs=tuple(
+        TensorSpec(name=s.name, shape=s.shape, dtype=s.dtype) for s in io32.outputs)), x)
+    in_specs = _details_specs(ins, io32.inputs, [s.transpose for s in io32.inputs])
+    cand = [d for d in dout if all(d is not p for p in outs)]
+    got = run_tflite_all(final, IOSpec(inputs=in_specs, outputs=tuple(_raw_spec(d) for d in cand)), x)
+    outs = list(outs)
+    for k, d in enumerate(outs):
+        if d is not None:
+            continue
+        best = None
+        for j, c in enumerate(cand):
+            if c is None or got[j].shape != ref[k].shape:
+                continue
+            e = _err(np.asarray(ref[k]), got[j])
+            if best is None or e < best[0]:
+                best = (e, j)
+        if best is None:
+            raise ConversionError(f"no output of {final.name} has the shape of {io32.outputs[k].name}", hop=HOP)
+        outs[k] = cand[best[1]]
+        cand[best[1]] = None
+    return outs
 
 
 # ONNX ops whose usual TF lowering is a Flex op, and the onnx2tf pseudo-op replacement that avoids it
@@ -472,137 +611,11 @@ def _quantize(saved_model: Path, cfg: TfliteConfig, io: IOSpec, onnx_names: list
     return conv.convert()
 
 
-def _fixed_shapes(model, shapes: dict[str, tuple[int, ...]]):
-    """A copy of ``model`` whose inputs have the given sizes (a dynamic batch axis becomes 1), with
-    shapes re-inferred: TFLite graphs are static, and a dynamic axis left to the converter comes
-    out as size 1."""
-    import onnx
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    init = {i.name for i in m.graph.initializer}
-    for v in m.graph.input:
-        if v.name in init:
-            continue
-        dims = v.type.tensor_type.shape.dim
-        want = shapes.get(v.name)
-        if want is not None and len(want) != len(dims):
-            raise ConversionError(f"--input-shape {v.name}: {len(want)} sizes for a rank-{len(dims)} input", hop=HOP)
-        for ax, d in enumerate(dims):
-            size = want[ax] if want is not None else (1 if ax == 0 and not d.HasField("dim_value") else None)
-            if size is not None:
-                d.ClearField("dim_param")
-                d.dim_value = int(size)
-    del m.graph.value_info[:]
-    for o in m.graph.output:  # let inference recompute them from the fixed inputs
-        for d in o.type.tensor_type.shape.dim:
-            if not d.HasField("dim_value"):
-                d.Clear()
-    try:
-        return onnx.shape_inference.infer_shapes(m, strict_mode=False)
-    except Exception:  # inference is an aid for onnx2tf, not a requirement
-        return m
-
-
 def _first_samples(xs: list[np.ndarray], k: int) -> list[np.ndarray]:
     """The first ``k`` samples of each input; inputs without a common sample axis stay whole."""
     from ..source import shares_samples
 
     return [np.asarray(x[:k]) for x in xs] if shares_samples(xs) else [np.asarray(x) for x in xs]
-
-
-def _fold_constant_of_shape(model):
-    """A copy of ``model`` where every ConstantOfShape with a constant shape input is an initializer,
-    or None when there is none. onnx2tf 1.28 reads a weight made by ConstantOfShape as if it were a
-    Constant node's value (its 1-element ``value`` attribute) and fails ("axes don't match array")
-    on models whose weights are made that way (e.g. the ONNX backend's "light" zoo models)."""
-    import onnx
-    from onnx import numpy_helper
-
-    consts = {i.name: i for i in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts.setdefault(n.output[0], n.attribute[0].t)
-    targets = [n for n in model.graph.node if n.op_type == "ConstantOfShape" and n.input and n.input[0] in consts]
-    if not targets:
-        return None
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    keep = []
-    for n in m.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input and n.input[0] in consts:
-            shape = [int(d) for d in numpy_helper.to_array(consts[n.input[0]]).reshape(-1)]
-            value = next((numpy_helper.to_array(a.t).reshape(-1) for a in n.attribute if a.name == "value"),
-                         np.zeros(1, np.float32))
-            m.graph.initializer.append(numpy_helper.from_array(np.full(shape, value[0], dtype=value.dtype), n.output[0]))
-        else:
-            keep.append(n)
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    return m
-
-
-def _layout_hints(model) -> tuple[object | None, list[dict]]:
-    """onnx2tf param replacements for 4-D tensors whose layout onnx2tf 1.28 cannot tell from their
-    shape, and a copy of ``model`` with names given to unnamed target nodes (None when no name was
-    needed). onnx2tf guesses whether a TF tensor is in ONNX (NCHW) or NHWC order by comparing shapes;
-    when C == H == W (a Segformer stage at 64x64: tokens (N, 256, 16) reshaped to 16x16x16) it
-    guesses wrong: a Transpose(0,3,1,2) after a Reshape to (N,H,W,C) becomes a real transpose
-    instead of a no-op, and a Reshape to (N,C,H,W) stays in ONNX order. A Conv corrects that by its
-    own error-driven search, except a Conv with explicit pads: it pads first and scores its
-    candidates on the unpadded tensor, so it keeps the wrong layout (max abs error ~2 on Segformer,
-    argmax still mostly right). The hints make such a tensor NHWC, which every consumer then reads
-    correctly: the Transpose's perm becomes identity, the Reshape's output gets a (0,2,3,1) transpose."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # inference is an aid: no shapes, no hints
-        return None, []
-    shapes: dict[str, list] = {}
-    for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        dims = v.type.tensor_type.shape.dim
-        shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-    producer = {o: n for n in model.graph.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-
-    def ambiguous(name: str) -> bool:
-        s = shapes.get(name) or []
-        return len(s) == 4 and None not in s and s[1] == s[2] == s[3] and s[1] > 1
-
-    def padded_conv(name: str) -> bool:
-        return any(c.op_type == "Conv" and c.input[0] == name and
-                   any(v for a in c.attribute if a.name == "pads" for v in a.ints) for c in consumers.get(name, []))
-
-    targets = []
-    for n in model.graph.node:
-        out = n.output[0] if n.output else ""
-        if not ambiguous(out) or not padded_conv(out):
-            continue
-        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
-        src = producer.get(n.input[0]) if n.input else None
-        if n.op_type == "Transpose" and perm == [0, 3, 1, 2] and src is not None and src.op_type == "Reshape":
-            targets.append((n, {"param_target": "attributes", "param_name": "perm", "values": [0, 1, 2, 3]}))
-        elif n.op_type == "Reshape" and len(shapes.get(n.input[0]) or []) != 4:
-            targets.append((n, {"param_target": "outputs", "param_name": out, "post_process_transpose_perm": [0, 2, 3, 1]}))
-    if not targets:
-        return None, []
-    named = None
-    if any(not n.name for n, _ in targets):
-        named = onnx.ModelProto()
-        named.CopyFrom(model)
-        taken = {n.name for n in model.graph.node}
-        for k, n in enumerate(named.graph.node):
-            if not n.name:
-                n.name = next(f"edgekit_node_{k}_{j}" for j in itertools.count() if f"edgekit_node_{k}_{j}" not in taken)
-        by_out = {n.output[0]: n.name for n in named.graph.node if n.output}
-        targets = [(by_out[n.output[0]], op) for n, op in targets]
-    else:
-        targets = [(n.name, op) for n, op in targets]
-    return named, [{"op_name": name, **op} for name, op in targets]
 
 
 # --------------------------------------------------------------------------- the hop
@@ -657,49 +670,72 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         sample = work / SAMPLE_FILE
         np.save(sample, _sample_images(list(calib.xs) if calib is not None else probe))
         src = work / "model.onnx"
-        folded = None if cfg.plain_defaults else _fold_constant_of_shape(model)
+        # what onnx2tf is given: ConstantOfShape weights folded, the input sizes fixed and the shapes
+        # re-inferred, constant shape computations folded when inference leaves tensors shapeless, node
+        # names TF accepts; plain_defaults: the file as given (with the sizes fixed when asked)
+        prepared = model if cfg.plain_defaults else (fold_constant_of_shape(model) or model)
         if shapes or (not cfg.plain_defaults and any(s.shape and s.shape[0] is None for s in art.io.inputs)):
-            onnx.save(_fixed_shapes(folded or model, shapes), str(src))
-        elif folded is not None:
-            onnx.save(folded, str(src))
-        else:
+            prepared = fixed_shapes(prepared, shapes)
+        simplified: dict | None = None
+        renamed: dict[str, str] = {}
+        if not cfg.plain_defaults:
+            if cfg.simplify and shapeless_tensors(prepared):
+                slim, simplified = simplify(prepared)
+                prepared = slim or prepared
+                simplified["applied"] = slim is not None
+            named, renamed = tf_node_names(prepared)
+            prepared = named or prepared
+        if prepared is model:
             shutil.copyfile(art.path, src)
-        kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True)
+        else:
+            onnx.save(prepared, str(src))
+        # not_use_onnxsim: onnx2tf would run an `onnxsim` executable found on PATH (three times, in a
+        # subprocess) and go on silently without one; edgekit simplifies itself, the same everywhere
+        kwargs = dict(input_onnx_file_path=str(src), output_folder_path=str(work / "tf"), non_verbose=True,
+                      not_use_onnxsim=True)
         if not cfg.plain_defaults:
             kwargs.update(copy_onnx_input_output_names_to_tflite=True, output_signaturedefs=True)
         hints: list[dict] = []
         if cfg.layout_hints and not cfg.plain_defaults:
-            named, hints = _layout_hints(onnx.load(str(src), load_external_data=False))
+            named, hints = layout_hints(onnx.load(str(src), load_external_data=False))
             if named is not None:
                 onnx.save(named, str(src))
+                prepared = named
             if hints:
                 import json
 
                 (work / "layout_hints.json").write_text(json.dumps({"format_version": 1, "operations": hints}))
                 kwargs["param_replacement_file"] = str(work / "layout_hints.json")
-        if cfg.keep_input_layout:
-            kwargs["keep_ncw_or_nchw_or_ncdhw_input_names"] = [s.name for s in art.io.inputs]
+        if cfg.keep_input_layout:  # onnx2tf asserts on a named input of another rank
+            kwargs["keep_ncw_or_nchw_or_ncdhw_input_names"] = [s.name for s in art.io.inputs
+                                                               if len(s.shape) in (3, 4, 5)]
         if cfg.pseudo_ops:
             kwargs["replace_to_pseudo_operators"] = [o.lower() for o in cfg.pseudo_ops]  # onnx2tf matches lower case
         if _RNN_OPS & set(ops) and not cfg.plain_defaults:
             kwargs["enable_rnn_unroll"] = True  # a loop over time would need TF Flex ops on the device
+        origin = "the data's shapes" if cfg.input_shapes_from == "data" else "--input-shape"
+        sizes = ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items())
+        sized = f" (input sizes from {origin}: {sizes})" if shapes else ""
+        hint = ("onnx2tf's own command-line flags are not edgekit options; edgekit's are --input-shape NAME:1,3,H,W "
+                "(other static sizes) and the route fallback (keep_input_layout, onnx2tf's defaults, litert-torch "
+                "from a .pt2); else keep the model on ONNX Runtime (--to onnx) or change that node in the model"
+                + sized)
         with _in_dir(work), quiet("onnx2tf", "tensorflow", "absl") as buf, _offline_onnx2tf(sample):
             try:
                 import onnx2tf
 
                 onnx2tf.convert(**kwargs)
             except SystemExit as exc:  # onnx2tf reports errors and calls sys.exit(1)
-                raise ConversionError(f"onnx2tf stopped: {_tail(buf.getvalue()) or exc}", hop=HOP,
-                                      hint="onnx2tf's message above names the cause (an op to change, a shape to "
-                                      "fix with --input-shape); the route fallback also tries keep_input_layout, "
-                                      "onnx2tf's own defaults and, from a .pt2, litert-torch") from None
-            except Exception as exc:  # converter internals raise anything; name the hop and its message
-                raise ConversionError(f"onnx2tf failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-                                      f" {_tail(buf.getvalue(), 3)}", hop=HOP,
-                                      hint="try keep_input_layout: true, or the litert-torch route from the .pt2") from exc
+                node = describe_node(prepared, failing_node(exc, buf.getvalue()), renamed)
+                raise ConversionError(f"onnx2tf stopped{f' at {node}' if node else ''}: "
+                                      f"{log_tail(buf.getvalue()) or f'exit status {exc.code}'}", hop=HOP,
+                                      hint=hint) from None
+            except Exception as exc:  # converter internals raise anything; name the node and the cause
+                raise ConversionError(onnx2tf_failure(exc, buf.getvalue(), prepared, renamed), hop=HOP,
+                                      hint=hint) from exc
         fp32 = work / "tf" / "model_float32.tflite"
         if not fp32.is_file():
-            raise ConversionError(f"onnx2tf wrote no .tflite ({_tail(buf.getvalue())})", hop=HOP)
+            raise ConversionError(f"onnx2tf wrote no .tflite ({log_tail(buf.getvalue())})", hop=HOP)
         try:
             onnx_ref = ort_reference_all(Path(art.path))
         except Exception as exc:  # onnxruntime's own errors (InvalidGraph, Fail...)
@@ -722,17 +758,19 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
                 raise
             except Exception as exc:  # the TFLite converter raises ConverterError and others
                 raise ConversionError(
-                    f"INT8 quantization failed: {type(exc).__name__}: {_tail(str(exc), 3)}", hop=HOP,
+                    f"INT8 quantization failed: {type(exc).__name__}: {log_tail(str(exc), 3)}", hop=HOP,
                     hint="an op without an INT8 kernel: set allow_float_fallback: true, or use "
                     "quantization: dynamic, or precision: fp16") from exc
             if cfg.quantization == "full" and cfg.allow_float_fallback:
                 precision = "mixed"
-        io = io32 if final == fp32 else _final_io(final, fp32, io32, art.io)
+        io = io32 if final == fp32 else _final_io(final, fp32, io32, art.io, probe)
         seconds = time.perf_counter() - start
         gots = run_tflite_all(final, io, probe)
         names = [s.name for s in art.io.outputs]
         metrics: dict = {**parity_metrics(compare_outputs(onnx_ref(probe), gots, "onnx", names), precision),
                          "route": "onnx2tf", "precision": cfg.label, "convert_seconds": round(seconds, 3)}
+        if simplified is not None:  # constant shape computations folded before onnx2tf (see simplify)
+            metrics["simplified"] = simplified
         if hints:  # which nodes' layout edgekit told onnx2tf (a parity failure then points at them first)
             metrics["layout_hints"] = [h["op_name"] for h in hints]
         if chain_reference_all is not None or chain_reference is not None:
@@ -756,4 +794,5 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
     return art.derive(out_path, fmt=Format.TFLITE, io=io, step=step, precision=precision)
 
 
-__all__ = ["TfliteConfig", "onnx_to_tflite", "run_tflite", "run_tflite_all", "find_layout", "HOP"]
+__all__ = ["TfliteConfig", "onnx_to_tflite", "run_tflite", "run_tflite_all", "find_layout", "HOP", "simplify",
+           "shapeless_tensors", "onnx2tf_failure", "strip_ansi"]

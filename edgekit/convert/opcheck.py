@@ -13,7 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConversionError, MissingExtraError
+import numpy as np
+
+from ..errors import ConversionError, DataError, MissingExtraError
+from ..source import onnx_dim
 
 # ONNX domains the default ONNX op set lives in; anything else is a custom op no converter knows.
 _STANDARD_DOMAINS = {"", "ai.onnx"}
@@ -101,10 +104,38 @@ def dynamic_dims(model) -> dict[str, list[int]]:
         if v.name in init:
             continue
         dims = v.type.tensor_type.shape.dim
-        bad = [ax for ax, d in enumerate(dims) if ax > 0 and not d.HasField("dim_value")]
+        bad = [ax for ax, d in enumerate(dims) if ax > 0 and onnx_dim(d) is None]
         if bad:
             out[v.name] = bad
     return out
+
+
+def sizes_from_samples(model, xs: list[np.ndarray] | None,
+                       given: dict[str, tuple[int, ...]] | None = None) -> dict[str, tuple[int, ...]]:
+    """Fixed sizes for the dynamic inputs that ``given`` does not size, read from sample inputs in the
+    model's input order (the eval or calibration data: the shapes the model is used at). The batch
+    axis becomes 1 when it is dynamic; an input whose samples' rank differs is left out (the
+    converter's own check then names it)."""
+    given = dict(given or {})
+    if not xs:
+        return given
+    init = {i.name for i in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in init]
+    dyn = dynamic_dims(model)
+    for v, x in zip(inputs, xs):
+        if v.name in given and tuple(given[v.name][1:]) != tuple(np.shape(x)[1:]):
+            raise DataError(f"input {v.name!r}: --input-shape {','.join(map(str, given[v.name]))} does not match the "
+                            f"data's samples {tuple(np.shape(x)[1:])}",
+                            hint="give --input-shape the data's sizes, or leave it out: the data's shapes fix them")
+        if v.name in given or v.name not in dyn:
+            continue
+        dims = v.type.tensor_type.shape.dim
+        shape = tuple(np.shape(x))
+        if len(shape) != len(dims):
+            continue
+        given[v.name] = tuple(onnx_dim(d) or (1 if ax == 0 else int(shape[ax]))
+                              for ax, d in enumerate(dims))
+    return given
 
 
 def require_static_shapes(model, hop: str, input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
@@ -119,4 +150,5 @@ def require_static_shapes(model, hop: str, input_shapes: dict[str, tuple[int, ..
         )
 
 
-__all__ = ["OpReport", "check_ops", "require_ops", "model_ops", "dynamic_dims", "require_static_shapes"]
+__all__ = ["OpReport", "check_ops", "require_ops", "model_ops", "dynamic_dims", "sizes_from_samples",
+           "require_static_shapes"]

@@ -124,7 +124,17 @@ def compare_outputs(refs: list[np.ndarray], gots: list[np.ndarray], reference: s
         raise ConversionError(f"{len(gots)} outputs to compare with {len(refs)} reference outputs "
                               f"({len(names)} names)", hop="parity")
     names = [n if n not in names[:i] else f"{n}#{i}" for i, n in enumerate(names)]
-    return {name: compare(r, g, reference) for name, r, g in zip(names, refs, gots)}
+    out = {}
+    for k, (name, r, g) in enumerate(zip(names, refs, gots)):
+        try:
+            out[name] = compare(r, g, reference)
+        except ConversionError as exc:  # name the output; say when another output has the reference's shape
+            shape = tuple(np.shape(r))
+            other = [j for j, o in enumerate(gots) if j != k and tuple(np.shape(o)) == shape]
+            raise ConversionError(f"output {name!r}: {exc.message.split('] ', 1)[-1]}"
+                                  + (f" (converted output #{other[0]} has that shape: the outputs were matched "
+                                     "out of order)" if other else ""), hop="parity") from exc
+    return out
 
 
 def parity_metrics(results: dict[str, ParityResult], precision: str) -> dict:

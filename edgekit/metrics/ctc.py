@@ -79,9 +79,9 @@ class _CTCMetric(Metric):
                               f"{int(seq.max())}: is the alphabet the recognizer's?)")
         if (seq == self.blank).any():
             raise MetricError(f"metric {self.name}: the labels hold the blank class {self.blank}",
-                              hint=f"labels are character classes (the blank never is one) padded with -1; "
-                              f"shift them by one (PaddleOCR: dict line i is class i + 1), or set blank to the "
-                              f"model's blank index")
+                              hint="labels are character classes (the blank never is one) padded with -1; "
+                              "shift them by one (PaddleOCR: dict line i is class i + 1), or set blank to the "
+                              "model's blank index")
 
     def pairs(self, outputs, labels) -> list[tuple[np.ndarray, np.ndarray]]:
         return list(zip(greedy_decode(outputs[0], self.blank), _sequences(labels)))

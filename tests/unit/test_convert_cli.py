@@ -1,5 +1,7 @@
 """`edgekit convert`: bad input exits 2 with the cause and the fix, and leaves nothing at --out."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -59,7 +61,9 @@ def test_unconvertible_onnx_fails_naming_op_and_node(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz", "m.onnx"]
 
 
-def test_dynamic_onnx_needs_input_shape_then_converts(cli, tmp_path):
+def test_dynamic_onnx_is_sized_by_the_data_or_by_input_shape(cli, tmp_path):
+    """A dynamic-axis ONNX model converts to (static) TFLite at the data's shapes, recorded as such;
+    without data it needs --input-shape, and says so."""
     pytest.importorskip("onnx2tf")
     import torch
     from torch import nn
@@ -69,12 +73,21 @@ def test_dynamic_onnx_needs_input_shape_then_converts(cli, tmp_path):
     onnx_path = tmp_path / "dyn.onnx"
     torch.onnx.export(m, (torch.randn(1, 3, 16, 16),), str(onnx_path), dynamo=False, input_names=["input"],
                       output_names=["y"], dynamic_axes={"input": {0: "N", 2: "H", 3: "W"}}, opset_version=17)
-    calib = tmp_path / "calib.npz"
-    np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32))
     out = tmp_path / "dyn.tflite"
-    r = cli("convert", onnx_path, "--to", "tflite", "--calib-data", calib, "--out", out)
-    assert r.exit_code == 2 and "input (axes [2, 3])" in r.stderr and "--input-shape" in r.stderr
+    r = cli("convert", onnx_path, "--to", "tflite", "--out", out)
+    assert r.exit_code == 2 and "dynamic sizes" in r.stderr and "--input-shape input:" in r.stderr
     assert not out.exists()
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 24, 20)).astype(np.float32))
+    r = cli("convert", onnx_path, "--to", "tflite", "--calib-data", calib, "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    hop = [s for s in json.loads(r.stdout)["lineage"] if s["name"] == "onnx->tflite"][-1]
+    assert hop["config"]["input_shapes"] == {"input": [1, 3, 24, 20]} and hop["config"]["input_shapes_from"] == "data"
+    out.unlink()
+    r = cli("convert", onnx_path, "--to", "tflite", "--calib-data", calib, "--out", out,
+            "--input-shape", "input:1,3,16,16")
+    assert r.exit_code == 2 and "does not match the data's samples (3, 24, 20)" in r.stderr and not out.exists()
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32))
     r = cli("convert", onnx_path, "--to", "tflite", "--calib-data", calib, "--out", out,
             "--input-shape", "input:1,3,16,16")
     assert r.exit_code == 0, r.stderr

@@ -67,11 +67,11 @@ def test_equal_chw_before_a_padded_conv_converts_within_parity(tmp_path, form):
 def test_hints_only_for_the_ambiguous_pattern(tmp_path):
     import onnx
 
-    from edgekit.convert.onnx_to_tflite import _layout_hints
+    from edgekit.convert.onnx2tf_prepare import layout_hints
 
-    named, hints = _layout_hints(onnx.load(str(_onnx(tmp_path, "reshape_permute").path)))
+    named, hints = layout_hints(onnx.load(str(_onnx(tmp_path, "reshape_permute").path)))
     assert [h["param_name"] for h in hints] == ["perm"] and hints[0]["values"] == [0, 1, 2, 3]
-    named, hints = _layout_hints(onnx.load(str(_onnx(tmp_path, "transpose_reshape").path)))
+    named, hints = layout_hints(onnx.load(str(_onnx(tmp_path, "transpose_reshape").path)))
     assert hints[0]["post_process_transpose_perm"] == [0, 2, 3, 1]
     # an ordinary CNN has no such tensor: onnx2tf gets no param file
     import torch
@@ -80,7 +80,7 @@ def test_hints_only_for_the_ambiguous_pattern(tmp_path):
     path = tmp_path / "cnn.onnx"
     torch.onnx.export(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1)).eval(),
                       (torch.randn(1, 3, 16, 16),), str(path), dynamo=False, opset_version=17)
-    assert _layout_hints(onnx.load(str(path))) == (None, [])
+    assert layout_hints(onnx.load(str(path))) == (None, [])
 
 
 @pytest.mark.slow
