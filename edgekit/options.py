@@ -26,6 +26,7 @@ class DeployOptions:
     relative_accuracy_drop: bool | None = None
     metric: str | None = None  # top1 | top5 | miou | map50 | mse ... or module:function (see edgekit.metrics)
     outputs: list[str] | None = None  # the outputs the metric reads (names or indices)
+    metric_options: dict | None = None  # the metric's options (mask_iou threshold, ctc blank...), over the recipe's
     postprocess: str | None = None  # detection: module:function turning raw outputs into boxes
     strict_stats: bool | None = None  # the accuracy check fails only on a statistically significant drop
     min_speedup: float | None = None  # fail a variant below this device-measured speed-up over the baseline
@@ -117,7 +118,7 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
 
 
 def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
-    """The recipe's metric section with --metric / --output / --postprocess on top."""
+    """The recipe's metric section with --metric / --metric-option / --output / --postprocess on top."""
     from .metrics import MetricSpec, get_metric
 
     spec = recipe.metric.model_copy() if recipe.metric is not None else MetricSpec()
@@ -125,6 +126,8 @@ def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
         spec = spec.model_copy(update={"name": opts.metric})
     if opts.outputs:
         spec = spec.model_copy(update={"outputs": list(opts.outputs)})
+    if opts.metric_options:
+        spec = spec.model_copy(update={"options": {**(spec.options or {}), **opts.metric_options}})
     if opts.postprocess is not None:
         spec = spec.model_copy(update={"postprocess": opts.postprocess})
     get_metric(spec.name, spec.options, spec.postprocess)  # an unknown name fails here, before any work

@@ -116,3 +116,23 @@ def _every_second(fn) -> Iterator[None]:
         yield
     finally:
         stop.set()
+
+
+def parse_key_values(items: list[str], option: str) -> dict:
+    """``KEY=VALUE`` words as a dict, each value read as a YAML scalar (0.5 a number, true a bool, text a
+    string); a word without '=' is a BadInputError naming the option."""
+    import yaml
+
+    from ..errors import BadInputError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInputError(f"{option} {item!r} is not KEY=VALUE", hint=f"e.g. {option} threshold=0.5")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+

@@ -44,7 +44,8 @@ def deploy_cmd(
     arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
     x_key: str = typer.Option("x", "--x-key", rich_help_panel=PANEL_DATA, help="Array name(s) of the inputs in the .npz files, comma-separated in the model's input order (arrays named like the model's inputs need none)."),
     y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA, help="Array name of the labels in the eval .npz."),
-    metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, mask_iou, mask_f1, ctc_accuracy, ctc_char_accuracy, frame_accuracy (options: the recipe's metric: section), or a user metric module:function / file.py:function."),
+    metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="top1 (default), top5, pixel_accuracy, miou, map50, map50_95, mse, mae, psnr, snr, cosine, multilabel_f1, mask_iou, mask_f1, ctc_accuracy, ctc_char_accuracy, frame_accuracy (options: --metric-option or the recipe's metric: section), or a user metric module:function / file.py:function."),
+    metric_option: list[str] = typer.Option([], "--metric-option", rich_help_panel=PANEL_DATA, help="A metric option as KEY=VALUE (repeat), over the recipe's metric: options, e.g. threshold=0.5 (mask_iou), blank=0 (ctc_accuracy)."),
     output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
     postprocess: Optional[str] = typer.Option(None, "--postprocess", rich_help_panel=PANEL_DATA, help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
     eval_samples: Optional[int] = typer.Option(None, "--eval-samples", rich_help_panel=PANEL_DATA, help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
@@ -90,6 +91,7 @@ def deploy_cmd(
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the report JSON on stdout instead of the summary."),
 ):
     from ..pipeline import DeployOptions, deploy
+    from .common import parse_key_values
     from .report import print_summary
 
     opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
@@ -99,6 +101,7 @@ def deploy_cmd(
     opts.metric, opts.postprocess, opts.strict_stats = metric, postprocess, strict_stats or None
     opts.eval_samples, opts.min_speedup = eval_samples, min_speedup
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
+    opts.metric_options = parse_key_values(metric_option, "--metric-option") or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.train_data, opts.use_cache = train_data, not no_cache
     opts.energy_command, opts.profile = energy_command, profile

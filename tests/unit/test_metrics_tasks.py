@@ -222,3 +222,19 @@ def test_metric_options_from_a_recipe_reach_the_eval_plan(tmp_path):
     bad = load_npz(tmp_path / "bad.npz", x_key="x", y_key="y", require_labels=False, role="eval")
     with pytest.raises(MetricError, match="divide them by 255"):
         eval_plan(spec, src, bad)
+    # --metric-option on the command line wins over the recipe's (as `edgekit deploy --metric-option` sets it)
+    from edgekit.cli.common import parse_key_values
+
+    opts = DeployOptions(metric_options=parse_key_values(["threshold=0.3"], "--metric-option"))
+    spec = resolve_metric_spec(load_recipe(tmp_path / "recipe.yaml"), opts)
+    assert spec.options == {"threshold": 0.3} and eval_plan(spec, src, ds).score(plan.reference).value != s.value
+
+
+def test_metric_option_words_are_checked():
+    from edgekit.cli.common import parse_key_values
+    from edgekit.errors import BadInputError
+
+    assert parse_key_values(["threshold=0.5", "activation=sigmoid", "blank=0"], "--metric-option") == \
+        {"threshold": 0.5, "activation": "sigmoid", "blank": 0}
+    with pytest.raises(BadInputError, match="is not KEY=VALUE"):
+        parse_key_values(["threshold"], "--metric-option")
