@@ -82,7 +82,7 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
 
     return {"inputs": [entry(s, src, "input") for s, src in zip(art.io.inputs, source_io.inputs)],
             "outputs": [entry(s, src, "output") for s, src in zip(art.io.outputs, source_io.outputs)],
-            "batch": _batch(art, fixed)}
+            "batch": _batch(art, source_io, fixed)}
 
 
 def _fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
@@ -94,11 +94,13 @@ def _fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
     return {}
 
 
-def _batch(art: Artifact, fixed: dict) -> int | None:
-    """The batch the file takes (None: any); a file with a static batch is fed that many samples a call."""
+def _batch(art: Artifact, source_io: IOSpec, fixed: dict) -> int | None:
+    """The batch the file takes (None: any); a file with a static batch is fed that many samples a call.
+    ``fixed`` is keyed by the source's input names (the file's may differ: 'serving_default_x:0')."""
     from .source import model_batch
 
-    return model_batch([fixed[s.name][0] if s.name in fixed else s.shape for s in art.io.inputs])
+    return model_batch([fixed[src.name][0] if src.name in fixed else s.shape
+                        for s, src in zip(art.io.inputs, source_io.inputs)])
 
 
 def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
