@@ -1794,7 +1794,7 @@ def _prepare(np, x, spec):
         info = np.iinfo(dtype)
         q = np.round(x / spec["scale"] + spec.get("zero_point", 0))
         x = np.clip(q, info.min, info.max)
-    return np.ascontiguousarray(x.astype(dtype, copy=False))
+    return np.asarray(x.astype(dtype, copy=False), order="C")  # a 0-d constant stays 0-d
 
 
 def _restore_output(np, y, spec):
@@ -1852,6 +1852,103 @@ def synthetic_inputs(np, input_specs):
         else:
             xs.append(rng.integers(0, 2, size=shape).astype(dt))
     return xs
+
+
+# --------------------------------------------------------------------------- streaming inputs
+# The request's ``stream`` (edgekit/stateful.py on the host): constant inputs fed unchanged with every
+# run, and state inputs that start as zeros and take the named output after each run; the eval pass of
+# a stateful model runs one sample at a time in eval-sample order, carrying the state.
+def stream_plan(np, req, in_specs, out_specs):
+    """The request's stream resolved to positions: {"n", "constants": {input: array}, "state": [(output,
+    input, shape)], "data": [inputs the eval data feeds]}; None without one."""
+    st = req.get("stream")
+    if not st:
+        return None
+    ins, outs = [s.get("name") for s in in_specs], [s.get("name") for s in out_specs]
+
+    def pos(names, name, what):
+        if name not in names:
+            raise AgentFailure("bad_request", f"stream {what} {name!r} is not one of the model's {what}s {names}",
+                               EXIT_BAD_REQUEST)
+        return names.index(name)
+
+    consts = {}
+    for name, c in (st.get("constants") or {}).items():
+        try:
+            consts[pos(ins, name, "input")] = np.asarray(c["values"], dtype=np.dtype(c["dtype"])).reshape(c["shape"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AgentFailure("bad_request", f"stream constant {name!r}: {exc}", EXIT_BAD_REQUEST) from exc
+    try:
+        links = [(pos(outs, s["output"], "output"), pos(ins, s["input"], "input"), tuple(int(d) for d in s["shape"]))
+                 for s in st.get("state") or []]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AgentFailure("bad_request", f"stream state {st.get('state')!r}: {exc}", EXIT_BAD_REQUEST) from exc
+    fed = set(consts) | {i for _, i, _ in links}
+    return {"n": len(in_specs), "constants": consts, "state": links,
+            "data": [k for k in range(len(in_specs)) if k not in fed]}
+
+
+def data_specs(plan, in_specs):
+    """The specs of the inputs the eval data feeds (all of them without a stream)."""
+    return list(in_specs) if plan is None else [in_specs[k] for k in plan["data"]]
+
+
+def zero_state(np, plan, in_specs):
+    if plan is None:
+        return {}
+    return {i: np.zeros(shape, np.dtype(in_specs[i].get("source_dtype") or in_specs[i]["dtype"]))
+            for _, i, shape in plan["state"]}
+
+
+def assemble(plan, data, state):
+    """Every input in the model's order: the data's arrays, the constants, the current state."""
+    if plan is None:
+        return list(data)
+    it = iter(data)
+    return [plan["constants"][k] if k in plan["constants"] else state[k] if k in state else next(it)
+            for k in range(plan["n"])]
+
+
+def next_state(np, plan, outs, state, out_specs):
+    new = {}
+    for o, i, shape in plan["state"]:
+        y = np.asarray(outs[o])
+        if tuple(y.shape) != tuple(shape):
+            name = out_specs[o].get("name") if o < len(out_specs) else o
+            raise AgentFailure("inference_failed", f"state output {name!r} has shape {list(y.shape)}; the state "
+                               f"input it feeds takes {list(shape)}", EXIT_RUNTIME)
+        new[i] = y.astype(state[i].dtype, copy=False)
+    return new
+
+
+def join_samples(np, parts):
+    """Per-sample outputs joined on the batch axis where each has one (a first axis of 1), else stacked on
+    a new first axis (the same rule as the host's edgekit/stateful.py ``join_samples``)."""
+    if all(p.ndim and p.shape[0] == 1 for p in parts):
+        return np.concatenate(parts, axis=0)
+    return np.stack(parts)
+
+
+def stream_outputs(np, runner, shards, in_specs, out_specs, plan):
+    """Every output of a stateful model on the eval set: one sample at a time, in order (shard after
+    shard), each run fed the state the run before returned (zeros before the first)."""
+    state = zero_state(np, plan, in_specs)
+    parts = None
+    try:
+        for xs in shards:
+            for i in range(len(xs[0])):
+                feed = assemble(plan, [np.asarray(x[i:i + 1]) for x in xs], state)
+                res = runner.run([_prepare(np, c, s) for c, s in zip(feed, in_specs)])
+                res = [_restore_output(np, o, out_specs[k] if k < len(out_specs) else None) for k, o in enumerate(res)]
+                state = next_state(np, plan, res, state, out_specs)
+                parts = parts or [[] for _ in res]
+                for k, o in enumerate(res):
+                    parts[k].append(o)
+    except AgentFailure:
+        raise
+    except Exception as exc:
+        raise AgentFailure("inference_failed", f"{runner.name} failed on the eval set: {exc}", EXIT_RUNTIME) from exc
+    return [join_samples(np, p) for p in parts or []]
 
 
 # --------------------------------------------------------------------------- measurement loop
@@ -2037,13 +2134,25 @@ def measure_with_energy(run_once, req, root="/"):
 
 
 # --------------------------------------------------------------------------- eval pass
-def _batch_size(runner, ev):
+def _batch_size(runner, ev, plan=None):
     """How samples are fed: a model with a fixed batch N gets chunks of exactly N (the last one
-    padded, the padding's outputs dropped); a dynamic batch gets chunks of ``batch_size``."""
-    static = runner.static_batch()
+    padded, the padding's outputs dropped); a dynamic batch gets chunks of ``batch_size``. A stateful
+    model (a stream with state) gets one sample at a time; with constants only, the batch is read off
+    the inputs the data feeds (a constant's first axis is no batch)."""
+    if plan is not None and plan["state"]:
+        return {"static": None, "eval": 1, "timed": 1}
+    static = runner.static_batch() if plan is None else _data_batch(runner, plan)
     if static:
         return {"static": static, "eval": static, "timed": static}
     return {"static": None, "eval": int((ev or {}).get("batch_size", 64)), "timed": 1}
+
+
+def _data_batch(runner, plan):
+    shapes = getattr(runner, "input_shapes", None)
+    if shapes is None:
+        return runner.static_batch()
+    firsts = [shapes[k][0] for k in plan["data"] if k < len(shapes) and shapes[k]]
+    return next((d for d in firsts if isinstance(d, int) and d > 0), None)
 
 
 def _pad(np, x, size):
@@ -2053,8 +2162,9 @@ def _pad(np, x, size):
     return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)], axis=0)
 
 
-def eval_outputs(np, runner, shards, in_specs, out_specs, bs, static):
-    """Every output of the model on the whole eval set (shard by shard), in the user's layout."""
+def eval_outputs(np, runner, shards, in_specs, out_specs, bs, static, plan=None):
+    """Every output of the model on the whole eval set (shard by shard), in the user's layout (a
+    stream's constants fed beside each chunk)."""
     per_output = None
     chunks = ((xs, i) for xs in shards for i in range(0, len(xs[0]), bs))
     try:
@@ -2063,7 +2173,7 @@ def eval_outputs(np, runner, shards, in_specs, out_specs, bs, static):
             got = len(chunk[0])
             if static:
                 chunk = [_pad(np, c, static) for c in chunk]
-            res = runner.run([_prepare(np, c, s) for c, s in zip(chunk, in_specs)])
+            res = runner.run([_prepare(np, c, s) for c, s in zip(assemble(plan, chunk, {}), in_specs)])
             res = [_restore_output(np, o, out_specs[k] if k < len(out_specs) else None) for k, o in enumerate(res)]
             if per_output is None:
                 per_output = [[] for _ in res]
@@ -2100,15 +2210,17 @@ def measure(req):
     rss1, _, _ = memory_mb()
 
     ev = req.get("eval")
-    batch = _batch_size(runner, ev)
+    plan = stream_plan(np, req, in_specs, out_specs)  # constant and state inputs, or None
+    batch = _batch_size(runner, ev, plan)
     if ev:
-        xs = load_eval(np, ev, in_specs)
+        xs = load_eval(np, ev, data_specs(plan, in_specs))
         n = sum(len(sh[0]) for sh in xs)
         sample = [_pad(np, np.asarray(x[0:batch["timed"]]), batch["timed"]) for x in xs[0]]
     else:
         xs, n = None, 0
-        sample = synthetic_inputs(np, in_specs)
-    feeds = [_prepare(np, x, s) for x, s in zip(sample, in_specs)]
+        sample = synthetic_inputs(np, data_specs(plan, in_specs))
+    # the timed runs: one chunk, with the constants and a zero state
+    feeds = [_prepare(np, x, s) for x, s in zip(assemble(plan, sample, zero_state(np, plan, in_specs)), in_specs)]
 
     root = req.get("sysfs_root") or (req.get("energy") or {}).get("sysfs_root") or "/"
 
@@ -2144,7 +2256,10 @@ def measure(req):
     eval_s = None
     if xs is not None:
         t_eval = time.perf_counter()
-        outs = eval_outputs(np, runner, xs, in_specs, out_specs, batch["eval"], batch["static"])
+        if plan is not None and plan["state"]:
+            outs = stream_outputs(np, runner, xs, in_specs, out_specs, plan)
+        else:
+            outs = eval_outputs(np, runner, xs, in_specs, out_specs, batch["eval"], batch["static"], plan)
         eval_s = time.perf_counter() - t_eval  # the eval pass alone: what a sharded fleet divides
         if outputs_path:
             os.makedirs(os.path.dirname(outputs_path) or ".", exist_ok=True)
@@ -2178,7 +2293,9 @@ def measure(req):
         "energy": energy,
         "warnings": warnings,
         "eval": {"samples": n, "batch_size": batch["eval"], "static_batch": batch["static"],
-                 "seconds": round(eval_s, 4) if eval_s is not None else None} if xs is not None else None,
+                 "seconds": round(eval_s, 4) if eval_s is not None else None,
+                 **({"stateful": True, "order": "one sample at a time, state carried"}
+                    if plan is not None and plan["state"] else {})} if xs is not None else None,
         "outputs_path": outputs_path if xs is not None else None,
         **({"op_profile": op_profile} if op_profile is not None else {}),
     }
@@ -2204,7 +2321,9 @@ def measure_ab(req):
         raise AgentFailure("bad_request", f"unknown runtime {runtime!r}; known: {sorted(RUNNERS)}", EXIT_BAD_REQUEST)
     runners = {"a": RUNNERS[runtime].open(req["model"], req), "b": RUNNERS[runtime].open(ab["model"], req_b)}
     in_specs = req["inputs"]
-    feeds = [_prepare(np, x, s) for x, s in zip(synthetic_inputs(np, in_specs), in_specs)]
+    plan = stream_plan(np, req, in_specs, req.get("outputs") or [])  # constants, and a zero state
+    sample = assemble(plan, synthetic_inputs(np, data_specs(plan, in_specs)), zero_state(np, plan, in_specs))
+    feeds = [_prepare(np, x, s) for x, s in zip(sample, in_specs)]
     try:
         for r in runners.values():
             warmup_runs(lambda r=r: r.run(feeds), req)

@@ -12,6 +12,7 @@ half-written entry that a later run would trust.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -111,6 +112,10 @@ def data_fingerprint(ctx: PassContext) -> dict[str, str | None]:
     def fp(ds) -> str | None:
         if ds is None:
             return None
+        stream = getattr(ds, "stream", None)
+        if stream is not None:  # constants and state mapping change what calibration feeds: part of the key
+            inner = fp(dataclasses.replace(ds, stream=None))
+            return hashlib.sha256(f"{inner}:stream={stream.fingerprint()}".encode()).hexdigest()
         if ds.sample is None and ds.path.is_file():
             if list(ds.x_keys) == ["x"]:
                 return _hash_path(ds.path)  # the common case, and the key earlier versions wrote

@@ -13,11 +13,13 @@ import re
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .artifact import IOSpec
 from .errors import DataError
+from .stateful import missing_inputs_hint
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,11 @@ class Dataset:
     sample: dict | None = None  # set by take_subset(): {"n", "of", "seed", "stratified"}
     # a folder of .npy shards: per shard, array name -> file (sent to the device as they are)
     shards: tuple[dict[str, Path], ...] | None = None
+    # 0-d arrays of the file, by name: constant inputs when named like a model input (edgekit/stateful.py)
+    constants: dict[str, np.ndarray] | None = None
+    # how the model's other inputs are fed besides these arrays (constants, carried state): a
+    # stateful.Stream, set by prepare_run once the model is known; None: the data feeds every input
+    stream: Any = None
 
     @property
     def n(self) -> int:
@@ -66,9 +73,10 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] | None = "x", y_k
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise DataError(f"{role} data {p} is not a readable .npz file ({exc})",
                         hint="write it with numpy.savez(path, x=inputs, y=labels)") from exc
+    constants = _scalars(npz, [f for f in files if f != y_key and f not in (x_keys or ())])
     by_name = x_keys in (("x",), None) and "x" not in files
-    if by_name:  # arrays named like the model's inputs
-        x_keys = tuple(f for f in files if f != y_key)
+    if by_name:  # arrays named like the model's inputs (0-d ones are constants: see Dataset.constants)
+        x_keys = tuple(f for f in files if f != y_key and f not in constants)
         if not x_keys:
             raise DataError(f"{role} data {p} holds no input arrays (it has {files})",
                             hint="save the inputs as x=..., or under the model's input names")
@@ -86,6 +94,11 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] | None = "x", y_k
         xs = tuple(np.asarray(npz[k]) for k in x_keys)
     except ValueError as exc:  # object arrays need pickle: refused
         raise DataError(f"{role} data {p}: {exc}", hint="store plain numeric arrays (no Python objects)") from exc
+    scalar = next((k for k, x in zip(x_keys, xs) if x.ndim == 0), None)
+    if scalar is not None:
+        raise DataError(f"{role} data {p}: array {scalar!r} is a scalar (0-d), not one array per sample",
+                        hint=f"a constant input is fed with every sample: leave it out of --x-key (a 0-d array named "
+                        f"like the input is read as one), or pass --const {scalar}=VALUE")
     n = len(xs[0]) if xs[0].ndim else 0
     if n == 0:
         raise DataError(f"{role} data {p}: array {x_keys[0]!r} holds no samples (shape {xs[0].shape})")
@@ -97,7 +110,23 @@ def load_npz(path: str | Path, *, x_key: str | tuple[str, ...] | None = "x", y_k
                             f"got {y.dtype} {y.shape}", hint="store class indices, e.g. y.astype('int64'), or targets")
         if len(y) != n:
             raise DataError(f"{role} data {p}: {len(y)} labels for {n} samples (labels are batch-first like the inputs)")
-    return Dataset(p.resolve(), xs, y, x_keys, y_key if y is not None else None, by_name)
+    return Dataset(p.resolve(), xs, y, x_keys, y_key if y is not None else None, by_name, constants=constants)
+
+
+def _scalars(npz, keys: list[str]) -> dict[str, np.ndarray]:
+    """The 0-d arrays among ``keys`` (read from each array's header, so a large array is never loaded here)."""
+    out = {}
+    for k in keys:
+        try:
+            with npz.zip.open(f"{k}.npy") as fh:
+                version = np.lib.format.read_magic(fh)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape = read(fh)[0]
+        except (OSError, ValueError, KeyError):
+            continue
+        if shape == ():
+            out[k] = np.asarray(npz[k])
+    return out
 
 
 _SHARD = re.compile(r"^(?P<key>.+?)(?:\.(?P<idx>\d+))?\.npy$")
@@ -172,19 +201,27 @@ def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
         raise DataError(f"{role} data {ds.path.name} has no array named 'x', and its arrays {list(ds.x_keys)} are not "
                         f"named like the model's inputs {names}",
                         hint=f"pass --x-key with the data's array name(s) in the model's input order, e.g. --x-key {keys}")
+    if len(ds.xs) < len(names):  # the inputs the data lacks may be a streaming model's state or constants
+        missing = [n for n in names if n not in by_key] if set(names) & set(by_key) else names[len(ds.xs):]
+        raise DataError(f"{role} data {ds.path.name} holds no array for model input(s) {missing} (its arrays "
+                        f"{list(ds.x_keys)}; the model takes {names})", hint=missing_inputs_hint(io, missing))
     raise DataError(f"{role} data {ds.path.name}: arrays {list(ds.x_keys)} do not match the model's inputs "
                     f"{names} ({len(ds.xs)} array(s) for {len(names)} input(s))",
                     hint=f"name the arrays like the inputs, or pass --x-key {','.join(names) if len(names) > 1 else 'NAME'} "
                     "with the data's array names in the model's input order")
 
 
-def take_subset(ds: Dataset, n: int | None, seed: int = 0) -> Dataset:
+def take_subset(ds: Dataset, n: int | None, seed: int = 0, *, contiguous: bool = False) -> Dataset:
     """A fixed, seeded subset of ``n`` samples (``--eval-samples``), stratified by class when the
-    labels are class indices (N,), so a small subset keeps the class mix. Indices stay in file order."""
+    labels are class indices (N,), so a small subset keeps the class mix. Indices stay in file order.
+    ``contiguous``: the first ``n`` samples (a stateful model's stream must stay unbroken)."""
     if n is None or n >= ds.n:
         return ds
     if n < 1:
         raise DataError(f"--eval-samples {n}: take at least one sample")
+    if contiguous:
+        return replace(ds, xs=tuple(x[:n] for x in ds.xs), y=None if ds.y is None else ds.y[:n],
+                       sample={"n": int(n), "of": int(ds.n), "seed": None, "stratified": False, "contiguous": True})
     rng = np.random.default_rng(seed)
     y = ds.y
     stratified = y is not None and y.ndim == 1 and y.dtype.kind in "iu" and len(np.unique(y)) <= max(2, n // 2)

@@ -154,6 +154,7 @@ class DeviceSession:
         self._remotes: dict[Path, str] = {}
         self._eval_bundle = None
         self._eval_keys: tuple[str, ...] = ()
+        self._stream = None
 
     # --- lifetime --------------------------------------------------------------------------------
     def __enter__(self) -> "DeviceSession":
@@ -218,6 +219,7 @@ class DeviceSession:
 
         self._eval_bundle = eval_bundle(ds, art_dir)
         self._eval_keys = ds.x_keys
+        self._stream = ds.stream  # constant/state inputs (edgekit/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
     def deliver(self, artifacts) -> None:
@@ -254,7 +256,7 @@ class DeviceSession:
             measure=settings.measure, eval_remote=self._eval_remote() if with_eval else None, x_keys=self._eval_keys,
             outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
             energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options,
-            runtime_options=settings.runtime_options)
+            runtime_options=settings.runtime_options, stream=self._stream)
 
     def run(self, req: AgentRequest, settings: RunSettings) -> AgentResult | MeasureFailure:
         """One agent run (or its cached result). A variant's own failure is returned; a broken

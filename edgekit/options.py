@@ -66,6 +66,12 @@ class DeployOptions:
     # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
     benchmark_binary: str | Path | None = None
     eval_samples: int | None = None  # score a fixed, seeded, stratified subset of the eval set (recorded)
+    # streaming/stateful models (edgekit/stateful.py): model inputs fed besides the eval data, on the host and
+    # the device. constants: input name -> value (--const NAME=VALUE), fed unchanged with every sample;
+    # state: (output, input) pairs (--state OUT:IN): the input starts as zeros and takes the output after
+    # each sample, the samples run one at a time in the data's order (batch 1)
+    constants: dict | None = None
+    state: list[tuple[str, str]] | None = None
     # per-op profile of EVERY variant on the device (edgekit/measure/profile.py); without it deploy profiles
     # the baseline and the variants slower than it, a search the baseline and its selection
     profile: bool = False

@@ -5,18 +5,20 @@ output folder, the data, the previous report, the model, the metric plan and the
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from .artifact import Artifact
 from .data import Dataset, check_fits, load_npz, take_subset
+from .errors import BadInputError
 from .formats import Format
 from .fsutil import ensure_writable_dir
 from .options import DeployOptions, check_release_options, resolve_gate, resolve_measure, resolve_metric_spec
 from .recipe import GateConfig, Recipe
 from .report.model import Report
 from .source import Source, load_source
+from .stateful import recorded, resolve_stream
 from .targets import MeasureDefaults, TargetSpec, load_target
 
 Progress = Callable[[str], None]
@@ -77,7 +79,7 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
     metric_spec = resolve_metric_spec(recipe, opts)
     out_dir = ensure_writable_dir(out)
     eval_ds = take_subset(load_npz(eval_data, x_key=x_key, y_key=y_key, require_labels=False, role="eval"),
-                          opts.eval_samples)
+                          opts.eval_samples, contiguous=bool(opts.state))  # a stream stays unbroken
     previous = Report.load(opts.baseline_report) if opts.baseline_report is not None else None
     calib_ds = load_npz(calib_data, x_key=x_key, y_key=None, require_labels=False, role="calib") if calib_data else None
     train_path = opts.train_data or recipe.train_data
@@ -89,9 +91,11 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
 
     progress("loading the model")
     source = load_source(model, example_inputs=example_inputs, arch=arch, workdir=art_dir)
-    eval_ds = check_fits(eval_ds, source.artifact.io, "eval")
-    calib_ds = check_fits(calib_ds, source.artifact.io, "calib") if calib_ds is not None else None
-    train_ds = check_fits(train_ds, source.artifact.io, "train") if train_ds is not None else None
+    stream = _stream(source, opts, eval_ds, progress)
+    io = stream.data_io(source.artifact.io) if stream is not None else source.artifact.io
+    eval_ds = _fed(check_fits(eval_ds, io, "eval"), stream)
+    calib_ds = _fed(check_fits(calib_ds, io, "calib"), stream) if calib_ds is not None else None
+    train_ds = _fed(check_fits(train_ds, io, "train"), stream) if train_ds is not None else None
     from .metrics.evaluate import eval_plan
 
     progress("computing reference outputs (and checking the metric fits them)")
@@ -104,6 +108,30 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
                        art_dir=art_dir, eval_ds=eval_ds, calib_ds=calib_ds, train_ds=train_ds, previous=previous,
                        previous_path=Path(opts.baseline_report) if opts.baseline_report is not None else None,
                        source=source, plan=plan, fp32=fp32, cache=cache, started=started, arch=arch)
+
+
+def _stream(source: Source, opts: DeployOptions, eval_ds: Dataset, progress: Progress):
+    """The model's constant and state inputs (``--const``/``--state``, 0-d arrays of the eval data named
+    like an input), checked against the model; recorded in the source's lineage (every variant inherits
+    it: ship.json's interface reads it). None when the data feeds every input."""
+    stream = resolve_stream(source.artifact.io, opts.constants, opts.state, eval_ds.constants)
+    if stream is None:
+        return None
+    if source.artifact.format == Format.TORCH:
+        raise BadInputError("--const/--state take an ONNX model here (the PyTorch export runs batch-first inputs only)",
+                            hint="export the model to ONNX (torch.onnx.export) and deploy the .onnx")
+    if stream.stateful and opts.shard_eval:
+        raise BadInputError("--shard-eval splits the eval stream between units, and --state carries it sample to "
+                            "sample: they do not go together", hint="drop --shard-eval (every unit scores all of it)")
+    if stream.stateful:
+        links = ", ".join(f"{s.output} -> {s.input}" for s in stream.state)
+        progress(f"a stateful model: eval samples run one at a time in order (batch 1), state carried {links}")
+    source.artifact = recorded(source.artifact, stream)
+    return stream
+
+
+def _fed(ds: Dataset, stream) -> Dataset:
+    return replace(ds, stream=stream) if stream is not None else ds
 
 
 def _fp32_onnx(source: Source, eval_ds: Dataset, art_dir: Path, cache, progress: Progress) -> Artifact:

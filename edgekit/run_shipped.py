@@ -4,7 +4,8 @@
 Everything comes from the ship contract (``ship.json``'s ``interface``, ``runtime.json``'s runtime,
 threads and options); the file is fed through the device agent's own runner, exactly as it was
 measured: inputs by the source model's names, transposed to the file's layout, quantized where its
-inputs are integer, in chunks of its static batch; outputs brought back to the source model's names
+inputs are integer, in chunks of its static batch (a streaming model: its constants beside, its state
+carried from zeros one sample a call, in order); outputs brought back to the source model's names
 and layout. A file whose runtime does not run on this host (Core ML) is refused naming where it runs.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 from .artifact import Artifact, IOSpec, TensorSpec
 from .errors import BadInputError, DataError, ModelLoadError
 from .formats import Format
+from .stateful import from_interface
 
 
 def _read_json(path: Path) -> dict:
@@ -63,8 +65,10 @@ def shipped_model(ship_dir: str | Path) -> tuple[Artifact, IOSpec, dict]:
     return art, source_io, rt
 
 
-def _feed(inputs: Mapping[str, np.ndarray] | str | Path, source_io: IOSpec) -> dict[str, np.ndarray]:
-    """Input arrays by the source model's input names (a single-input model also takes one unnamed array)."""
+def _feed(inputs: Mapping[str, np.ndarray] | str | Path, source_io: IOSpec,
+          fed: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+    """Input arrays by the source model's input names (a single-input model also takes one unnamed array);
+    ``fed``: the constant and state inputs ship.json feeds itself (not taken from ``inputs``)."""
     if isinstance(inputs, (str, Path)):
         try:
             with np.load(inputs, allow_pickle=False) as z:
@@ -72,7 +76,12 @@ def _feed(inputs: Mapping[str, np.ndarray] | str | Path, source_io: IOSpec) -> d
         except (OSError, ValueError) as exc:
             raise DataError(f"{inputs} is not a readable .npz ({exc})", hint="np.savez(path, NAME=array) with "
                             "the model's input names") from None
-    names = [s.name for s in source_io.inputs]
+    given = sorted(fed & set(inputs))
+    if given:
+        raise DataError(f"input(s) {given} are fed from ship.json's interface (a constant, or a state carried from "
+                        "zeros, one sample a call in order), not from the inputs",
+                        hint="leave them out; to change a constant, deploy again with another --const")
+    names = [s.name for s in source_io.inputs if s.name not in fed]
     if len(names) == 1 and names[0] not in inputs and len(inputs) == 1:
         return {names[0]: np.asarray(next(iter(inputs.values())))}
     missing = [n for n in names if n not in inputs]
@@ -100,7 +109,8 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
                             f"{runtime}, which edgekit's agent does not run on this host",
                             hint="run it on the device it was measured on (its ship.json names the target)")
     art, source_io, rt = shipped_model(ship_dir)
-    feed = _feed(inputs, source_io)
+    stream = from_interface(_read_json(Path(ship_dir) / "ship.json")["interface"], source_io)
+    feed = _feed(inputs, source_io, stream.fed if stream is not None else frozenset())
     with tempfile.TemporaryDirectory(prefix=".edgekit-run-") as tmp:
         x_path, y_path = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
         np.savez(x_path, **feed)
@@ -108,7 +118,7 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
                             source_io=source_io,
                             measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0, threads=threads or rt.get("threads") or 1),
                             eval_remote=str(x_path), x_keys=list(feed), outputs_remote=str(y_path), runtime=runtime,
-                            runtime_options=rt.get("options") or None)
+                            runtime_options=rt.get("options") or None, stream=stream)
         try:
             agent.measure(req.wire())
         except agent.AgentFailure as exc:

@@ -21,6 +21,7 @@ from .artifact import Artifact, IOSpec
 from .formats import load_named, spec_for_runtime
 from .fsutil import atomic_path, atomic_write_text
 from .report.model import VariantResult
+from .stateful import of_artifact
 
 SHIP_SCHEMA = 2  # 2: ``interface`` (names, shapes, layouts, transposes, source names)
 
@@ -68,8 +69,14 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
     """How to call the file: per input and output, its name in the file and in the source model, the
     shape and dtype the source takes/gives (None: a dynamic axis), the static shape the file was
     converted at (in the source's layout), and the transpose that takes the source's layout to the
-    file's (feed ``np.transpose(x, transpose)``; an output is brought back with the inverse)."""
+    file's (feed ``np.transpose(x, transpose)``; an output is brought back with the inverse). A streaming
+    model's constant inputs (``constants``: fed unchanged with every call) and state (``state``: the input
+    starts as zeros of ``shape`` and takes the named output after each call, one sample a call, in order)
+    come from the run's --const/--state, recorded in the lineage (edgekit/stateful.py)."""
     fixed = _fixed_shapes(art)
+    stream = of_artifact(art) or {}
+    roles = {**{k: "constant" for k in stream.get("constants") or {}},
+             **{s["input"]: "state" for s in stream.get("state") or []}}
 
     def entry(spec, src, kind: str) -> dict:
         d = {"name": spec.name, "source_name": src.name, "dtype": spec.dtype, "source_dtype": src.dtype,
@@ -78,11 +85,18 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
             d["static_shape"], d["static_shape_from"] = fixed[src.name]
         if spec.scale is not None:
             d["quantization"] = {"scale": spec.scale, "zero_point": spec.zero_point}
+        if kind == "input" and src.name in roles:
+            d["role"] = roles[src.name]
         return d
 
-    return {"inputs": [entry(s, src, "input") for s, src in zip(art.io.inputs, source_io.inputs)],
+    face = {"inputs": [entry(s, src, "input") for s, src in zip(art.io.inputs, source_io.inputs)],
             "outputs": [entry(s, src, "output") for s, src in zip(art.io.outputs, source_io.outputs)],
-            "batch": _batch(art, source_io, fixed)}
+            "batch": _batch(art, source_io, fixed, set(roles))}
+    if stream:
+        face.update(constants=stream["constants"], state=stream["state"],
+                    batch=1 if stream["state"] else face["batch"],
+                    **({"order": stream["order"]} if stream.get("order") else {}))
+    return face
 
 
 def _fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
@@ -94,13 +108,14 @@ def _fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
     return {}
 
 
-def _batch(art: Artifact, source_io: IOSpec, fixed: dict) -> int | None:
+def _batch(art: Artifact, source_io: IOSpec, fixed: dict, fed: set[str] = frozenset()) -> int | None:
     """The batch the file takes (None: any); a file with a static batch is fed that many samples a call.
-    ``fixed`` is keyed by the source's input names (the file's may differ: 'serving_default_x:0')."""
+    ``fixed`` is keyed by the source's input names (the file's may differ: 'serving_default_x:0');
+    ``fed``: constant and state inputs, whose first axis is no batch."""
     from .source import model_batch
 
     return model_batch([fixed[src.name][0] if src.name in fixed else s.shape
-                        for s, src in zip(art.io.inputs, source_io.inputs)])
+                        for s, src in zip(art.io.inputs, source_io.inputs) if src.name not in fed])
 
 
 def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:

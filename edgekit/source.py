@@ -30,6 +30,9 @@ class Source:
     program: Any = None  # torch.export.ExportedProgram when the source is PyTorch
     # every output, in the model's order: float outputs as float32, integer/bool outputs keep their dtype
     reference_all: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+    # one run on a whole feed (every model input, in order) -> every output: what a stateful model's
+    # reference runs sample by sample (edgekit/stateful.py); None when the source cannot give it
+    run_once: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
 
     def __post_init__(self):
         if self.reference_all is None:  # a Source built by hand with only the first output
@@ -122,19 +125,18 @@ def _io_from_program(ep) -> IOSpec:
     return IOSpec(inputs=tuple(inputs), outputs=tuple(outputs))
 
 
-def _program_reference_all(ep, io: IOSpec) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+def _program_once(ep) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     import torch
 
     module = ep.module()
-    batch = model_batch([s.shape for s in io.inputs])
 
     def once(feed: list[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
-            out = module(*[torch.from_numpy(np.ascontiguousarray(x)) for x in feed])
+            out = module(*[torch.from_numpy(np.asarray(x, order="C")) for x in feed])
         outs = out if isinstance(out, (tuple, list)) else [out]
         return [_as_output(o.detach().numpy()) for o in outs if isinstance(o, torch.Tensor)]
 
-    return lambda xs: run_batched(once, list(xs), batch)
+    return once
 
 
 def _first(run_all: Callable[[list[np.ndarray]], list[np.ndarray]]) -> Callable[[list[np.ndarray]], np.ndarray]:
@@ -145,8 +147,10 @@ def from_program(ep, path: Path, lineage_name: str = "torch.export") -> Source:
     io = _io_from_program(ep)
     art = Artifact.from_file(path, Format.TORCH, io, lineage=[LineageStep(kind="source", name=lineage_name,
                                                                           config={"path": str(path)})])
-    ref_all = _program_reference_all(ep, io)
-    return Source(artifact=art, reference=_first(ref_all), reference_name="pytorch", program=ep, reference_all=ref_all)
+    once, batch = _program_once(ep), model_batch([s.shape for s in io.inputs])
+    ref_all = lambda xs: run_batched(once, list(xs), batch)  # noqa: E731
+    return Source(artifact=art, reference=_first(ref_all), reference_name="pytorch", program=ep, reference_all=ref_all,
+                  run_once=once)
 
 
 def load_pt2(path: Path) -> Source:
@@ -183,6 +187,14 @@ def ort_reference_all(path: Path, threads: int = 1, *, optimized: bool = True
     ``optimized=False`` runs the graph as written (no fusion): a QDQ model then computes exactly what its
     Quantize/DequantizeLinear nodes say, the same on every CPU, where the fused integer kernels differ by
     ISA (x86 u8s8 without VNNI saturates pairs of products at int16)."""
+    once, batch = ort_once(path, threads, optimized=optimized)
+    return lambda xs: run_batched(once, list(xs), batch)
+
+
+def ort_once(path: Path, threads: int = 1, *, optimized: bool = True
+             ) -> tuple[Callable[[list[np.ndarray]], list[np.ndarray]], int | None]:
+    """One onnxruntime run of an ONNX model on a whole feed (every input, in order) -> every output, and
+    the model's static batch (None: dynamic)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -204,10 +216,23 @@ def ort_reference_all(path: Path, threads: int = 1, *, optimized: bool = True
     batch = model_batch([tuple(d if isinstance(d, int) else None for d in i.shape) for i in ins])
 
     def once(feed: list[np.ndarray]) -> list[np.ndarray]:
-        feeds = {i.name: np.ascontiguousarray(x.astype(np.dtype(_ort_np(i.type)), copy=False)) for x, i in zip(feed, ins)}
+        if len(feed) < len(ins):
+            raise _unfed(Path(path), [i.name for i in ins], len(feed))
+        feeds = {i.name: np.asarray(x.astype(np.dtype(_ort_np(i.type)), copy=False), order="C")  # 0-d stays 0-d
+                 for x, i in zip(feed, ins)}
         return [_as_output(y) for y in sess.run(None, feeds)]
 
-    return lambda xs: run_batched(once, list(xs), batch)
+    return once, batch
+
+
+def _unfed(path: Path, names: list[str], fed: int):
+    from .errors import DataError
+
+    return DataError(f"{path.name} takes {len(names)} inputs ({', '.join(names)}) and this host-side run fed "
+                     f"{fed}: inputs {', '.join(names[fed:])} are fed (--const/--state) only where edgekit carries them "
+                     "(the reference outputs, the eval pass on the device and the host filter, static INT8 "
+                     "calibration), not in this step",
+                     hint="a streaming model's state or constants: see README 'Streaming models'")
 
 
 REFERENCE_OPSET = 13
@@ -261,7 +286,7 @@ def load_onnx(path: Path) -> Source:
     except Exception as exc:  # the checker is stricter than the runtimes (e.g. old IR versions): ask onnxruntime
         checker_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     try:
-        ref_all = ort_reference_all(path)
+        once, batch = ort_once(path)
     except Exception as exc:  # onnxruntime's InvalidGraph, NotImplemented, Fail...
         what = f" (onnx.checker: {checker_error})" if checker_error else ""
         raise ModelLoadError(f"onnxruntime cannot load {path}: {str(exc).splitlines()[0][:300] if str(exc) else ''}{what}",
@@ -272,7 +297,9 @@ def load_onnx(path: Path) -> Source:
         config["checker_warning"] = checker_error  # it runs on onnxruntime, which is the reference
     art = Artifact.from_file(path, Format.ONNX, onnx_io(model),
                              lineage=[LineageStep(kind="source", name="onnx", config=config)])
-    return Source(artifact=art, reference=_first(ref_all), reference_name="onnx (source)", reference_all=ref_all)
+    ref_all = lambda xs: run_batched(once, list(xs), batch)  # noqa: E731
+    return Source(artifact=art, reference=_first(ref_all), reference_name="onnx (source)", reference_all=ref_all,
+                  run_once=once)
 
 
 def load_tflite(path: Path) -> Source:
@@ -453,7 +480,8 @@ def synthetic_inputs(io: IOSpec, *, input_shapes: dict[str, tuple[int, ...] | li
         shape = tuple(input_shapes[spec.name]) if input_shapes and spec.name in input_shapes else tuple(spec.shape)
         if not shape:
             raise DataError(f"model input {spec.name!r} is a scalar (rank 0); edgekit feeds inputs with a batch axis",
-                            hint="export the model with a batch axis on every input")
+                            hint=f"a constant input: deploy takes --const {spec.name}=VALUE; else export the model "
+                            "with a batch axis on every input")
         if any(d is None for d in shape[1:]):
             raise DataError(f"model input {spec.name!r} has dynamic sizes {tuple('?' if d is None else d for d in shape)}; "
                             "sample inputs cannot be made up for it",

@@ -125,7 +125,9 @@ def recorded_settings(run: PreparedRun, settings: RunSettings, passes_seconds: f
     passes' time and cache use."""
     cache = run.cache
     ht = current()
+    stream = run.eval_ds.stream  # constant and state inputs (edgekit/stateful.py)
     return {"host": ht.to_dict() if ht is not None else None,
+            **({"stream": stream.settings()} if stream is not None else {}),
             "measure_options": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings.options).items()},
             "benchmark_binary": str(settings.benchmark_binary) if settings.benchmark_binary is not None else None,
             "passes": {"seconds": passes_seconds, "cache": None if cache is None else

@@ -10,13 +10,14 @@ match message text to tell a bad candidate from a broken link.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..artifact import Artifact
 from ..errors import AgentError, DataError, DeviceError
@@ -46,6 +47,27 @@ class EvalRequest(_Strict):
     shards: list[dict[str, str]] | None = None  # or remote .npy shards: array name -> path
     x_keys: list[str]
     batch_size: int = 64
+
+
+class ConstantInput(_Strict):
+    dtype: str
+    shape: list[int]
+    values: list[int | float]  # flattened, row-major
+
+
+class StateLink(_Strict):
+    output: str  # the output holding the next state
+    input: str  # the input it is fed back to
+    shape: list[int]  # the zeros the state starts from
+
+
+class StreamRequest(_Strict):
+    """Inputs the eval data does not feed (edgekit/stateful.py): constants fed with every run; state
+    inputs starting as zeros and taking their output after each run (the eval pass then runs one sample
+    at a time in order)."""
+
+    constants: dict[str, ConstantInput] = Field(default_factory=dict)
+    state: list[StateLink] = Field(default_factory=list)
 
 
 class SustainedRequest(_Strict):
@@ -88,6 +110,27 @@ class AgentRequest(_Strict):
     # per-op profile: the runtime's own profiler over this many extra runs after the timed runs
     # (agent answer: "op_profile"); None = no profile
     profile: dict[str, Any] | None = None
+    # constant and state inputs (names as in ``inputs``/``outputs``); None: the eval data feeds every input
+    stream: StreamRequest | None = None
+
+    @model_validator(mode="after")
+    def _stream_names(self) -> "AgentRequest":
+        if self.stream is None:
+            return self
+        ins, outs = [i.get("name") for i in self.inputs], [o.get("name") for o in self.outputs]
+        fed = [*self.stream.constants, *(s.input for s in self.stream.state)]
+        for name in fed:
+            if name not in ins:
+                raise ValueError(f"stream input {name!r} is not one of the model's inputs {ins}")
+        if len(set(fed)) != len(fed):
+            raise ValueError(f"stream feeds an input twice ({fed})")
+        for s in self.stream.state:
+            if s.output not in outs:
+                raise ValueError(f"stream state output {s.output!r} is not one of the model's outputs {outs}")
+        for name, c in self.stream.constants.items():
+            if len(c.values) != math.prod(c.shape):
+                raise ValueError(f"constant {name!r}: {len(c.values)} values for shape {c.shape}")
+        return self
 
     def to_json(self) -> str:
         return json.dumps(self.wire(), sort_keys=True)
@@ -135,7 +178,8 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[
                   measure: MeasureDefaults,
                   eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
                   options: MeasureOptions | None = None, runtime: str | None = None,
-                  runtime_options: dict | None = None) -> AgentRequest:
+                  runtime_options: dict | None = None, stream=None) -> AgentRequest:
+    """``stream``: the run's edgekit.stateful.Stream (constant and state inputs), or None."""
     from ..measure.sustained import request_fields
 
     o = options or MeasureOptions()
@@ -155,6 +199,7 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[
         energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
         warmup_mode=o.warmup_mode, runtime_options={**artifact.runtime_options, **(runtime_options or {})} or None,
         sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
+        stream=StreamRequest(**stream.wire(artifact.io, source_io)) if stream is not None else None,
     )
 
 

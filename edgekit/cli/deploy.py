@@ -32,6 +32,9 @@ Examples:
   edgekit deploy seg.onnx --eval-data eval.npz --metric miou \\
       --max-metric-drop 1.5 --output logits
 
+  edgekit deploy silero_vad.onnx --eval-data eval.npz --calib-data calib.npz \\
+      --metric frame_accuracy --const sr=16000 --state stateN:state
+
 Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
 """
 
@@ -48,6 +51,8 @@ def deploy_cmd(
     metric_option: list[str] = typer.Option([], "--metric-option", rich_help_panel=PANEL_DATA, help="A metric option as KEY=VALUE (repeat), over the recipe's metric: options, e.g. threshold=0.5 (mask_iou), blank=0 (ctc_accuracy)."),
     output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
     postprocess: Optional[str] = typer.Option(None, "--postprocess", rich_help_panel=PANEL_DATA, help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
+    const: list[str] = typer.Option([], "--const", rich_help_panel=PANEL_DATA, help="A constant model input as NAME=VALUE (repeat), fed unchanged with every sample on the host and the device, e.g. --const sr=16000 (a number, or comma-separated numbers); a 0-d array in the eval .npz named like the input works too."),
+    state: list[str] = typer.Option([], "--state", rich_help_panel=PANEL_DATA, help="A streaming model's state as OUTPUT:INPUT (repeat), e.g. --state stateN:state: INPUT starts as zeros and takes OUTPUT after each eval sample; samples run one at a time in the .npz's order (batch 1) on the host and the device, and static INT8 calibration carries it too."),
     eval_samples: Optional[int] = typer.Option(None, "--eval-samples", rich_help_panel=PANEL_DATA, help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
     target: str = typer.Option("local", "--target", "-t", rich_help_panel=PANEL_TARGET, help="Target class (`edgekit targets list`) or a target .yaml."),
     device: Optional[str] = typer.Option(None, "--device", "-d", rich_help_panel=PANEL_TARGET, help="Device name from the inventory (not needed for local)."),
@@ -102,6 +107,9 @@ def deploy_cmd(
     opts.eval_samples, opts.min_speedup = eval_samples, min_speedup
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
     opts.metric_options = parse_key_values(metric_option, "--metric-option") or None
+    from ..stateful import parse_constants, parse_state
+
+    opts.constants, opts.state = parse_constants(const) or None, parse_state(state) or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
     opts.train_data, opts.use_cache = train_data, not no_cache
     opts.energy_command, opts.profile = energy_command, profile

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..stateful import run as run_stream
 from .base import Metric, MetricError, MetricSpec, Score
 from .registry import resolve_metric, select_outputs
 
@@ -62,8 +63,14 @@ class EvalPlan:
         return {name: r.to_dict() for name, r in res.items()}
 
 
-def reference_outputs(source, xs: list[np.ndarray]) -> list[np.ndarray]:
-    """Every output of the float model (the source's reference) on ``xs``."""
+def reference_outputs(source, xs: list[np.ndarray], stream=None) -> list[np.ndarray]:
+    """Every output of the float model (the source's reference) on ``xs``; with a ``stream``
+    (edgekit/stateful.py) its constants fed beside the data and its state carried sample to sample."""
+    if stream is not None:
+        if getattr(source, "run_once", None) is None:
+            raise MetricError(f"the {source.reference_name} reference cannot run on a whole feed, which --const/--state "
+                              "need", hint="deploy the model as an .onnx or .pt2 file")
+        return [np.asarray(o) for o in run_stream(source.run_once, xs, stream)]
     run_all = getattr(source, "reference_all", None)
     if run_all is not None:
         return [np.asarray(o) for o in run_all(xs)]
@@ -82,7 +89,7 @@ def eval_plan(spec: MetricSpec | None, source, eval_ds) -> EvalPlan:
                           f"(no {eval_ds.y_key or 'y'!r} array)",
                           hint="add the labels (--y-key names them), or pick a metric that compares with the "
                           "float model's own outputs: mse, mae, psnr, snr, cosine")
-    ref = reference_outputs(source, list(eval_ds.xs))
+    ref = reference_outputs(source, list(eval_ds.xs), getattr(eval_ds, "stream", None))
     if len(names) != len(ref):
         names = [f"output_{i}" for i in range(len(ref))]
         idx = select_outputs(metric, spec, names)

@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import DataError, PassError
 from ..formats import Format
 from ..logs import quiet
+from ..source import ort_once
+from ..stateful import feeds
 from .base import Pass, PassContext, PassOutput
 
 CalibrationMethodName = Literal["minmax", "entropy", "percentile"]
@@ -63,11 +65,13 @@ def encoding_label(cfg: OrtQuantizeConfig) -> str:
 
 
 class _Reader:
-    """onnxruntime CalibrationDataReader over the user's calibration arrays, one sample a batch."""
+    """onnxruntime CalibrationDataReader over the user's calibration arrays, one sample a batch, in order;
+    with a stream (edgekit/stateful.py) each feed also holds the constants and the state carried from
+    the sample before (:func:`calibration_feeds`)."""
 
-    def __init__(self, names: list[str], xs: tuple[np.ndarray, ...], dtypes: list[str]):
-        self._it = iter([{n: np.ascontiguousarray(x[i:i + 1].astype(dt, copy=False))
-                          for n, x, dt in zip(names, xs, dtypes)} for i in range(len(xs[0]))])
+    def __init__(self, names: list[str], xs: tuple[np.ndarray, ...], dtypes: list[str], stream=None,
+                 model: Path | None = None):
+        self._it = calibration_feeds(names, xs, dtypes, stream, model)
 
     def get_next(self):
         return next(self._it, None)
@@ -76,7 +80,22 @@ class _Reader:
         raise NotImplementedError
 
 
-def _calibration_key(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig) -> str:
+def calibration_feeds(names: list[str], xs: tuple[np.ndarray, ...], dtypes: list[str], stream=None,
+                      model: Path | None = None):
+    """Each calibration sample's feed (input name -> array), one sample at a time in the data's order.
+    ``stream``: every model input is fed, the constants beside the data and a stateful model's state
+    carried as in use: zeros first, then the state ``model`` (the float model) returned for the sample before
+    (the calibrator cannot hand its own outputs back)."""
+    if stream is None:
+        for i in range(len(xs[0])):
+            yield {n: np.ascontiguousarray(x[i:i + 1].astype(dt, copy=False)) for n, x, dt in zip(names, xs, dtypes)}
+        return
+    once = ort_once(model)[0] if stream.stateful else None
+    for feed in feeds(once, list(xs), stream):
+        yield {n: np.asarray(np.asarray(x).astype(dt, copy=False), order="C") for n, x, dt in zip(names, feed, dtypes)}
+
+
+def _calibration_key(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig, stream=None) -> str:
     from importlib.metadata import version
 
     from ..fsutil import sha256_file
@@ -89,16 +108,19 @@ def _calibration_key(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeCo
         h.update(hashlib.sha256(a.tobytes()).digest())
     h.update(f"{cfg.calibration_method};{cfg.calibration_percentile};{cfg.calibration_bins};{sorted(cfg.op_types or [])};"
              f"ort={version('onnxruntime')}".encode())
+    if stream is not None:  # constants and carried state change the ranges
+        h.update(f"stream={stream.fingerprint()}".encode())
     return h.hexdigest()[:32]
 
 
-def calibration_cache_path(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig) -> Path | None:
+def calibration_cache_path(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig,
+                           stream=None) -> Path | None:
     """Where the calibration ranges of ``model`` on ``xs`` by ``cfg``'s method live (None: cache off)."""
     if not cfg.calibration_cache or os.environ.get("EDGEKIT_NO_CACHE") == "1":
         return None
     from ..paths import cache_dir
 
-    return cache_dir("calibration") / f"{_calibration_key(model, xs, cfg)}.json"
+    return cache_dir("calibration") / f"{_calibration_key(model, xs, cfg, stream)}.json"
 
 
 def calibrate(model: Path, reader, cfg: OrtQuantizeConfig, out: Path, workdir: Path) -> None:
@@ -143,6 +165,16 @@ def _size_session(calibrator) -> None:
                                                     providers=calibrator.execution_providers)
 
 
+def _stream_note(stream, n: int) -> dict:
+    """How calibration fed a streaming model (the lineage's record)."""
+    note: dict = {"constants": {k: v.tolist() for k, v in stream.constants.items()}}
+    if stream.stateful:
+        note["state"] = [f"{s.output} -> {s.input}" for s in stream.state]
+        note["carried"] = (f"state carried across the {n} calibration samples in their order, from zeros, "
+                           "each fed the float model's state after the sample before")
+    return note
+
+
 class OrtQuantize(Pass):
     name = "quantize"
     Config = OrtQuantizeConfig
@@ -175,8 +207,10 @@ class OrtQuantize(Pass):
                         raise DataError("static INT8 quantization needs a calibration set",
                                         hint="pass --calib-data CALIB.npz (or use mode: dynamic in the recipe)")
                     xs = tuple(x[: config.calibration_samples] for x in ctx.calib.xs)
-                    reader = _Reader([i.name for i in artifact.io.inputs], xs, [i.dtype for i in artifact.io.inputs])
-                    cache = calibration_cache_path(src, xs, config)
+                    stream = getattr(ctx.calib, "stream", None)  # constant/state inputs (edgekit/stateful.py)
+                    reader = _Reader([i.name for i in artifact.io.inputs], xs, [i.dtype for i in artifact.io.inputs],
+                                     stream, Path(artifact.path))
+                    cache = calibration_cache_path(src, xs, config, stream)
                     reused = cache is not None and cache.is_file()
                     started = time.perf_counter()
                     ranges = cache if reused else (ctx.workdir / f".{stem}.calibration.json" if cache is None else
@@ -202,7 +236,8 @@ class OrtQuantize(Pass):
                     metrics["calibration_samples"] = int(len(xs[0]))
                     metrics["calibration_data"] = str(ctx.calib.path)
                     metrics["calibration"] = {"method": config.calibration_method, "reused": reused,
-                                              "seconds": round(calib_seconds, 3)}
+                                              "seconds": round(calib_seconds, 3),
+                                              **({"stream": _stream_note(stream, len(xs[0]))} if stream else {})}
             tmp.replace(out)
         except (DataError, PassError):
             raise

@@ -271,7 +271,7 @@ def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float |
                         measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0),
                         eval_remote=str(eval_file) if isinstance(eval_file, Path) else
                         [{k: str(f) for k, f in sh.items()} for sh in eval_file],
-                        x_keys=run.eval_ds.x_keys, outputs_remote=str(out))
+                        x_keys=run.eval_ds.x_keys, outputs_remote=str(out), stream=run.eval_ds.stream)
     try:
         agent.measure(req.wire())
         return run.plan.score(load_outputs(out)).value

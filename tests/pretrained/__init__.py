@@ -245,11 +245,13 @@ SENTENCES = {
 
 def speech(text: str) -> np.ndarray:
     """``text`` spoken by espeak-ng (22050 Hz), resampled to 16 kHz, its silent ends cut off."""
+    import shutil
     import tempfile
     import wave
 
     from scipy.signal import resample_poly
 
+    assert shutil.which("espeak-ng"), "espeak-ng is not installed: apt-get install espeak-ng (.ci/install.sh does)"
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "speech.wav")
         subprocess.run(["espeak-ng", "-w", path, text], check=True, capture_output=True)

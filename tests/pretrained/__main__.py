@@ -1,6 +1,6 @@
 """``python -m tests.pretrained``: fetch every pretrained model into the cache (.ci/install.sh runs it)."""
 
-from . import NAMES, model_file
+from . import MODELS, model_file
 
-for name in NAMES:
+for name in MODELS:
     print(name, model_file(name))

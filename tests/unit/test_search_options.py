@@ -142,7 +142,11 @@ def test_every_deploy_option_reaches_search_or_is_refused(data, tmp_path):
 CHECKED_BY_OTHER_TESTS = {"postprocess": "test_search_reads_the_postprocess_option",
                           "train_data": "test_quantize_qat.py::test_search_ships_the_qat_rescue",
                           "lock_wait": "test_search_takes_the_lock_options",
-                          "lock_timeout": "test_search_takes_the_lock_options"}
+                          "lock_timeout": "test_search_takes_the_lock_options",
+                          "metric_options": "test_metrics_tasks.py::test_metric_options_from_a_recipe_reach_the_eval_plan "
+                                            "(resolve_metric_spec, which deploy and the search both prepare with)",
+                          "constants": "test_stateful_inputs.py::test_the_search_and_its_host_filter_take_the_stream",
+                          "state": "test_stateful_inputs.py::test_the_search_and_its_host_filter_take_the_stream"}
 
 
 def test_search_reads_the_postprocess_option(data, tmp_path):

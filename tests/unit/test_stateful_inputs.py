@@ -1,0 +1,302 @@
+"""Constant and state inputs (``--const``, ``--state``; edgekit/stateful.py) on a tiny streaming model built
+here with onnx.helper: an accumulator ``out = x * k + state_in``, ``state_out = out``, so that with the state
+carried from zeros ``out[i] = cumsum(x * k)[i]`` exactly (the same float32 additions in the same order), and
+with a zero state per sample it would be ``x * k``. Checked on the host (reference outputs, calibration feeds,
+the static INT8 lineage), in the agent (its eval pass, in-process and as deploy's subprocess), through the
+search (its host filter), and the command line's checks (exit 2 naming the model's inputs and outputs)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgekit.errors import BadInputError
+from edgekit.stateful import parse_constants, parse_state, resolve_stream
+
+FAST = ("--runs", "5", "--min-seconds", "0", "--warmup", "1")
+STREAM = ("--const", "k=2", "--state", "state_out:state_in")
+
+
+def accumulator(path, k_type=TensorProto.FLOAT):
+    """out = x * k + state_in (x [n, 4], state_in [1, 4], k a 0-d constant), state_out = out."""
+    nodes = [helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "kf"], ["xk"]), helper.make_node("Add", ["xk", "state_in"], ["out"]),
+             helper.make_node("Identity", ["out"], ["state_out"])]
+    graph = helper.make_graph(
+        nodes, "accumulator",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("k", k_type, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def carried(x: np.ndarray, k: float) -> np.ndarray:
+    return np.cumsum((x * np.float32(k)).astype(np.float32), axis=0, dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def acc(tmp_path_factory):
+    d = tmp_path_factory.mktemp("accumulator")
+    accumulator(d / "acc.onnx")
+    x = np.random.default_rng(0).standard_normal((24, 4)).astype(np.float32)
+    np.savez(d / "eval.npz", x=x, y=carried(x, 2.0))
+    np.savez(d / "calib.npz", x=np.random.default_rng(1).standard_normal((24, 4)).astype(np.float32))
+    return d, x
+
+
+def _stream(d, constants=None, data_constants=None):
+    from edgekit.source import load_source
+
+    src = load_source(d / "acc.onnx", workdir=d)
+    return src, resolve_stream(src.artifact.io, {"k": 2} if constants is None else constants,
+                               [("state_out", "state_in")], data_constants)
+
+
+# --------------------------------------------------------------------------- the command line
+def test_const_values_are_numbers_or_comma_separated_numbers():
+    got = parse_constants(["sr=16000", "scale=0.5,0.25", "on=true"])
+    assert got["sr"].dtype.kind == "i" and got["sr"].shape == () and int(got["sr"]) == 16000
+    assert got["scale"].tolist() == [0.5, 0.25] and int(got["on"]) == 1
+    assert parse_state(["stateN:state", "h_out:h"]) == [("stateN", "state"), ("h_out", "h")]
+
+
+@pytest.mark.parametrize("word", ["sr", "=5", "sr=", "sr=16k", "sr=1,,2"])
+def test_a_bad_const_is_a_bad_input_naming_the_option(word):
+    with pytest.raises(BadInputError) as e:
+        parse_constants([word])
+    assert e.value.exit_code == 2 and "--const" in e.value.message and e.value.hint
+
+
+@pytest.mark.parametrize("words", [["state"], [":state"], ["out:"], ["a:b:c"], ["a:s", "b:s"]])
+def test_a_bad_state_is_a_bad_input_naming_the_option(words):
+    with pytest.raises(BadInputError) as e:
+        parse_state(words)
+    assert e.value.exit_code == 2 and "--state" in e.value.message
+
+
+def _deploy(cli, d, *extra):
+    return cli("deploy", d / "acc.onnx", "--eval-data", d / "eval.npz", "--metric", "mse", "--no-search",
+               "--out", d / "out-bad", *FAST, *extra)
+
+
+def test_a_state_naming_an_unknown_output_or_input_is_exit_2_naming_the_model_s(cli, acc):
+    d, _ = acc
+    r = _deploy(cli, d, "--const", "k=2", "--state", "nope:state_in")
+    assert r.exit_code == 2 and "no output 'nope'" in r.stderr, r.stderr
+    assert "out (" in r.stderr and "state_out (" in r.stderr  # the model's outputs, with their shapes
+    r = _deploy(cli, d, "--const", "k=2", "--state", "state_out:nope")
+    assert r.exit_code == 2 and "no input 'nope'" in r.stderr and "state_in (1, 4)" in r.stderr, r.stderr
+
+
+def test_bad_const_values_are_exit_2(cli, acc):
+    d, _ = acc
+    r = _deploy(cli, d, "--const", "k=two", "--state", "state_out:state_in")
+    assert r.exit_code == 2 and "'two' is not a number" in r.stderr, r.stderr
+    r = _deploy(cli, d, "--const", "kk=2", "--state", "state_out:state_in")
+    assert r.exit_code == 2 and "no input 'kk'" in r.stderr and "state_in" in r.stderr, r.stderr
+    r = _deploy(cli, d, "--const", "k=1,2", "--state", "state_out:state_in")  # k is 0-d: one value
+    assert r.exit_code == 2 and "2 value(s) for input 'k'" in r.stderr, r.stderr
+
+
+def test_an_integer_input_refuses_a_fraction(tmp_path):
+    from edgekit.source import load_source
+
+    src = load_source(accumulator(tmp_path / "int-k.onnx", TensorProto.INT64), workdir=tmp_path)
+    with pytest.raises(BadInputError, match="takes int64"):
+        resolve_stream(src.artifact.io, {"k": 2.5}, [("state_out", "state_in")])
+    assert resolve_stream(src.artifact.io, {"k": 2}, [("state_out", "state_in")]).constants["k"].dtype == np.int64
+
+
+def test_without_state_the_missing_input_is_named_with_the_fix(cli, acc):
+    d, _ = acc
+    r = _deploy(cli, d, "--const", "k=2")
+    assert r.exit_code == 2 and "no array for model input(s) ['state_in']" in r.stderr, r.stderr
+    assert "--state OUTPUT:state_in" in r.stderr and "state_out" in r.stderr
+
+
+# --------------------------------------------------------------------------- on the host
+def test_host_reference_carries_the_state_exactly(acc):
+    from edgekit.metrics.evaluate import reference_outputs
+
+    d, x = acc
+    src, stream = _stream(d)
+    assert stream.stateful and stream.state[0].shape == (1, 4) and stream.batch == 1
+    out, state = reference_outputs(src, [x], stream)
+    assert np.array_equal(out, carried(x, 2.0)) and np.array_equal(state, out)
+    assert not np.array_equal(out, x * 2)  # what a zero state per sample would give
+
+
+def test_a_0d_array_in_the_data_named_like_the_input_is_a_constant(acc, tmp_path):
+    from edgekit.data import load_npz
+    from edgekit.metrics.evaluate import reference_outputs
+
+    d, x = acc
+    np.savez(tmp_path / "eval.npz", x=x, k=np.float32(3.0), y=carried(x, 3.0))
+    ds = load_npz(tmp_path / "eval.npz")
+    assert ds.x_keys == ("x",) and float(ds.constants["k"]) == 3.0
+    src, stream = _stream(d, constants={}, data_constants=ds.constants)
+    assert stream.sources == {"k": "data"}
+    assert np.array_equal(reference_outputs(src, [x], stream)[0], carried(x, 3.0))
+    with pytest.raises(BadInputError, match="contradicts the eval data's array 'k'"):
+        _stream(d, constants={"k": 2}, data_constants=ds.constants)
+
+
+def test_constants_without_state_are_fed_beside_every_batch(tmp_path):
+    from edgekit.metrics.evaluate import reference_outputs
+    from edgekit.source import load_source
+
+    g = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"])], "scale",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                           helper.make_tensor_value_info("k", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(tmp_path / "scale.onnx"))
+    src = load_source(tmp_path / "scale.onnx", workdir=tmp_path)
+    stream = resolve_stream(src.artifact.io, {"k": 0.5}, None)
+    assert not stream.stateful and stream.batch is None
+    x = np.random.default_rng(2).standard_normal((150, 4)).astype(np.float32)  # more than one chunk of 64
+    assert np.array_equal(reference_outputs(src, [x], stream)[0], x * np.float32(0.5))
+
+
+def test_calibration_feeds_carry_the_float_model_s_state(acc):
+    from edgekit.passes.quantize_ort import calibration_feeds
+
+    d, x = acc
+    _, stream = _stream(d)
+    feeds = list(calibration_feeds(["x", "state_in", "k"], (x,), ["float32", "float32", "float32"], stream,
+                                   d / "acc.onnx"))
+    assert len(feeds) == len(x) and all(float(f["k"]) == 2.0 for f in feeds)
+    want = np.concatenate([np.zeros((1, 4), np.float32), carried(x, 2.0)[:-1]])  # the state before each sample
+    assert np.array_equal(np.concatenate([f["state_in"] for f in feeds]), want)
+
+
+def test_static_int8_records_that_calibration_carried_the_state(acc, tmp_path):
+    from dataclasses import replace
+
+    from edgekit.data import load_npz
+    from edgekit.passes.base import PassContext
+    from edgekit.passes.quantize_ort import OrtQuantize
+
+    d, _ = acc
+    src, stream = _stream(d)
+    calib = replace(load_npz(d / "calib.npz", y_key=None, require_labels=False, role="calib"), stream=stream)
+    art = OrtQuantize()(src.artifact, {"mode": "static", "calibration_cache": False},
+                        PassContext(workdir=tmp_path, calib=calib), out_name="int8")
+    cal = art.lineage[-1].metrics["calibration"]
+    assert cal["stream"]["state"] == ["state_out -> state_in"] and "carried" in cal["stream"]["carried"]
+    assert cal["stream"]["constants"] == {"k": 2.0}
+
+
+# --------------------------------------------------------------------------- in the agent
+def test_agent_eval_pass_carries_the_state_and_feeds_the_constant(acc, tmp_path):
+    from edgekit.agent.inprocess import load_agent
+    from edgekit.agent.protocol import build_request, load_outputs
+    from edgekit.targets import MeasureDefaults
+
+    d, x = acc
+    src, stream = _stream(d)
+    np.savez(tmp_path / "x.npz", x=x)
+    req = build_request(variant="acc", artifact=src.artifact, model_remote=str(src.artifact.path),
+                        source_io=src.artifact.io, measure=MeasureDefaults(warmup=1, runs=3, min_seconds=0.0),
+                        eval_remote=str(tmp_path / "x.npz"), x_keys=["x"], outputs_remote=str(tmp_path / "y.npz"),
+                        stream=stream)
+    assert req.wire()["stream"]["state"] == [{"output": "state_out", "input": "state_in", "shape": [1, 4]}]
+    doc = load_agent().measure(req.wire())
+    out, state = load_outputs(tmp_path / "y.npz")
+    assert np.array_equal(out, carried(x, 2.0)) and np.array_equal(state, out)
+    assert doc["eval"]["stateful"] is True and doc["eval"]["batch_size"] == 1
+
+
+def test_a_request_whose_stream_names_what_the_model_lacks_is_refused(acc, tmp_path):
+    from pydantic import ValidationError
+
+    from edgekit.agent.inprocess import load_agent
+    from edgekit.agent.protocol import AgentRequest, build_request
+    from edgekit.targets import MeasureDefaults
+
+    d, _ = acc
+    src, stream = _stream(d)
+    wire = build_request(variant="acc", artifact=src.artifact, model_remote=str(src.artifact.path),
+                         source_io=src.artifact.io, measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0),
+                         eval_remote=None, x_keys=["x"], outputs_remote=None, stream=stream).wire()
+    bad = {**wire, "stream": {"state": [{"output": "nope", "input": "state_in", "shape": [1, 4]}]}}
+    with pytest.raises(ValidationError, match="'nope' is not one of the model's outputs"):
+        AgentRequest.model_validate(bad)
+    agent = load_agent()
+    with pytest.raises(agent.AgentFailure) as e:
+        agent.measure(bad)
+    assert e.value.kind == "bad_request" and "nope" in e.value.message
+
+
+# --------------------------------------------------------------------------- deploy and search, end to end
+def test_deploy_scores_every_variant_with_the_state_carried_and_ships_the_contract(cli, acc):
+    d, x = acc
+    out = d / "out"
+    r = cli("deploy", d / "acc.onnx", "--eval-data", d / "eval.npz", "--calib-data", d / "calib.npz",
+            "--metric", "mse", "--no-search", "--out", out, *STREAM, *FAST)
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["settings"]["stream"]["state"][0]["input"] == "state_in" and rep["settings"]["stream"]["batch"] == 1
+    v = {v["name"]: v for v in rep["variants"]}
+    # the agent's eval pass (a subprocess here) carried the state: exactly the cumulative sum
+    assert v["fp32"]["accuracy"]["value"] == 0.0 and v["fp32"]["accuracy"]["outputs"] == ["out"]
+    q = v["int8-static"]
+    assert q["lineage"][-1]["metrics"]["calibration"]["stream"]["state"] == ["state_out -> state_in"]
+    # the INT8 file scored on the device as onnxruntime gives it with the state carried by hand, not per sample
+    y = carried(x, 2.0)
+    assert q["accuracy"]["value"] == pytest.approx(_mse(by_hand(q["artifact_path"], x, carry=True), y), rel=1e-5)
+    assert _mse(by_hand(q["artifact_path"], x, carry=False), y) > 5 * q["accuracy"]["value"]
+    face = json.loads((out / "ship" / "ship.json").read_text())["interface"]
+    assert face["constants"] == {"k": 2.0} and face["batch"] == 1 and face["state"][0]["output"] == "state_out"
+    assert [i.get("role") for i in face["inputs"]] == [None, "state", "constant"]
+    from edgekit.run_shipped import run_shipped
+
+    shipped = v[rep["decision"]["ship"]] if rep.get("decision") else v["fp32"]
+    ys = run_shipped(out / "ship", {"x": x})
+    assert float(np.mean((ys["out"] - carried(x, 2.0)) ** 2)) == pytest.approx(shipped["accuracy"]["value"], abs=1e-6)
+
+
+def by_hand(path, x, *, carry: bool) -> np.ndarray:
+    """The model's ``out`` with onnxruntime, one sample at a time: the state carried, or zeros every time."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    state, outs = np.zeros((1, 4), np.float32), []
+    for i in range(len(x)):
+        out, new = sess.run(None, {"x": x[i:i + 1], "state_in": state, "k": np.array(2.0, np.float32)})
+        state = new if carry else state
+        outs.append(out)
+    return np.concatenate(outs)
+
+
+def _mse(a, b) -> float:
+    return float(np.mean((np.asarray(a, np.float64) - b) ** 2))
+
+
+def test_the_search_and_its_host_filter_take_the_stream(acc, tmp_path):
+    from edgekit.options import DeployOptions
+    from edgekit.recipe import PassStep, VariantSpec
+    from edgekit.variant_search import SearchOptions, search
+
+    d, _ = acc
+    cands = [VariantSpec(name="int8-dyn", passes=[PassStep(name="quantize", config={"mode": "dynamic"})])]
+    r = search(d / "acc.onnx", eval_data=d / "eval.npz", out=tmp_path / "s",
+               options=SearchOptions(candidates=cands, screening_runs=5, tune_runtime=False, time_budget_s=120),
+               deploy_options=DeployOptions(metric="mse", constants={"k": 2}, state=[("state_out", "state_in")],
+                                            runs=5, min_seconds=0.0, warmup=1))
+    assert r.settings["stream"]["constants"] == {"k": 2.0}
+    cand = next(c for c in r.search.candidates if c["name"] == "int8-dyn")
+    assert cand["host_accuracy"] == 0.0, cand  # the in-process agent carried the state (a zero state: far from 0)
+    assert r.variant("fp32").accuracy.value == 0.0
