@@ -145,8 +145,9 @@ def require_static_shapes(model, hop: str, input_shapes: dict[str, tuple[int, ..
         raise ConversionError(
             f"the model has inputs with dynamic sizes the converter cannot resolve: {desc}",
             hop=hop,
-            hint="fix the sizes with --input-shape NAME:1,3,224,224 (one per dynamic input), "
-            "or export the model with static shapes",
+            hint="give data at the shapes to convert at (--calib-data/--eval-data: their arrays' shapes fix the "
+            "sizes), or `edgekit convert --input-shape NAME:1,3,224,224` (one per dynamic input), or export the "
+            "model with static shapes",
         )
 
 

@@ -321,7 +321,9 @@ def test_normalized_release_method_cancels_a_machine_that_was_faster(cli, digits
 
 
 def test_normalized_release_method_fails_a_variant_slower_against_its_reference(cli, digits, fixed_release, tmp_path):
-    baseline = _doctored(fixed_release, tmp_path / "release-int8-was-faster", {"int8-static": DRIFT})
+    # 10x: int8's own p50 varies up to ~2x between two runs on this shared host (seen: 0.035 then 0.019 ms while
+    # fp32 held at 0.020), so a 4x doctoring could read as +85%, under the 100% limit
+    baseline = _doctored(fixed_release, tmp_path / "release-int8-was-faster", {"int8-static": 10.0})
     r, rep, old, c = _normalized_deploy(cli, digits, baseline, tmp_path / "out")
     assert r.exit_code == 1, r.stdout + r.stderr
     assert {x.name for x in rep.gate.failed_checks} == {"latency_regression"}, \
