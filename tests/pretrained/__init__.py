@@ -71,11 +71,9 @@ NAMES = [n for n, m in MODELS.items() if not m.deploy_args]  # deployed as they 
 
 
 def root() -> Path:
-    env = os.environ.get("EDGEKIT_PRETRAINED_CACHE")
-    if env:
-        return Path(env).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit-tests" / "pretrained"
+    from tests.zoo.cache import test_cache_root
+
+    return test_cache_root("pretrained", "EDGEKIT_PRETRAINED_CACHE")
 
 
 def _sha256(p: Path) -> str:

@@ -7,7 +7,6 @@ each within its budget, and the shipped file re-scored from ship/ alone."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -29,11 +28,9 @@ def models(tmp_path_factory):
 
 
 @pytest.fixture
-def in_models(models):
-    old = os.getcwd()
-    os.chdir(models)
-    yield models
-    os.chdir(old)
+def in_models(models, monkeypatch):
+    monkeypatch.chdir(models)  # the user's working folder: every path below is relative to it
+    return models
 
 
 def _no_colour(obj) -> None:

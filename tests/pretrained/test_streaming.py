@@ -9,7 +9,6 @@ of chunk i+1, in order, from zeros."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -31,11 +30,9 @@ def vad(tmp_path_factory):
 
 
 @pytest.fixture
-def in_vad(vad):
-    old = os.getcwd()
-    os.chdir(vad)
-    yield vad
-    os.chdir(old)
+def in_vad(vad, monkeypatch):
+    monkeypatch.chdir(vad)  # the user's working folder: every path below is relative to it
+    return vad
 
 
 def by_hand(path, x: np.ndarray, *, carry: bool = True) -> np.ndarray:

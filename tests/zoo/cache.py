@@ -25,12 +25,18 @@ HERE = Path(__file__).resolve().parent
 FILES = ("model.pt2", "eval.npz", "calib.npz", "train.npz", "zoo.json")
 
 
-def root() -> Path:
-    env = os.environ.get("EDGEKIT_ZOO_CACHE")
+def test_cache_root(name: str, env_var: str) -> Path:
+    """``$env_var``, else ``$XDG_CACHE_HOME/edgekit-tests/NAME`` (``~/.cache/...``): built test assets outside
+    the clone and outside ``$EDGEKIT_HOME`` (the zoo here, the pretrained models' wheels)."""
+    env = os.environ.get(env_var)
     if env:
         return Path(env).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit-tests" / "zoo"
+    return Path(base) / "edgekit-tests" / name
+
+
+def root() -> Path:
+    return test_cache_root("zoo", "EDGEKIT_ZOO_CACHE")
 
 
 def key() -> str:
