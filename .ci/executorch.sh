@@ -54,10 +54,9 @@ print("executorch step: executorch", md.version("executorch"), "torch", md.versi
       "torchao", md.version("torchao"))
 EOF
 
-JUNIT="$VENV/executorch-junit.xml"
 # test_executorch_arm64.py (emu, root): the host's .pte files on the arm64 twin's aarch64 runtime (torch 2.10.0 +
 # executorch 1.1.0, provisioned from a ~214 MB wheelhouse cached in ~/.cache/edgekit); ~6 min. It and every
 # other `executorch`-marked test run here, not in the earlier steps, which run before executorch is installed.
-# every test marked `executorch` (unit, slow and emulated): the other steps deselect them
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m executorch tests --junitxml="$JUNIT" "$@"
-"$VENV/bin/python" .ci/require_all_ran.py executorch "$JUNIT"
+# every test marked `executorch` (unit, slow and emulated): the other steps deselect them. On two workers
+# (.ci/pytest_step.sh), so the twin's file overlaps the others; JUnit in .ci-results/executorch*.xml.
+exec bash .ci/pytest_step.sh executorch executorch "$@"

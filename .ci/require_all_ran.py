@@ -1,4 +1,5 @@
-"""Fail a CI step whose tests did not all run: `python .ci/require_all_ran.py STEP junit.xml`.
+"""Fail a CI step whose tests did not all run: `python .ci/require_all_ran.py STEP junit.xml [more.xml ...]`
+(a step may run in phases, e.g. parallel then serial: their files are judged together).
 
 A missing tool or runtime makes its tests skip, and a skipped route must not pass as green: every skip
 fails the step unless `.ci/allowed_skips.txt` names it (a test id pattern, the steps it may skip in, and
@@ -31,10 +32,12 @@ def allowed(step: str) -> list[tuple[str, str]]:
     return out
 
 
-def main(step: str, path: str) -> None:
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-    cases = [c for s in suites for c in s.iter("testcase")]
+def main(step: str, *paths: str) -> None:
+    cases = []
+    for path in paths:
+        root = ET.parse(path).getroot()
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        cases += [c for s in suites for c in s.iter("testcase")]
     rules = allowed(step)
     ran = skipped_ok = 0
     bad, unexpected = [], []
@@ -64,4 +67,6 @@ def main(step: str, path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], *sys.argv[2:])

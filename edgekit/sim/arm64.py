@@ -385,7 +385,7 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     from ..fsutil import atomic_write_text
     from . import cgroup as _cg
     from . import netns as _netns
-    from .device import SimState, _free_index, _state_file, check_new_sim, sim_root
+    from .device import SimState, _state_file, check_new_sim, create_netns, sim_root
 
     spec, mem_bytes = check_new_sim(name, target, cpu_quota, memory)
     if spec.arch not in ("aarch64", "arm64"):
@@ -403,8 +403,7 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     cgs = None
     twin: Twin | None = None
     try:
-        index = _free_index()
-        made_ns = _netns.create(f"edgekit-sim{index}", index)
+        index, made_ns = create_netns()
         cgs = _cg.create(f"edgekit-sim-{name}", cpu_quota=cpu_quota, memory_bytes=mem_bytes) \
             if (cpu_quota is not None or mem_bytes is not None) else None
         qemu_cpu = QEMU_CPUS.get(spec.name, DEFAULT_QEMU_CPU)

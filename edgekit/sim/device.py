@@ -35,6 +35,19 @@ def _free_index() -> int:
     raise DeviceError("no free simulated-device slot (250 in use)", hint="`edgekit sim down` some of them")
 
 
+def create_netns() -> tuple[int, _netns.Netns]:
+    """The namespace of the first free slot; a slot another edgekit home on this host (another CI runner,
+    another user) takes between the check and the creation is skipped, not shared or torn down."""
+    for _ in range(16):
+        index = _free_index()
+        try:
+            return index, _netns.create(f"edgekit-sim{index}", index)
+        except _netns.NameTaken:
+            continue
+    raise DeviceError("no simulated-device slot could be claimed: others kept taking them",
+                      hint="retry, or `edgekit sim down` some of them")
+
+
 def _is_our_sshd(pid: int, config: str) -> bool:
     """Guard against a recycled PID: only a process started with our sshd_config is ours."""
     try:
@@ -78,8 +91,7 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     notes: list[str] = []
     try:
         if rooted:
-            index = _free_index()
-            made_ns = _netns.create(f"edgekit-sim{index}", index)
+            index, made_ns = create_netns()
             cgs = _cg.create(f"edgekit-sim-{name}", cpu_quota=cpu_quota, memory_bytes=mem_bytes)
             server = _sshd.prepare(d / "sshd", host=made_ns.dev_addr, port=22)
             _sshd.start(server, netns=made_ns.name, preexec=cgs.join if cgs.paths else None, detach=True)

@@ -23,6 +23,10 @@ class Netns:
         return {"name": self.name, "host_if": self.host_if, "host_addr": self.host_addr, "dev_addr": self.dev_addr}
 
 
+class NameTaken(DeviceError):
+    """The namespace or host interface exists already (taken by another user of this host)."""
+
+
 def _ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *argv], capture_output=True, text=True, timeout=30, check=check)
 
@@ -44,11 +48,18 @@ def create(name: str, index: int, *, subnet: str = SUBNET, host_if: str | None =
              ("netns", "exec", ns.name, "ip", "addr", "add", f"{ns.dev_addr}/30", "dev", "eth0"),
              ("netns", "exec", ns.name, "ip", "link", "set", "eth0", "up"),
              ("netns", "exec", ns.name, "ip", "link", "set", "lo", "up")]
-    for step in steps:
+    for n, step in enumerate(steps):
         try:
             _ip(*step)
         except subprocess.CalledProcessError as exc:
-            delete(ns)
+            # undo only what this call made: a name or interface that already existed is someone else's
+            # (another edgekit home on this host took the slot between the check and here)
+            if n >= 2:
+                _ip("link", "del", ns.host_if, check=False)
+            if n >= 1:
+                _ip("netns", "del", ns.name, check=False)
+            if n <= 1 and "exists" in (exc.stderr or "").lower():
+                raise NameTaken(f"{ns.name if n == 0 else ns.host_if} already exists") from exc
             raise DeviceError(f"`ip {' '.join(step)}` failed: {exc.stderr.strip()}",
                               hint="needs root and iproute2 (apt-get install -y iproute2)") from exc
     return ns

@@ -16,6 +16,7 @@ ARCH = f"{ROOT / 'examples' / 'digits' / 'model.py'}:DigitsCNN"
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its A/B speed-up bound: CI runs it alone, not beside another worker's tests
 def test_compress_recipe_deploys_every_variant_and_reruns_from_cache(cli, digits, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))  # a cold pass cache
     recipe = tmp_path / "recipe.yaml"
