@@ -54,3 +54,16 @@ def test_an_allowlisted_skip_passes_with_its_reason(tmp_path):
 @pytest.mark.parametrize("cases", [(), (f'<testcase classname="a" name="t"><failure message="boom"/></testcase>',)])
 def test_nothing_selected_or_a_failure_fails(tmp_path, cases):
     assert run("emu", junit(tmp_path, *cases)).returncode != 0
+
+
+def test_a_steps_phases_are_judged_together(tmp_path):
+    # .ci/pytest_step.sh: a parallel phase, then the `serial` tests alone, each with its own JUnit file
+    par, ser = tmp_path / "par", tmp_path / "ser"
+    par.mkdir(), ser.mkdir()
+    failed = '<testcase classname="tests.integration.test_r" name="test_ab"><failure message="1.1x"/></testcase>'
+    r = subprocess.run([sys.executable, str(SCRIPT), "slow", str(junit(par, ok())), str(junit(ser, failed))],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "test_ab" in (r.stdout + r.stderr)  # a failure in the second file fails the step
+    r = subprocess.run([sys.executable, str(SCRIPT), "default", str(junit(par, ok())), str(junit(ser))],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "1 tests ran" in r.stdout  # no serial test in this step: fine
