@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # System packages for the real-device tests (sshd, the adb client, qemu for the arm64 twin, chromium
-# for the HTML report check). Only installed when we are root and apt is there.
+# for the HTML report check and the browser target). Only installed when we are root and apt is there.
 APT_PACKAGES="openssh-server iproute2 nftables adb qemu-user-static binfmt-support debootstrap chromium espeak-ng"
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   missing=""
@@ -16,6 +16,25 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
   fi
+fi
+
+# The browser target's web runtimes (device_agents/browser: ONNX Runtime Web, pinned by its package-lock.json)
+# come from the npm registry here, at setup, never at run time; Node.js and npm from apt where missing.
+BROWSER="$ROOT/device_agents/browser"
+if ! command -v npm >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "edgekit install: apt packages: nodejs npm"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+if command -v npm >/dev/null 2>&1; then
+  BWANT="$(sha256sum < "$BROWSER/package-lock.json" | cut -d' ' -f1)"
+  if [ "$(cat "$BROWSER/node_modules/.edgekit-stamp" 2>/dev/null)" != "$BWANT" ]; then
+    (cd "$BROWSER" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) \
+      || { echo "edgekit install: npm ci in $BROWSER failed"; exit 1; }
+    echo "$BWANT" > "$BROWSER/node_modules/.edgekit-stamp"
+  fi
+else
+  echo "edgekit install: npm not found: the browser target's runtimes are not installed (install Node.js and npm)"
 fi
 
 PY="${EDGEKIT_PYTHON:-python3.11}"

@@ -100,16 +100,22 @@ LOCAL_LOCK = "local"  # the lock name of this host as a device (the local target
 def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = True,
                    lock_timeout: float | None = None) -> Transport:
     if device is None:
-        if target.transport == "local":
+        if target.transport in ("local", "browser"):
             from .devices import _attach_lock
             from .lock import DeviceLock
             from .transport.local import LocalTransport
 
-            # this host's CPU is the device: two deploys measuring on it at once inflate each other's figures
+            # this host's CPU is the device (the browser's too): two deploys measuring on it at once inflate
+            # each other's figures
             lock = DeviceLock(LOCAL_LOCK)
             lock.acquire(wait=lock_wait, timeout=lock_timeout)
             try:
-                t = LocalTransport()
+                if target.transport == "browser":
+                    from .transport.browser import BrowserTransport
+
+                    t = BrowserTransport()
+                else:
+                    t = LocalTransport()
             except BaseException:
                 lock.release()
                 raise
@@ -395,7 +401,7 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
         size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
         load_ms=doc.load_ms,
         latency_ms={"warmup": lat.warmup, "runs": lat.runs, "raw": lat.raw, **stats.to_dict(), **doc.warmup_fields(),
-                    **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {})},
+                    **doc.timer_fields(), **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {})},
         peak_memory_mb=doc.memory.get("peak_rss_mb"), memory=doc.memory,
         energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"), energy_source=doc.energy.get("source"),
         energy_reason=doc.energy.get("reason"), energy=doc.energy, sustained=analyze(doc.sustained),

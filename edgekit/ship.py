@@ -123,6 +123,8 @@ def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
     call and every setting the agent's runner made for these threads and options (defaults spelled
     out, so a runtime whose defaults change does not change the shipped speed), from the runtime's
     registry row (``ship_apply``). None for a runtime the agent does not run."""
+    if runtime == "onnxruntime-web":  # the browser page's runtime (edgekit/transport/browser.py): no registry row
+        return onnxruntime_web_apply(threads, options)
     row = spec_for_runtime(runtime)
     if row is None or row.ship_apply is None:
         return None
@@ -141,6 +143,21 @@ def onnxruntime_apply(threads: int, options: dict) -> dict:
             "sess_options": {"intra_op_num_threads": threads, "inter_op_num_threads": inter,
                              "execution_mode": "ORT_PARALLEL" if parallel else "ORT_SEQUENTIAL",
                              "graph_optimization_level": level}}
+
+
+def onnxruntime_web_apply(threads: int, options: dict) -> dict:
+    """What a web page sets to run the file as the browser agent measured it (device_agents/browser/agent.js)."""
+    from .agent.browser_bridge import _WEB_LEVEL
+    from .transport.browser import HEADERS, RUNTIME_PACKAGE, runtime_version
+
+    return {"package": f"{RUNTIME_PACKAGE}@{runtime_version()}", "script": "dist/ort.wasm.min.js",
+            "env": {"ort.env.wasm.numThreads": threads, "ort.env.wasm.proxy": False},
+            "call": "ort.InferenceSession.create(bytes, {executionProviders: ['wasm'], graphOptimizationLevel, "
+                    "executionMode})",
+            "session_options": {"graphOptimizationLevel": _WEB_LEVEL[options.get("graph_optimization_level", "all")],
+                                "executionMode": options.get("execution_mode", "sequential")},
+            # WASM threads need SharedArrayBuffer, which only a cross-origin isolated page has
+            "headers": {k: v for k, v in HEADERS.items() if k.startswith("Cross-Origin")} if threads > 1 else {}}
 
 
 def litert_apply(threads: int, options: dict) -> dict:

@@ -66,8 +66,8 @@ class WheelSpec(_Strict):
 class TargetSpec(_Strict):
     name: str
     description: str = ""
-    arch: Literal["x86_64", "aarch64", "armv7l", "arm64"]
-    os: Literal["linux", "android", "ios", "macos"]
+    arch: Literal["x86_64", "aarch64", "armv7l", "arm64", "wasm32"]
+    os: Literal["linux", "android", "ios", "macos", "browser"]
     cores: int = Field(ge=1)
     memory_mb: int = Field(ge=1)
     runtimes: tuple[RuntimeName, ...] = Field(min_length=1, description="in order of preference")
@@ -82,7 +82,7 @@ class TargetSpec(_Strict):
         if bad:
             raise ValueError(f"unknown runtime(s) {bad}; known: {known}")
         return v
-    transport: Literal["local", "ssh", "adb"]
+    transport: Literal["local", "ssh", "adb", "browser"]  # browser: this host's headless Chromium
     python: str = "python3"
     energy_sources: tuple[EnergySource, ...] = ()
     measure: MeasureDefaults = MeasureDefaults()

@@ -245,6 +245,12 @@ class AgentDoc(_Open):
     def warmup_fields(self) -> dict[str, Any]:
         return {k: v for k, v in (self.latency_ms.model_extra or {}).items() if k.startswith("warmup_")}
 
+    def timer_fields(self) -> dict[str, Any]:
+        """How a page timed its runs (the browser agent): the timer's resolution and the iterations one
+        timed sample spans (a fast model is timed in batches); none for a native agent."""
+        extra = self.latency_ms.model_extra or {}
+        return {k: extra[k] for k in ("timer_resolution_ms", "iterations_per_sample") if k in extra}
+
 
 @dataclass(frozen=True)
 class AgentResult:

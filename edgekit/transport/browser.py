@@ -1,0 +1,327 @@
+"""The browser as a device: a page in a real headless Chromium, running models with ONNX Runtime Web (WASM).
+
+The "device" is this host's browser: a loopback HTTP server (``127.0.0.1``, a free port) serves the page
+agent (``device_agents/browser/agent.html`` + ``agent.js``), the runtime's files (npm-installed at setup
+into ``device_agents/browser/node_modules``, never fetched at run time) and the delivered files, with the
+COOP/COEP headers that make the page cross-origin isolated (WASM threads need SharedArrayBuffer; the timer
+is 5 us instead of 100 us). Chromium runs headless with every host name unresolvable but the loopback
+address (``MAP * ~NOTFOUND, EXCLUDE 127.0.0.1``), so the page reaches nothing but the server.
+
+Delivery and hashing work as on the local target (the files land in the served folder); the agent command
+(``python agent.py request.json``) goes to the page through ``edgekit.agent.browser_bridge``, and ``--probe``
+answers with the browser's facts. A browser that exits or stops answering is a transport failure (exit 3);
+a model ONNX Runtime Web cannot load is the variant's failure. The page reads its WASM thread count once,
+so a request for another count reloads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ..errors import DeviceError, TransportError
+from .base import CommandResult
+from .local import LocalTransport, default_local_workdir
+
+PAGE_FILES = ("agent.html", "agent.js")
+RUNTIME_PACKAGE = "onnxruntime-web"
+HELLO_TIMEOUT_S = 60.0
+POLL_S = 15.0  # the page's long poll for a job
+HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
+           "Cache-Control": "no-store"}
+TYPES = {".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
+         ".json": "application/json"}
+INSTALL_HINT = "bash .ci/install.sh installs them (npm ci --ignore-scripts --prefix device_agents/browser)"
+
+
+def page_dir() -> Path:
+    """device_agents/browser from the source tree, or the copy shipped in the wheel."""
+    src = Path(__file__).resolve().parents[2] / "device_agents" / "browser"
+    if (src / "agent.html").is_file():
+        return src
+    from importlib.resources import files
+
+    return Path(str(files("edgekit._device_agents"))) / "browser"
+
+
+def runtime_dist() -> Path:
+    """ONNX Runtime Web's dist folder (EDGEKIT_BROWSER_RUNTIMES: a folder holding node_modules)."""
+    base = Path(os.environ.get("EDGEKIT_BROWSER_RUNTIMES") or page_dir())
+    dist = base / "node_modules" / RUNTIME_PACKAGE / "dist"
+    if not (dist / "ort.wasm.min.js").is_file():
+        raise DeviceError(f"the browser runtimes are not installed ({dist} has no ort.wasm.min.js)",
+                          hint=INSTALL_HINT + "; or set EDGEKIT_BROWSER_RUNTIMES to a folder with node_modules")
+    return dist
+
+
+def runtime_version() -> str | None:
+    try:
+        return json.loads((runtime_dist().parent / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError, DeviceError):
+        return None
+
+
+def chromium_path() -> str:
+    exe = os.environ.get("EDGEKIT_CHROMIUM") or next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+    if not exe:
+        raise DeviceError("no Chromium found for the browser target",
+                          hint="apt-get install -y chromium (.ci/install.sh does it), or set EDGEKIT_CHROMIUM")
+    return exe
+
+
+def chromium_version(exe: str) -> str | None:
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+\.\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else (out.strip() or None)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, page: BrowserPage):
+        self.page = page
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, *args):  # the page's traffic is not edgekit's output
+        pass
+
+    def _send(self, code: int, body: bytes = b"", ctype: str = "application/octet-stream"):
+        self.send_response(code)
+        for k, v in HEADERS.items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the page went away (closed, reloaded, killed)
+            pass
+
+    def _file(self, root: Path, rel: str):
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root.resolve()) or not path.is_file():
+            return self._send(404)
+        self._send(200, path.read_bytes(), TYPES.get(path.suffix, "application/octet-stream"))
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        page, p = self.server.page, self.path.split("?", 1)[0]
+        if p.lstrip("/") in PAGE_FILES:
+            return self._file(page_dir(), p.lstrip("/"))
+        if p.startswith("/ort/"):
+            return self._file(page.dist, p[len("/ort/"):])
+        if p.startswith("/files/"):
+            return self._file(Path(page.workdir), p[len("/files/"):])
+        if p.startswith("/tensor/"):
+            body = page.tensors.get(p[len("/tensor/"):])
+            return self._send(200, body) if body is not None else self._send(404)
+        if p == "/job":
+            try:
+                job = page.jobs.get(timeout=POLL_S)
+            except queue.Empty:
+                return self._send(204)
+            return self._send(200, json.dumps(job).encode(), "application/json")
+        self._send(404)
+
+    def do_POST(self):  # noqa: N802
+        page, p = self.server.page, self.path
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if p == "/hello":
+            page.hello = json.loads(body or b"{}")
+            page.hello_event.set()
+        elif p.startswith("/result/"):
+            page.results.put((p[len("/result/"):], json.loads(body or b"{}")))
+        elif p.startswith("/upload/"):
+            shape = json.loads(self.headers.get("X-Shape") or "[]")
+            page.uploads[p[len("/upload/"):]] = (self.headers.get("X-Dtype"), shape, body)
+        else:
+            return self._send(404)
+        self._send(200)
+
+
+class BrowserPage:
+    """The server, the Chromium process and the page it runs; jobs go in, results come back."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+        self.dist = runtime_dist()
+        self.exe = chromium_path()
+        self.version = chromium_version(self.exe)
+        from ..fsutil import sha256_file
+
+        self.agent_sha256 = "".join(sha256_file(page_dir() / f)[:16] for f in PAGE_FILES)
+        self.jobs: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.tensors: dict[str, bytes] = {}
+        self.uploads: dict[str, tuple] = {}
+        self.hello: dict = {}
+        self.hello_event = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self.threads: int | None = None
+        self._profile = tempfile.mkdtemp(prefix="edgekit-chromium-")
+        self.server = _Server(self)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def open(self, threads: int) -> dict:
+        """The page up with ``threads`` WASM threads (started, or reloaded when the count differs)."""
+        if self.proc is not None and self.alive() and self.threads == threads:
+            return self.hello
+        self.hello_event.clear()
+        if self.proc is None or not self.alive():
+            self.close()  # a browser that died: its orphaned helpers go first, and its unanswered jobs
+            self.jobs, self.results = queue.Queue(), queue.Queue()
+            with open(Path(self._profile) / "chromium.stderr", "ab") as err:
+                self.proc = self._start(err, threads)
+        else:
+            self.jobs.put({"kind": "reload", "threads": threads})
+        return self._wait_hello(threads)
+
+    def _start(self, err, threads: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [self.exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+             "--enable-precise-memory-info", "--enable-blink-features=ForceEagerMeasureMemory",
+             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+             f"--user-data-dir={self._profile}", f"{self.url}/agent.html?threads={threads}"],
+            # stderr to a file: a pipe would block a read while orphaned helper processes hold it open
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True)  # its own process group: close() takes the helpers with it
+
+    def _wait_hello(self, threads: int) -> dict:
+        deadline = time.monotonic() + HELLO_TIMEOUT_S
+        while not self.hello_event.wait(0.2):
+            if not self.alive() or time.monotonic() > deadline:
+                why = self.exit_reason() or f"no answer in {HELLO_TIMEOUT_S:.0f} s"
+                raise TransportError(f"the browser page did not start ({why})",
+                                     hint="run `chromium --headless --no-sandbox about:blank` to see why it fails")
+        if "fatal" in self.hello:
+            raise TransportError(f"the browser agent failed to start: {self.hello['fatal']}", hint=INSTALL_HINT)
+        self.threads = threads
+        return self.hello
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_reason(self) -> str | None:
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        try:
+            err = (Path(self._profile) / "chromium.stderr").read_text(errors="replace").strip()
+        except OSError:
+            err = ""
+        err = "\n".join(line for line in err.splitlines() if "dbus" not in line.lower())  # no D-Bus here: noise
+        return f"Chromium exited with {self.proc.returncode}" + (f": {err.splitlines()[-1]}" if err else "")
+
+    def renderer_pids(self) -> list[int]:
+        """The page's renderer processes (children of this Chromium started with --type=renderer)."""
+        from ..sim.procs import descendants
+
+        out = []
+        for pid in descendants(self.proc.pid) if self.proc else []:
+            try:
+                if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.append(pid)
+            except OSError:
+                continue
+        return out
+
+    def run_job(self, job: dict, timeout: float) -> dict:
+        """Queue ``job`` and wait for its result; the browser dying or hanging is a TransportError."""
+        self.uploads.clear()
+        self.jobs.put(job)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                jid, doc = self.results.get(timeout=0.5)
+            except queue.Empty:
+                if not self.alive():
+                    raise TransportError(f"the browser died while measuring {job.get('variant')} "
+                                         f"({self.exit_reason()})", hint="a crash or an out-of-memory tab: "
+                                         "rerun; a model too large for wasm32's 4 GiB cannot run in a page") from None
+                if time.monotonic() > deadline:
+                    self.close()  # a hung page: the next request starts a fresh browser
+                    raise TransportError(f"the browser page did not answer for {job.get('variant')} in "
+                                         f"{timeout:.0f} s", hint="raise max_seconds, or lower runs") from None
+                continue
+            if jid == job["id"]:
+                return doc
+
+    def close(self) -> None:
+        if self.proc is not None:
+            from ..sim.procs import kill_tree
+
+            if self.proc.poll() is None:
+                kill_tree(self.proc.pid)
+            try:  # the helpers of a browser that died on its own are orphans, still in its process group
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc = None
+        self.threads = None
+
+
+class BrowserTransport(LocalTransport):
+    """This host's headless Chromium as the device; files are delivered into the served folder."""
+
+    kind = "browser"
+
+    def __init__(self, workdir: str | Path | None = None):
+        super().__init__(workdir or default_local_workdir() / "browser")
+        self._page: BrowserPage | None = None
+
+    @property
+    def page(self) -> BrowserPage:
+        if self._page is None:
+            self._page = BrowserPage(self.workdir)
+        return self._page
+
+    def _agent_call(self, argv: list[str]) -> str | None:
+        """The agent argument when ``argv`` runs the agent on a request or a probe (else None)."""
+        if len(argv) == 3 and argv[0] == self.python and argv[1].endswith(".py") and \
+                (argv[2] == "--probe" or argv[2].endswith(".json")):
+            return argv[2]
+        return None
+
+    def run(self, argv: list[str], *, timeout: float, cwd: str | None = None) -> CommandResult:
+        what = self._agent_call(argv)
+        if what is None:  # hashing and the rest: the served folder is on this host
+            return super().run(argv, timeout=timeout, cwd=cwd)
+        from ..agent.browser_bridge import measure_in_page, probe_page
+
+        start = time.perf_counter()
+        doc, code = probe_page(self.page) if what == "--probe" else measure_in_page(self.page, what, timeout)
+        return CommandResult(tuple(argv), code, json.dumps(doc), "", time.perf_counter() - start)
+
+    def describe(self) -> str:
+        return f"browser:{self.workdir}"
+
+    def close(self) -> None:
+        if self._page is not None:
+            self._page.close()
+            self._page.server.shutdown()
+            self._page.server.server_close()
+            shutil.rmtree(self._page._profile, ignore_errors=True)
+            self._page = None
+        super().close()

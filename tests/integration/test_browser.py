@@ -1,0 +1,162 @@
+"""The browser as a device, for real: Debian's headless Chromium running the page agent
+(device_agents/browser) with ONNX Runtime Web from npm (installed by .ci/install.sh), served from loopback.
+
+    edgekit deploy model.pt2 --target browser --eval-data eval.npz --calib-data calib.npz --out out/
+
+The digits demo deploys with the default short search from another folder with relative paths, the report
+names the browser, the runtime and its WASM features, and the shipped file's accuracy is the host's; a
+browser killed mid-measurement is a device failure (exit 3) that overwrites nothing; a model ONNX Runtime
+Web cannot load is the variant's failure, with the runtime's own message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from edgekit.transport import browser  # noqa: E402
+
+
+def _missing() -> str | None:
+    try:
+        browser.chromium_path()
+        browser.runtime_dist()
+    except Exception as exc:  # DeviceError: what is missing and how to install it
+        return f"{exc} ({getattr(exc, 'hint', '')})"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+FAST = ("--runs", "20", "--min-seconds", "0.2", "--warmup", "3")
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch, digits):
+    for name, src in (("model.pt2", digits.pt2), ("eval.npz", digits.eval), ("calib.npz", digits.calib)):
+        (tmp_path / name).symlink_to(src)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _host_top1(model: Path, eval_npz: Path) -> float:
+    import onnxruntime as ort
+
+    with np.load(eval_npz) as z:
+        x, y = z["x"], z["y"]
+    s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    inp = s.get_inputs()[0]
+    bs = inp.shape[0] if isinstance(inp.shape[0], int) else 64  # a file fixed at batch 1 takes one at a time
+    logits = np.concatenate([s.run(None, {inp.name: x[i:i + bs]})[0] for i in range(0, len(x), bs)])
+    return float(100.0 * np.mean(np.argmax(logits, axis=1) == y))
+
+
+@pytest.mark.slow
+def test_digits_default_deploy_to_the_browser_ships_what_the_host_scores(cli, in_tmp):
+    r = cli("deploy", "model.pt2", "--target", "browser", "--eval-data", "eval.npz", "--calib-data", "calib.npz",
+            "--out", "out")
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    rep = json.loads((in_tmp / "out/report.json").read_text())
+    assert rep["search"]["mode"] == "quick"
+    dev = rep["device"]
+    assert dev["transport"] == "browser" and dev["arch"] == "wasm32" and dev["browser"].startswith("Chromium 1")
+    assert dev["wasm"] == {"wasm_simd": True, "wasm_threads": True, "cross_origin_isolated": True}, dev
+    measured = [v for v in rep["variants"] if v.get("latency_ms")]
+    assert measured and all(v["runtime"]["name"] == "onnxruntime-web" and v["runtime"]["version"] == "1.30.0"
+                            for v in measured), [v["runtime"] for v in measured]
+    for v in measured:
+        lat = v["latency_ms"]
+        assert lat["timer_resolution_ms"] <= 0.02 and lat["iterations_per_sample"] >= 1 and lat["p50"] > 0, lat
+        assert v["memory"]["peak_rss_mb"] and v["memory"]["source"] == "renderer VmHWM", v["memory"]
+    ship = rep["decision"]["ship"]
+    assert ship is not None, rep["decision"]
+    shipped = next(v for v in rep["variants"] if v["name"] == ship)
+    rt = json.loads((in_tmp / "out/ship/runtime.json").read_text())
+    assert rt["runtime"] == "onnxruntime-web" and rt["apply"]["package"] == "onnxruntime-web@1.30.0", rt
+    # the page's outputs, scored on the host, are what native onnxruntime gives for the same file
+    host = _host_top1(in_tmp / "out/ship" / rt["file"], in_tmp / "eval.npz")
+    assert shipped["accuracy"]["value"] == pytest.approx(host, abs=0.3), (ship, host)
+
+
+def test_a_fixed_deploy_in_two_threads_reloads_the_page_and_scores_like_the_host(cli, in_tmp):
+    r = cli("deploy", "model.pt2", "--target", "browser", "--eval-data", "eval.npz", "--no-search", "--threads", "2",
+            "--out", "out", *FAST)
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    rep = json.loads((in_tmp / "out/report.json").read_text())
+    fp32 = next(v for v in rep["variants"] if v["name"] == "fp32")
+    assert fp32["runtime"]["threads"] == 2 and fp32["runtime"]["features"]["wasm_threads"] is True
+    # the page's outputs against PyTorch's on the host, every eval sample
+    par = fp32["parity"]
+    assert par["reference"] == "pytorch" and par["n"] == 360 and par["top1_agreement"] == 1.0, par
+    assert par["max_abs_err"] < 1e-4, par
+
+
+def test_a_browser_killed_mid_measurement_is_a_device_failure_and_overwrites_nothing(in_tmp):
+    (in_tmp / "out").mkdir()
+    (in_tmp / "out/report.json").write_text('{"kept": true}')
+    exe = Path(sys.executable).with_name("edgekit")
+    proc = subprocess.Popen([str(exe), "deploy", "model.pt2", "--target", "browser", "--eval-data", "eval.npz",
+                             "--no-search", "--out", "out", "--min-seconds", "60", "--runs", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=in_tmp)
+    from edgekit.sim.procs import descendants
+
+    killed, deadline = None, time.monotonic() + 240
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        for pid in descendants(proc.pid):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            # the browser itself (not a helper process) once the page is measuring: renderers exist
+            if b"--type=" not in cmd and b"edgekit-chromium-" in cmd and any(
+                    b"--type=renderer" in Path(f"/proc/{c}/cmdline").read_bytes() for c in descendants(pid)
+                    if os.path.exists(f"/proc/{c}/cmdline")):
+                time.sleep(8)  # inside the 60 s of timed runs
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+                break
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=300)
+    assert killed is not None, err[-2000:]
+    assert proc.returncode == 3, (proc.returncode, err[-2000:])
+    assert "browser died" in err and "fp32" in err, err[-2000:]
+    assert json.loads((in_tmp / "out/report.json").read_text()) == {"kept": True}
+
+
+def test_a_model_onnx_runtime_web_cannot_load_fails_the_variant_with_the_runtimes_message(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.agent.browser_bridge import measure_in_page
+    from edgekit.fsutil import sha256_file
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    # Swish exists from opset 24: declared at 23, ONNX Runtime (Web) has no such operator
+    g = helper.make_graph([helper.make_node("Swish", ["x"], ["y"])], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    t = browser.BrowserTransport(tmp_path / "dev")
+    try:
+        model = Path(t.workdir) / "files" / "swish.onnx"
+        model.parent.mkdir(parents=True)
+        onnx.save(m, model)
+        req = tmp_path / "req.json"
+        req.write_text(json.dumps({"protocol": 2, "variant": "swish", "model": str(model), "format": "onnx",
+                                   "runtime": "onnxruntime", "model_sha256": sha256_file(model), "threads": 1,
+                                   "warmup": 1, "runs": 2, "min_seconds": 0, "inputs": [
+                                       {"name": "x", "dtype": "float32", "shape": [1, 4]}], "outputs": []}))
+        doc, code = measure_in_page(t.page, str(req), timeout=120)
+    finally:
+        t.close()
+    assert code != 0 and doc["ok"] is False, doc
+    assert doc["error"]["kind"] == "model_load_failed"  # a variant fault: the search drops it, the run goes on
+    assert "onnxruntime-web" in doc["error"]["message"] and "Swish" in doc["error"]["message"], doc
