@@ -2346,9 +2346,12 @@ def measure_ab(req):
         raise AgentFailure("inference_failed", f"{runtime} failed to run the model: {exc}", EXIT_RUNTIME) from exc
     r = runners["b"]
     raw_b = [x for blk in out["b"] for x in blk]
+    # each side's runner notes (a delegate that could not prepare and fell back): a ratio between two
+    # different kernel paths must say so
+    warnings = [f"{side.upper()}: {w}" for side in ("a", "b") for w in getattr(runners[side], "warnings", [])]
     return {
         "protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": True, "variant": req.get("variant"),
-        "device": device_facts(), "load_ms": None, "warnings": [],
+        "device": device_facts(), "load_ms": None, "warnings": warnings,
         "runtime": {"name": r.name, "version": r.version, "threads": r.threads,
                     "delegate": getattr(r, "delegate", None),
                     **({"options": r.options} if getattr(r, "options", None) else {})},

@@ -92,6 +92,7 @@ class ABBlocks:
     a: list[list[float]] = field(default_factory=list)
     b: list[list[float]] = field(default_factory=list)
     order: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the agent's notes on either side (e.g. a delegate off)
 
 
 LOCAL_LOCK = "local"  # the lock name of this host as a device (the local target)
@@ -333,7 +334,8 @@ class DeviceSession:
         if isinstance(res, MeasureFailure):
             raise res.error()
         doc = res.doc.get("ab") or {}
-        return ABBlocks(a=doc.get("a") or [], b=doc.get("b") or [], order=list(doc.get("order") or ""))
+        return ABBlocks(a=doc.get("a") or [], b=doc.get("b") or [], order=list(doc.get("order") or ""),
+                        warnings=list(res.doc.get("warnings") or []))
 
     def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict | None:
         """The agent's per-op profile of ``art`` (a separate short run, so profiling never touches

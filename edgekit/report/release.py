@@ -229,14 +229,15 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
             # the baseline's model through the new variant's interface; the agent checks its sha256
             old_art = Artifact.from_file(ab_files[v.name], new_art.format, new_art.io, precision=new_art.precision)
             try:
-                j = judge_ab(session.measure_ab(old_art, new_art, settings, blocks), run.gate.significance_alpha)
+                blocks_ab = session.measure_ab(old_art, new_art, settings, blocks)
             except AgentRunFailed as exc:  # e.g. the model's interface changed: judged directly instead
                 detail[v.name] = {"baseline_file": str(ab_files[v.name]), "ab_failed": exc.message}
                 continue
+            j = judge_ab(blocks_ab, run.gate.significance_alpha)
             judgements[v.name] = j
             detail[v.name] = {"baseline_file": str(ab_files[v.name]), "same_file": old[v.name].sha256 == v.sha256,
                               **({"baseline_variant": old[v.name].name} if old[v.name].name != v.name else {}),
-                              **j.detail}
+                              **({"ab_warnings": blocks_ab.warnings} if blocks_ab.warnings else {}), **j.detail}
     elif method == "normalized":
         old_ref = next(o for o in previous.variants if o.name == reference.name)
         for v in judged_v:
@@ -317,6 +318,8 @@ def compare_reports(report: Report, previous: Report, previous_path, cfg: GateCo
         if isinstance(det, dict) and det.get("ab_failed"):
             d.warnings.append(f"{name}: the A/B re-measurement of the baseline's model failed ({det['ab_failed']}); "
                               "its latency was compared across the two runs directly")
+        for w in (det.get("ab_warnings") or []) if isinstance(det, dict) else []:
+            d.warnings.append(f"{name}: A/B re-measurement (A: the baseline's model, B: this one): {w}")
     if method == "direct" and any(vd.get("latency_p50_ms") for vd in d.variants):
         d.warnings.append("latency was compared across two runs directly (no baseline model files to re-measure, "
                           "no common reference variant): a busy device can make this a false alarm; pass "

@@ -353,3 +353,11 @@ def test_a_graph_xnnpack_cannot_prepare_is_measured_without_it_and_the_report_sa
         np.testing.assert_allclose(z["output_0"], ref, rtol=1e-4, atol=1e-4)
     code, doc = run({"xnnpack": "on"})  # asked for by name: never silently replaced
     assert code != 0 and doc["error"]["kind"] == "model_load_failed" and "failed to prepare" in doc["error"]["message"]
+    # A/B blocks (the release gate's re-measurement) say it for each side too
+    req = json.loads((tmp_path / "req.json").read_text())
+    req.update(runtime_options=None, eval=None, outputs_path=None,
+               ab={"model": str(conv_tflite), "blocks": 2, "block_seconds": 0.01, "min_runs": 2, "max_runs": 3})
+    (tmp_path / "req.json").write_text(json.dumps(req))
+    assert agent.main(["agent", str(tmp_path / "req.json")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [w[:3] for w in doc["warnings"] if "XNNPACK failed to prepare" in w] == ["A: ", "B: "], doc["warnings"]
