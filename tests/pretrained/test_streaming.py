@@ -85,7 +85,10 @@ def test_the_default_deploy_scores_silero_as_it_runs_in_use(cli, in_vad):
     for v in int8:
         assert v["accuracy"]["value"] == pytest.approx(frame_accuracy(by_hand(v["artifact_path"], x), y), abs=1e-6)
         assert abs(v["accuracy"]["value"] - fp32["accuracy"]["value"]) <= 3.0, v["accuracy"]
-    assert int8 or all(c["status"] == "dropped" and c["reason"] for n, c in cands.items() if n.startswith("ort-int8")), cands
+    # or none measured: each INT8 candidate dropped (e.g. racing: slower than fp32 on a busy host) or not in
+    # this search, with its reason
+    assert int8 or all(c["status"] in ("dropped", "skipped") and c["reason"]
+                       for n, c in cands.items() if n.startswith("ort-int8")), cands
     for n, c in cands.items():  # screened on the device (a zero state per chunk would be ~25 points lower)
         if n.startswith("ort-int8") and (c.get("screening") or {}).get("accuracy") is not None:
             assert abs(c["screening"]["accuracy"] - fp32["accuracy"]["value"]) <= 3.0, c
