@@ -3,7 +3,7 @@
 
     edgekit deploy model.pt2 --target browser --eval-data eval.npz --calib-data calib.npz --out out/
 
-The digits demo deploys with the default short search from another folder with relative paths, the report
+The digits demo and the zoo's MobileNetV2 deploy with the default short search from another folder with relative paths, the report
 names the browser, the runtime and its WASM features, and the shipped file's accuracy is the host's; a
 browser killed mid-measurement is a device failure (exit 3) that overwrites nothing; a model ONNX Runtime
 Web cannot load is the variant's failure, with the runtime's own message."""
@@ -51,7 +51,7 @@ def _host_top1(model: Path, eval_npz: Path) -> float:
     import onnxruntime as ort
 
     with np.load(eval_npz) as z:
-        x, y = z["x"], z["y"]
+        x, y = next(z[k] for k in z.files if k != "y"), z["y"]  # one input: "x" (digits) or "pixel_values" (cnn)
     s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     inp = s.get_inputs()[0]
     bs = inp.shape[0] if isinstance(inp.shape[0], int) else 64  # a file fixed at batch 1 takes one at a time
@@ -60,7 +60,14 @@ def _host_top1(model: Path, eval_npz: Path) -> float:
 
 
 @pytest.mark.slow
-def test_digits_default_deploy_to_the_browser_ships_what_the_host_scores(cli, in_tmp):
+@pytest.mark.parametrize("model", ["digits", "cnn"])  # cnn: the zoo's transformers MobileNetV2 at 64x64
+def test_default_deploy_to_the_browser_ships_what_the_host_scores(cli, in_tmp, model):
+    if model != "digits":
+        from tests import zoo
+
+        for f in ("model.pt2", "eval.npz", "calib.npz"):
+            (in_tmp / f).unlink()
+            (in_tmp / f).symlink_to(zoo.get(model).dir / f)
     r = cli("deploy", "model.pt2", "--target", "browser", "--eval-data", "eval.npz", "--calib-data", "calib.npz",
             "--out", "out")
     assert r.exit_code in (0, 1), r.stdout + r.stderr
@@ -83,7 +90,7 @@ def test_digits_default_deploy_to_the_browser_ships_what_the_host_scores(cli, in
     assert rt["runtime"] == "onnxruntime-web" and rt["apply"]["package"] == "onnxruntime-web@1.30.0", rt
     # the page's outputs, scored on the host, are what native onnxruntime gives for the same file
     host = _host_top1(in_tmp / "out/ship" / rt["file"], in_tmp / "eval.npz")
-    assert shipped["accuracy"]["value"] == pytest.approx(host, abs=0.3), (ship, host)
+    assert shipped["accuracy"]["value"] == pytest.approx(host, abs=0.7), (ship, host)  # one of 160 cnn samples: 0.625
 
 
 def test_a_fixed_deploy_in_two_threads_reloads_the_page_and_scores_like_the_host(cli, in_tmp):
