@@ -254,6 +254,7 @@ def test_a_search_that_waited_for_the_lock_still_runs_finals_and_tuning(digits_o
     assert any(s.stage == "tuning" and s.seconds > 0 for s in tl.spans)
 
 
+@pytest.mark.slow  # two full deploys side by side (~65 s)
 def test_two_deploys_to_local_do_not_measure_at_once(digits, tmp_path):
     """Two real `edgekit deploy --target local` processes: the second waits for the first's lock, so their
     device sections (connect to the end of profiling) never overlap."""

@@ -96,6 +96,7 @@ def test_digits_loop_writes_all_views(release):
     assert rep.compared_with is None and rep.comparison is None
 
 
+@pytest.mark.serial  # two runs' timings compared: another worker's load between them reads as a regression
 def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_path):
     """No false alarm at the default threshold (no --max-latency-regression): the README's claim."""
     from edgekit.recipe import GateConfig
@@ -161,6 +162,8 @@ def test_a_failed_ab_remeasurement_becomes_a_warning(cli, digits, release, tmp_p
     assert "A/B re-measurement of the baseline's model failed" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow  # a full search with a baseline (~50 s): the default step keeps the unchanged-model pass
+@pytest.mark.serial  # its 95% CI bound on the slow/fast ratio
 def test_slower_model_fails_latency_regression_with_significance(digits, release, tmp_path, cli):
     import numpy as np
 
@@ -305,6 +308,7 @@ def _normalized_deploy(cli, digits, baseline: Path, out: Path):
     return r, rep, old, lat[0]
 
 
+@pytest.mark.serial  # seen in CI on two workers: int8 alone 2.3x slower than in its fixture run, beside the other worker
 def test_normalized_release_method_cancels_a_machine_that_was_faster(cli, digits, fixed_release, tmp_path):
     baseline = _doctored(fixed_release, tmp_path / "release-on-a-fast-day", {"fp32": DRIFT, "int8-static": DRIFT})
     r, rep, old, c = _normalized_deploy(cli, digits, baseline, tmp_path / "out")
