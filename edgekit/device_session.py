@@ -114,7 +114,7 @@ def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = 
                 if target.transport == "browser":
                     from .transport.browser import BrowserTransport
 
-                    t = BrowserTransport()
+                    t = BrowserTransport(profile=target.browser)
                 else:
                     t = LocalTransport()
             except BaseException:
@@ -157,7 +157,8 @@ class DeviceSession:
         self.transport: Transport | None = None
         self.facts_before: dict | None = None
         self.facts_after: dict | None = None
-        self.emulation = emulation_of(device)
+        self.emulation = emulation_of(device) or (
+            target.browser.describe() if target.browser is not None and target.browser.emulated else None)
         self._remotes: dict[Path, str] = {}
         self._eval_bundle = None
         self._eval_keys: tuple[str, ...] = ()

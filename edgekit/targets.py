@@ -63,6 +63,26 @@ class WheelSpec(_Strict):
                                                        "`runtimes`), the wheels it adds on top of `packages`")
 
 
+class BrowserProfile(_Strict):
+    """How the browser target's page is made to look like a phone's (``browser-mobile``): Chromium's own
+    DevTools emulation. A throttled CPU is an emulation: its latency is not a real phone's and is not gated."""
+
+    cpu_throttle: float = Field(1.0, ge=1, le=20, description="CPU slowdown factor (DevTools "
+                                "Emulation.setCPUThrottlingRate; Lighthouse's mid-tier phone is 4)")
+    viewport: tuple[int, int] | None = Field(None, description="CSS pixels (width, height) of the emulated screen")
+    device_scale_factor: float = Field(1.0, gt=0)
+    mobile: bool = False
+
+    @property
+    def emulated(self) -> bool:
+        return self.cpu_throttle > 1
+
+    def describe(self) -> str:
+        screen = f", a {self.viewport[0]}x{self.viewport[1]} {'mobile ' if self.mobile else ''}viewport" \
+            if self.viewport else ""
+        return f"Chromium CPU throttling x{self.cpu_throttle:g} (DevTools Emulation.setCPUThrottlingRate){screen}"
+
+
 class TargetSpec(_Strict):
     name: str
     description: str = ""
@@ -89,7 +109,14 @@ class TargetSpec(_Strict):
     limits: Limits = Limits()
     wheels: WheelSpec | None = None
     big_cores_mask: str | None = None  # taskset mask of the fast cores (big.LITTLE SoCs)
+    browser: BrowserProfile | None = None  # transport browser only: the page's emulated phone, if any
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _browser_profile_for_browser_only(self):
+        if self.browser is not None and self.transport != "browser":
+            raise ValueError(f"`browser:` (an emulated page) needs transport browser, not {self.transport}")
+        return self
 
     @model_validator(mode="after")
     def _runtime_wheels_for_listed_runtimes(self):

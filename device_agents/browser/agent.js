@@ -103,9 +103,18 @@ async function measure(job) {
     for (let i = 0; i < job.warmup; i++) await once();
     // iterations per timed sample: one sample spans >= 200 timer ticks (and >= 1 ms)
     let a = performance.now();
-    await once();
-    const one = Math.max(performance.now() - a, res);
-    const k = Math.max(1, Math.ceil(Math.max(1.0, 200 * res) / one));
+    let k;
+    if (job.min_sample_ms) {
+      // a CPU-throttled page (DevTools pauses the thread in slices): a sample spans many slices, or a run
+      // that fell between pauses reads at full speed; k = the runs that fit in one such window
+      let n = 0;
+      while (performance.now() - a < job.min_sample_ms) { await once(); n++; }
+      k = Math.max(1, n);
+    } else {
+      await once();
+      const one = Math.max(performance.now() - a, res);
+      k = Math.max(1, Math.ceil(Math.max(1.0, 200 * res) / one));
+    }
     const raw = [];
     const started = performance.now();
     for (;;) {

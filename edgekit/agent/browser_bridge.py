@@ -34,6 +34,12 @@ class _Refused(Exception):
         self.kind = kind
 
 
+# A CPU-throttled page (browser-mobile): DevTools slows the renderer by pausing its thread in slices, so a
+# fast run either falls between pauses (full speed) or spans one; a timed sample spans this long (env
+# EDGEKIT_THROTTLED_SAMPLE_MS) so each holds many slices and reads the throttled speed on average.
+THROTTLED_SAMPLE_MS = float(os.environ.get("EDGEKIT_THROTTLED_SAMPLE_MS") or 100.0)
+
+
 def _fail(kind: str, message: str) -> tuple[dict, int]:
     agent = load_agent()
     code = agent.EXIT_BAD_REQUEST if kind in ("bad_request", "bad_data", "integrity") else agent.EXIT_RUNTIME
@@ -49,6 +55,8 @@ def _facts(page, hello: dict) -> dict:
     facts["page_agent"] = page.agent_sha256
     if hello.get("hardware_concurrency"):
         facts["cores"] = hello["hardware_concurrency"]
+    if page.emulation_applied:  # browser-mobile: the page's CPU was slowed by DevTools (an emulation)
+        facts["browser_emulation"] = dict(page.emulation_applied)
     return facts
 
 
@@ -205,7 +213,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
                "warmup": int(req.get("warmup", 10)), "runs": int(req.get("runs", 50)),
                "min_seconds": float(req.get("min_seconds", 1.0)), "max_runs": int(req.get("max_runs", 5000)),
                "max_seconds": float(req.get("max_seconds", 120.0)), "timed_inputs": feed(sample),
-               "eval_batches": batches}
+               "eval_batches": batches, "min_sample_ms": THROTTLED_SAMPLE_MS if page.emulation_applied else 0}
         job["upload_url"] = f"/upload/{job['id']}"
         state_before = agent.device_state()
         busy, browser0 = agent.BusyMeter(), _browser_cpu_s(page)

@@ -44,8 +44,9 @@ def device_identity(probe_doc: dict, device_name: str | None, transport_kind: st
     facts = probe_doc.get("device") or {}
     return {"name": device_name, "transport": transport_kind,
             **{k: facts.get(k) for k in ("hostname", "machine_id", "cpu", "arch", "cores", "os", "os_release")},
-            # a browser device: its version, the page's WASM features (isolation) and the page agent's code
-            **{k: facts[k] for k in ("browser", "wasm", "page_agent") if k in facts}}
+            # a browser device: its version, the page's WASM features (isolation), the page agent's code and
+            # the CPU throttle rate of an emulated phone
+            **{k: facts[k] for k in ("browser", "wasm", "page_agent", "browser_emulation") if k in facts}}
 
 
 def measurement_key(request: Any, *, runtime_version: str | None, identity: dict, agent: dict) -> str:

@@ -155,11 +155,55 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200)
 
 
+class DevTools:
+    """Chromium's DevTools protocol over ``--remote-debugging-pipe`` (NUL-terminated JSON on the browser's
+    fds 3 and 4): no port, no websocket, reachable only by the process that started the browser."""
+
+    def __init__(self, to_browser: int, from_browser: int):
+        self.wfd, self.rfd, self._id, self._buf = to_browser, from_browser, 0, b""
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None,
+             timeout: float = 30.0) -> dict:
+        import select
+
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.wfd, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                doc = json.loads(raw)
+                if doc.get("id") == self._id:  # events and other answers are skipped
+                    if "error" in doc:
+                        raise TransportError(f"DevTools {method} failed: {doc['error'].get('message')}")
+                    return doc.get("result") or {}
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.rfd], [], [], left)[0]:
+                raise TransportError(f"DevTools {method}: no answer from the browser in {timeout:.0f} s")
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                raise TransportError(f"DevTools {method}: the browser closed its debugging pipe")
+            self._buf += chunk
+
+    def close(self) -> None:
+        for fd in (self.wfd, self.rfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 class BrowserPage:
     """The server, the Chromium process and the page it runs; jobs go in, results come back."""
 
-    def __init__(self, workdir: str):
+    def __init__(self, workdir: str, profile=None):
         self.workdir = workdir
+        self.profile = profile  # edgekit.targets.BrowserProfile: CPU throttling and a phone's viewport, or None
+        self.devtools: DevTools | None = None
+        self.emulation_applied: dict | None = None
         self.dist = runtime_dist()
         self.exe = chromium_path()
         self.version = chromium_version(self.exe)
@@ -191,19 +235,58 @@ class BrowserPage:
                 self.proc = self._start(err, threads)
         else:
             self.jobs.put({"kind": "reload", "threads": threads})
-        return self._wait_hello(threads)
+        hello = self._wait_hello(threads)
+        self._emulate()
+        return hello
+
+    def _emulate(self) -> None:
+        """The target's phone profile on the page, through DevTools: the CPU slowed ``cpu_throttle`` times, the
+        viewport a phone's. Applied after every (re)load, before any job runs."""
+        if self.devtools is None or self.profile is None:
+            return
+        pages = [t for t in self.devtools.call("Target.getTargets")["targetInfos"]
+                 if t.get("type") == "page" and "/agent.html" in t.get("url", "")]
+        if not pages:
+            raise TransportError("DevTools lists no agent page to throttle", hint="rerun; see chromium.stderr")
+        session = self.devtools.call("Target.attachToTarget", {"targetId": pages[0]["targetId"],
+                                                               "flatten": True})["sessionId"]
+        self.devtools.call("Emulation.setCPUThrottlingRate", {"rate": self.profile.cpu_throttle}, session)
+        if self.profile.viewport:
+            w, h = self.profile.viewport
+            self.devtools.call("Emulation.setDeviceMetricsOverride", {
+                "width": w, "height": h, "deviceScaleFactor": self.profile.device_scale_factor,
+                "mobile": self.profile.mobile}, session)
+        self.emulation_applied = {"cpu_throttle": self.profile.cpu_throttle,
+                                  "viewport": list(self.profile.viewport) if self.profile.viewport else None,
+                                  "mobile": self.profile.mobile, "via": "DevTools protocol (remote-debugging-pipe)"}
 
     def _start(self, err, threads: int) -> subprocess.Popen:
-        return subprocess.Popen(
-            [self.exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+        argv = [self.exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-dev-shm-usage", "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
              "--enable-precise-memory-info", "--enable-blink-features=ForceEagerMeasureMemory",
              "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-             f"--user-data-dir={self._profile}", f"{self.url}/agent.html?threads={threads}"],
-            # stderr to a file: a pipe would block a read while orphaned helper processes hold it open
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-            start_new_session=True)  # its own process group: close() takes the helpers with it
+             f"--user-data-dir={self._profile}"]
+        page = f"{self.url}/agent.html?threads={threads}"
+        # stderr to a file: a pipe would block a read while orphaned helper processes hold it open; its own
+        # process group: close() takes the helpers with it
+        kw = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": err, "start_new_session": True}
+        if self.profile is None:
+            return subprocess.Popen([*argv, page], **kw)
+        # DevTools over a pipe: Chromium reads commands on fd 3 and answers on fd 4; bash (dash takes no fd above 9) maps our pipe
+        # ends onto those numbers (the string holds only these integers) and execs the browser in its place
+        cmd_r, cmd_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        try:
+            proc = subprocess.Popen(["bash", "-c", f'exec "$@" 3<&{cmd_r} 4>&{ans_w} {cmd_r}<&- {ans_w}>&-', "bash",
+                                     *argv, "--remote-debugging-pipe", page], pass_fds=(cmd_r, ans_w), **kw)
+        finally:
+            os.close(cmd_r)
+            os.close(ans_w)
+        if self.devtools is not None:
+            self.devtools.close()
+        self.devtools = DevTools(cmd_w, ans_r)
+        return proc
 
     def _wait_hello(self, threads: int) -> dict:
         deadline = time.monotonic() + HELLO_TIMEOUT_S
@@ -278,7 +361,9 @@ class BrowserPage:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        self.proc = None
+        if self.devtools is not None:
+            self.devtools.close()
+        self.proc, self.devtools, self.emulation_applied = None, None, None
         self.threads = None
 
 
@@ -287,14 +372,15 @@ class BrowserTransport(LocalTransport):
 
     kind = "browser"
 
-    def __init__(self, workdir: str | Path | None = None):
-        super().__init__(workdir or default_local_workdir() / "browser")
+    def __init__(self, workdir: str | Path | None = None, profile=None):
+        super().__init__(workdir or default_local_workdir() / ("browser-mobile" if profile else "browser"))
+        self.profile = profile  # edgekit.targets.BrowserProfile or None
         self._page: BrowserPage | None = None
 
     @property
     def page(self) -> BrowserPage:
         if self._page is None:
-            self._page = BrowserPage(self.workdir)
+            self._page = BrowserPage(self.workdir, self.profile)
         return self._page
 
     def _agent_call(self, argv: list[str]) -> str | None:

@@ -111,8 +111,15 @@ def test_a_browser_killed_mid_measurement_is_a_device_failure_and_overwrites_not
     (in_tmp / "out").mkdir()
     (in_tmp / "out/report.json").write_text('{"kept": true}')
     exe = Path(sys.executable).with_name("edgekit")
-    proc = subprocess.Popen([str(exe), "deploy", "model.pt2", "--target", "browser", "--eval-data", "eval.npz",
-                             "--no-search", "--out", "out", "--min-seconds", "60", "--runs", "20"],
+    # the browser target with no cap on timed runs: fp32's timed runs really last --min-seconds (the stock cap,
+    # 5000 runs, ends them in under a second on this model, and the kill would land between jobs)
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "browser.yaml").read_text())
+    spec.update(name="browser-uncapped", measure=dict(spec["measure"], max_runs=10_000_000))
+    (in_tmp / "browser-uncapped.yaml").write_text(yaml.safe_dump(spec))
+    proc = subprocess.Popen([str(exe), "deploy", "model.pt2", "--target", "browser-uncapped.yaml", "--eval-data",
+                             "eval.npz", "--no-search", "--out", "out", "--min-seconds", "60", "--runs", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=in_tmp)
     from edgekit.sim.procs import descendants
 
@@ -143,6 +150,67 @@ def test_a_browser_killed_mid_measurement_is_a_device_failure_and_overwrites_not
     assert proc.returncode == 3, (proc.returncode, err[-2000:])
     assert "browser died" in err and "fp32" in err, err[-2000:]
     assert json.loads((in_tmp / "out/report.json").read_text()) == {"kept": True}
+
+
+def _page_p50(profile, workdir: Path, model: Path, x: np.ndarray) -> tuple[float, dict]:
+    from edgekit.agent.browser_bridge import measure_in_page
+    from edgekit.fsutil import sha256_file
+
+    t = browser.BrowserTransport(workdir, profile=profile)
+    try:
+        dst = Path(t.workdir) / "files" / model.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(model.read_bytes())
+        np.save(Path(t.workdir) / "files" / "x.npy", x)
+        req = workdir / "req.json"
+        req.write_text(json.dumps({
+            "protocol": 2, "variant": "fp32", "model": str(dst), "format": "onnx", "runtime": "onnxruntime",
+            "model_sha256": sha256_file(dst), "threads": 1, "warmup": 3, "runs": 30, "min_seconds": 0.5,
+            "inputs": [{"name": "x", "dtype": "float32", "shape": list(x.shape)}], "outputs": []}))
+        doc, code = measure_in_page(t.page, str(req), timeout=180)
+    finally:
+        t.close()
+    assert code == 0 and doc["ok"], doc
+    return float(np.median(doc["latency_ms"]["raw"])), doc["device"]
+
+
+@pytest.mark.serial  # a ratio of two timings: alone, so the other worker's load does not land on one side
+def test_browser_mobile_throttles_the_page_cpu_and_says_so(tmp_path, digits):
+    """The phone profile's DevTools throttle really slows the page (the same model, both pages in one test),
+    and the facts carry the rate, which keys the measurement cache apart from the plain browser's."""
+    from edgekit.measure.cache import device_identity
+    from edgekit.targets import load_target
+
+    from edgekit.convert.torch_to_onnx import export_onnx
+    from edgekit.source import load_source
+
+    mobile = load_target("browser-mobile")
+    assert mobile.browser.cpu_throttle == 4 and mobile.browser.emulated
+    x = np.load(digits.eval)["x"][:1]
+    model = export_onnx(load_source(digits.pt2, workdir=tmp_path), tmp_path / "digits.onnx", [x]).path
+    plain, plain_dev = _page_p50(None, tmp_path / "plain", model, x)
+    slow, slow_dev = _page_p50(mobile.browser, tmp_path / "mobile", model, x)
+    print(f"page p50 {plain:.4f} ms, throttled x4 {slow:.4f} ms: {slow / plain:.2f}x")
+    assert slow > 2.0 * plain, (slow, plain)  # 4x asked; WASM on the main thread is what DevTools slows
+    assert "browser_emulation" not in plain_dev
+    emu = slow_dev["browser_emulation"]
+    assert emu["cpu_throttle"] == 4 and emu["viewport"] == [412, 915] and emu["mobile"] is True, emu
+    assert device_identity({"device": slow_dev}, None, "browser") != device_identity({"device": plain_dev}, None,
+                                                                                      "browser")
+
+
+def test_a_deploy_to_browser_mobile_is_an_emulation_and_gates_no_latency(cli, in_tmp):
+    r = cli("deploy", "model.pt2", "--target", "browser-mobile", "--eval-data", "eval.npz", "--no-search",
+            "--latency-budget-ms", "0.0001", "--out", "out", *FAST)
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    rep = json.loads((in_tmp / "out/report.json").read_text())
+    dev = rep["device"]
+    assert dev["emulated"] is True and dev["latency_representative"] is False, dev
+    assert "CPU throttling x4" in dev["emulation"] and dev["browser_emulation"]["cpu_throttle"] == 4, dev
+    # an absurd latency budget is not applied to an emulated CPU's figures: named as not applicable
+    lat = [c for c in rep["gate"]["checks"] if c["name"].startswith("latency")]
+    assert lat and all(c["passed"] and "not applicable" in c["message"] for c in lat), lat
+    assert any("emulated" in w for w in rep["warnings"]), rep["warnings"]
 
 
 def test_a_model_onnx_runtime_web_cannot_load_fails_the_variant_with_the_runtimes_message(tmp_path):
