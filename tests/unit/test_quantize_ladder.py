@@ -192,6 +192,7 @@ def test_registry_search_candidates_are_the_ladder_rungs_and_few():
     assert not any("fp16" in n for n in names)  # the CPU EP runs fp16 slowly on x86
 
 
+@pytest.mark.serial  # two timings compared: the budget comes from one run, the step times another
 def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
     """One run per quantized tensor took ~50 min on PP-OCRv4's recognizer (558 tensors x 5 s) inside a
     300 s search: the step measures one run, then takes fewer samples to fit half the time left, or
