@@ -1,11 +1,12 @@
-"""The same ONNX file in a web page and natively, side by side in one run: p50 latency of ONNX Runtime Web
-(WASM, SIMD; 1 and 2 threads) in this host's headless Chromium against native onnxruntime (1 and 2 threads),
-per model, the settings interleaved over rounds so load drifts hit them alike.
+"""The same file in a web page and natively, side by side in one run: p50 latency of ONNX Runtime Web and of
+LiteRT.js (WASM, SIMD; 1 and 2 threads) in this host's headless Chromium against native onnxruntime and the
+native LiteRT interpreter (1 and 2 threads), per model (its .onnx, and the .tflite `edgekit convert` makes of
+it), the settings interleaved over rounds so load drifts hit them alike.
 
 Both sides get the same agent request (edgekit/agent/protocol.py): the native side runs the device agent in
 this process (``measure``), the browser side the page agent (edgekit/agent/browser_bridge.py). Models: the
 digits CNN (examples/digits, `bash examples/digits/run.sh` makes it) and the perf-style MobileNetV2 at 64x64
-(random weights: latency only). LiteRT.js is not measured (not built yet).
+(random weights: latency only).
 
     .venv/bin/python benchmarks/browser_vs_native.py [--rounds 3]
 """
@@ -48,19 +49,32 @@ def _onnx_models(d: Path) -> dict[str, Path]:
     return out
 
 
-def _request(model: Path, d: Path, threads: int) -> Path:
-    import onnx
+def _tflite(onnx_file: Path) -> Path | None:
+    from edgekit.cli.main import main as edgekit
 
+    out = onnx_file.with_suffix(".tflite")
+    return out if edgekit(["convert", str(onnx_file), "--to", "tflite", "--out", str(out)]) == 0 else None
+
+
+def _request(model: Path, d: Path, threads: int) -> Path:
     from edgekit.fsutil import sha256_file
 
-    g = onnx.load(str(model)).graph
-    inits = {i.name for i in g.initializer}
-    ins = [{"name": i.name, "dtype": "float32", "shape": [x.dim_value or 1 for x in i.type.tensor_type.shape.dim]}
-           for i in g.input if i.name not in inits]
+    if model.suffix == ".onnx":
+        import onnx
+
+        g = onnx.load(str(model)).graph
+        inits = {i.name for i in g.initializer}
+        ins = [{"name": i.name, "dtype": "float32", "shape": [x.dim_value or 1 for x in i.type.tensor_type.shape.dim]}
+               for i in g.input if i.name not in inits]
+    else:  # timing only: random inputs in the file's own layout
+        from ai_edge_litert.interpreter import Interpreter
+
+        ins = [{"name": i["name"], "dtype": "float32", "shape": [int(v) for v in i["shape"]]}
+               for i in Interpreter(model_path=str(model)).get_input_details()]
     req = {"protocol": 2, "variant": model.stem, "model": str(model), "model_sha256": sha256_file(model),
-           "format": "onnx", "runtime": "onnxruntime", "threads": threads, "warmup": 20, "runs": 100,
-           "min_seconds": 2.0, "inputs": ins, "outputs": []}
-    p = d / f"{model.stem}-t{threads}.json"
+           "format": model.suffix[1:], "runtime": "onnxruntime" if model.suffix == ".onnx" else "litert",
+           "threads": threads, "warmup": 20, "runs": 100, "min_seconds": 2.0, "inputs": ins, "outputs": []}
+    p = d / f"{model.stem}-{model.suffix[1:]}-t{threads}.json"
     p.write_text(json.dumps(req))
     return p
 
@@ -77,33 +91,40 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-browser-") as td:
         t = BrowserTransport(Path(td) / "device")
         try:
-            models = {}
-            for name, made in _onnx_models(Path(td)).items():  # into the served folder: the page fetches them
-                models[name] = Path(t.workdir) / made.name
-                shutil.copyfile(made, models[name])
-            p50 = {}
+            models = {}  # (model, format) -> the file in the served folder: the page fetches it
+            for name, made in _onnx_models(Path(td)).items():
+                for f in (made, _tflite(made)):
+                    if f is None:
+                        print(f"({name}: no .tflite, `edgekit convert` failed)")
+                        continue
+                    models[(name, f.suffix[1:])] = Path(t.workdir) / f.name
+                    shutil.copyfile(f, models[(name, f.suffix[1:])])
+            sides = {"onnx": ("native onnxruntime", "ONNX Runtime Web"), "tflite": ("native LiteRT", "LiteRT.js")}
+            p50, versions = {}, {}
             for r in range(args.rounds):
-                for name, model in models.items():
+                for (name, fmt), model in models.items():
                     for threads in (1, 2):
                         req = _request(model, Path(td), threads)
                         native = agent.measure(json.loads(req.read_text()))
                         web, code = measure_in_page(t.page, str(req), timeout=600)
                         if code != 0:
-                            raise SystemExit(f"{name} t{threads} in the browser: {web['error']}")
-                        for side, doc in (("native onnxruntime", native), ("ONNX Runtime Web", web)):
-                            raw = doc["latency_ms"]["raw"]
-                            p50.setdefault((name, threads, side), []).append(statistics.median(raw))
-                            if side == "ONNX Runtime Web":
-                                feats = doc["runtime"]["features"]
-            print(f"CPU: {isa()}; browser: {t.page.version}; ONNX Runtime Web {web['runtime']['version']} "
-                  f"(WASM SIMD {feats['wasm_simd']}, threads {feats['wasm_threads']}); native onnxruntime "
-                  f"{native['runtime']['version']}; median of {args.rounds} rounds' p50")
-            print(f"{'model':22} {'thr':>3} {'native p50 ms':>14} {'web p50 ms':>11} {'web/native':>10}")
-            for name in models:
+                            raise SystemExit(f"{name} ({fmt}) t{threads} in the browser: {web['error']}")
+                        for side, doc in zip(sides[fmt], (native, web)):
+                            p50.setdefault((name, fmt, threads, side), []).append(
+                                statistics.median(doc["latency_ms"]["raw"]))
+                            versions[side] = doc["runtime"]["version"]
+                        feats = web["runtime"]["features"]
+            print(f"CPU: {isa()}; browser: Chromium {t.page.version} (WASM SIMD {feats['wasm_simd']}, threads "
+                  f"{feats['wasm_threads']}); " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+                  + f"; median of {args.rounds} rounds' p50")
+            print(f"{'model':22} {'thr':>3} {'native':>18} {'p50 ms':>8} {'in the page':>16} {'p50 ms':>8} "
+                  f"{'page/native':>11}")
+            for (name, fmt) in models:
                 for threads in (1, 2):
-                    n = statistics.median(p50[(name, threads, "native onnxruntime")])
-                    w = statistics.median(p50[(name, threads, "ONNX Runtime Web")])
-                    print(f"{name:22} {threads:>3} {n:14.4f} {w:11.4f} {w / n:9.2f}x")
+                    nat, page = sides[fmt]
+                    n = statistics.median(p50[(name, fmt, threads, nat)])
+                    w = statistics.median(p50[(name, fmt, threads, page)])
+                    print(f"{name:22} {threads:>3} {nat:>18} {n:8.4f} {page:>16} {w:8.4f} {w / n:10.2f}x")
         finally:
             t.close()
 

@@ -91,6 +91,10 @@ def _feed(inputs: Mapping[str, np.ndarray] | str | Path, source_io: IOSpec,
     return {n: np.asarray(inputs[n]) for n in names}
 
 
+# the browser agent's runtimes (edgekit/agent/browser_bridge.py) -> the native runtime of the same project
+NATIVE_OF_WEB = {"onnxruntime-web": "onnxruntime", "litert.js": "litert"}
+
+
 def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | Path, *,
                 threads: int | None = None) -> dict[str, np.ndarray]:
     """The shipped file's outputs (by the source model's output names) for ``inputs`` (arrays by the
@@ -101,7 +105,9 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
     from .targets import MeasureDefaults
 
     rt = _read_json(Path(ship_dir) / "runtime.json")
-    runtime = rt.get("runtime")
+    # a file shipped to a web page runs here on the same runtime's native build (the page's outputs were
+    # checked against it: ONNX Runtime Web against onnxruntime, LiteRT.js against the LiteRT interpreter)
+    runtime = NATIVE_OF_WEB.get(rt.get("runtime"), rt.get("runtime"))
     agent = load_agent()
     if runtime not in agent.RUNNERS:  # checked first: a Core ML package is not even hashed here
         row = spec_for_runtime(str(runtime))

@@ -123,8 +123,10 @@ def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
     call and every setting the agent's runner made for these threads and options (defaults spelled
     out, so a runtime whose defaults change does not change the shipped speed), from the runtime's
     registry row (``ship_apply``). None for a runtime the agent does not run."""
-    if runtime == "onnxruntime-web":  # the browser page's runtime (edgekit/transport/browser.py): no registry row
+    if runtime == "onnxruntime-web":  # the browser page's runtimes (edgekit/transport/browser.py): no registry row
         return onnxruntime_web_apply(threads, options)
+    if runtime == "litert.js":
+        return litertjs_apply(threads, options)
     row = spec_for_runtime(runtime)
     if row is None or row.ship_apply is None:
         return None
@@ -157,6 +159,21 @@ def onnxruntime_web_apply(threads: int, options: dict) -> dict:
             "session_options": {"graphOptimizationLevel": _WEB_LEVEL[options.get("graph_optimization_level", "all")],
                                 "executionMode": options.get("execution_mode", "sequential")},
             # WASM threads need SharedArrayBuffer, which only a cross-origin isolated page has
+            "headers": {k: v for k, v in HEADERS.items() if k.startswith("Cross-Origin")} if threads > 1 else {}}
+
+
+def litertjs_apply(threads: int, options: dict) -> dict:
+    """What a web page sets to run a .tflite as the browser agent measured it with LiteRT.js."""
+    from .transport.browser import HEADERS, litert_version
+
+    return {"package": f"@litertjs/core@{litert_version()}", "module": "dist/index.js",
+            "import_map": {"@litertjs/wasm-utils": "<node_modules>/@litertjs/wasm-utils/dist/index.js"},
+            "call": "await loadLiteRt('<node_modules>/@litertjs/core/wasm/'" + (", {threads: true}" if threads > 1
+                                                                                 else "") + "); "
+                    "await loadAndCompile(bytes, {accelerator: 'wasm', cpuOptions: {numThreads}})",
+            "cpu_options": {"numThreads": threads},
+            "tensors": "fed and returned by the file's signature names (model.getInputDetails()); Float32Array, "
+                       "Int32Array or Uint8Array only",
             "headers": {k: v for k, v in HEADERS.items() if k.startswith("Cross-Origin")} if threads > 1 else {}}
 
 

@@ -47,18 +47,73 @@ async function fetchBytes(url) {
   return await r.arrayBuffer();
 }
 
-async function tensor(spec) {
-  const buf = await fetchBytes(spec.url);
-  const Arr = ARRAYS[spec.dtype];
-  if (!Arr) throw new Error(`input ${spec.name}: dtype ${spec.dtype} has no ONNX Runtime Web tensor type`);
-  return new ort.Tensor(spec.dtype, new Arr(buf), spec.shape);
+// The page's runtimes, one runner each: load(job) -> {run(feeds), outputs(result) -> [{data, dtype, dims}] in
+// the job's output order, release()}; feeds(specs) builds the runtime's input tensors from the served bytes.
+async function ortRunner(job) {
+  const sessOpts = {executionProviders: ["wasm"], graphOptimizationLevel: job.options.graph_optimization_level || "all",
+    executionMode: job.options.execution_mode || "sequential"};
+  const session = await ort.InferenceSession.create(new Uint8Array(await fetchBytes(job.model_url)), sessOpts);
+  return {
+    async feeds(specs) {
+      const out = {};
+      for (const s of specs) {
+        const Arr = ARRAYS[s.dtype];
+        if (!Arr) throw new Error(`input ${s.name}: dtype ${s.dtype} has no ONNX Runtime Web tensor type`);
+        out[s.name] = new ort.Tensor(s.dtype, new Arr(await fetchBytes(s.url)), s.shape);
+      }
+      return out;
+    },
+    run: (x) => session.run(x),
+    free: null,
+    outputs: (out) => session.outputNames.map((n) => ({data: out[n].data, dtype: out[n].type, dims: out[n].dims})),
+    names: () => session.outputNames,
+    release: () => session.release(),
+  };
 }
 
-async function feeds(specs) {
-  const out = {};
-  for (const s of specs) out[s.name] = await tensor(s);
-  return out;
+// LiteRT.js (@litertjs/core, ESM, loaded on the first .tflite job): its WASM CPU path; the threaded build
+// when the page has more than one thread. Tensors take Float32Array, Int32Array and Uint8Array only (an
+// int8-I/O file is refused at compile, with LiteRT.js's own message).
+let LITERT = null;
+const LITERT_ARRAYS = {float32: Float32Array, int32: Int32Array, uint8: Uint8Array};
+
+async function litertRunner(job) {
+  if (!LITERT) {
+    const mod = await import("/litert/dist/index.js");
+    await mod.loadLiteRt("/litert/wasm/", THREADS > 1 ? {threads: true} : {});
+    LITERT = mod;
+  }
+  const model = await LITERT.loadAndCompile(new Uint8Array(await fetchBytes(job.model_url)),
+    {accelerator: "wasm", cpuOptions: {numThreads: THREADS}});
+  const keys = job.output_keys;  // the signature's output names, in the host's output order
+  const drop = (o) => { for (const t of Object.values(o)) t.delete(); };  // tensors live in the WASM heap until deleted
+  return {
+    async feeds(specs) {
+      const out = {};
+      for (const s of specs) {
+        const Arr = LITERT_ARRAYS[s.dtype];
+        if (!Arr) throw new Error(`input ${s.name}: dtype ${s.dtype} has no LiteRT.js tensor type (float32, int32, uint8)`);
+        out[s.key] = new LITERT.Tensor(new Arr(await fetchBytes(s.url)), s.shape);
+      }
+      return out;
+    },
+    run: (x) => model.run(x),
+    free: drop,
+    outputs(out) {
+      const r = keys.map((k) => {
+        const t = out[k];
+        if (!t) throw new Error(`LiteRT.js returned no output ${k} (it has ${Object.keys(out)})`);
+        return {data: t.toTypedArray(), dtype: t.type.dtype, dims: Array.from(t.type.layout.dimensions)};
+      });
+      drop(out);
+      return r;
+    },
+    names: () => keys,
+    release: () => model.delete(),
+  };
 }
+
+const RUNNERS = {onnxruntime: ortRunner, litert: litertRunner};
 
 async function memory() {
   const m = {};
@@ -85,12 +140,12 @@ function failure(kind, err) {
 }
 
 async function measure(job) {
-  const sessOpts = {executionProviders: ["wasm"], graphOptimizationLevel: job.options.graph_optimization_level || "all",
-    executionMode: job.options.execution_mode || "sequential"};
-  let session;
+  const load = RUNNERS[job.runtime];
+  if (!load) return failure("runtime_missing", new Error(`this page has no runtime ${job.runtime}`));
+  let rt;
   const t0 = performance.now();
   try {
-    session = await ort.InferenceSession.create(new Uint8Array(await fetchBytes(job.model_url)), sessOpts);
+    rt = await load(job);
   } catch (e) {
     return failure("model_load_failed", e);
   }
@@ -98,8 +153,9 @@ async function measure(job) {
   const res = timerResolutionMs();
   const answer = {ok: true, load_ms: loadMs, timer_resolution_ms: res};
   try {
-    const x = await feeds(job.timed_inputs);
-    const once = async () => { await session.run(x); };
+    const x = await rt.feeds(job.timed_inputs);
+    // a runtime whose outputs live until freed (LiteRT.js) frees each run's
+    const once = async () => { const o = await rt.run(x); if (rt.free) rt.free(o); };
     for (let i = 0; i < job.warmup; i++) await once();
     // iterations per timed sample: one sample spans >= 200 timer ticks (and >= 1 ms)
     let a = performance.now();
@@ -128,6 +184,7 @@ async function measure(job) {
     answer.raw = raw;
     answer.iterations_per_sample = k;
     answer.warmup = job.warmup;
+    if (rt.free) rt.free(x);
   } catch (e) {
     return failure("inference_failed", e);
   }
@@ -135,11 +192,12 @@ async function measure(job) {
   const te = performance.now();
   try {
     for (let b = 0; b < job.eval_batches.length; b++) {
-      const out = await session.run(await feeds(job.eval_batches[b]));
-      for (let o = 0; o < session.outputNames.length; o++) {
-        const t = out[session.outputNames[o]];
-        const r = await fetch(`${job.upload_url}/${b}/${o}`, {method: "POST", body: t.data,
-          headers: {"X-Dtype": t.type, "X-Shape": JSON.stringify(t.dims)}});
+      const x = await rt.feeds(job.eval_batches[b]);
+      const outs = rt.outputs(await rt.run(x));
+      if (rt.free) rt.free(x);
+      for (let o = 0; o < outs.length; o++) {
+        const r = await fetch(`${job.upload_url}/${b}/${o}`, {method: "POST", body: outs[o].data,
+          headers: {"X-Dtype": outs[o].dtype, "X-Shape": JSON.stringify(outs[o].dims)}});
         if (!r.ok) throw new Error(`upload of output ${o} of batch ${b}: HTTP ${r.status}`);
       }
     }
@@ -147,8 +205,8 @@ async function measure(job) {
     return failure("inference_failed", e);
   }
   answer.eval_seconds = (performance.now() - te) / 1000;  // uploads included
-  answer.output_names = session.outputNames;
-  await session.release();
+  answer.output_names = rt.names();
+  await rt.release();
   return answer;
 }
 

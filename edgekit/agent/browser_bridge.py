@@ -20,8 +20,13 @@ from pathlib import Path
 from .inprocess import load_agent
 
 RUNTIME = "onnxruntime-web"
+LITERT_JS = "litert.js"
+# the page's runtimes: the registry's runtime -> (the format it runs, the name the report gives it)
+PAGE_RUNTIMES = {"onnxruntime": ("onnx", RUNTIME), "litert": ("tflite", LITERT_JS)}
 OPTIONS = {"graph_optimization_level": ("disable_all", "basic", "extended", "all"),
            "execution_mode": ("sequential", "parallel")}
+# the runtime options each page runtime takes (LiteRT.js: none; its WASM CPU path is XNNPACK, not switchable)
+PAGE_OPTIONS = {"onnxruntime": OPTIONS, "litert": {}}
 _WEB_LEVEL = {"disable_all": "disabled", "basic": "basic", "extended": "extended", "all": "all"}
 _NP_OF_WEB = {"float32": "float32", "float64": "float64", "int8": "int8", "uint8": "uint8", "int16": "int16",
               "uint16": "uint16", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
@@ -70,15 +75,20 @@ def probe_page(page) -> tuple[dict, int]:
     hello = page.open(page.threads or 1)
     agent = load_agent()
     return {"protocol": agent.PROTOCOL, "agent_version": agent.AGENT_VERSION, "ok": True, "device": _facts(page, hello),
-            "device_state": agent.device_state(), "runtimes": {"onnxruntime": hello.get("ort_version")},
+            "device_state": agent.device_state(),
+            "runtimes": {"onnxruntime": hello.get("ort_version"), **({"litert": page.litert_version} if page.litert else {})},
             "features": _features(hello)}, 0
 
 
-def _check(req: dict) -> dict:
+def _check(req: dict, page) -> dict:
     """The request's options as the page applies them; what the page cannot do is refused by name."""
-    if req.get("runtime") != "onnxruntime" or req.get("format") != "onnx":
-        raise _Refused("runtime_missing", f"the browser agent runs ONNX models with ONNX Runtime Web; "
-                       f"{req.get('format')} ({req.get('runtime')}) does not run in this page")
+    runtime = req.get("runtime")
+    if PAGE_RUNTIMES.get(runtime, (None,))[0] != req.get("format"):
+        raise _Refused("runtime_missing", f"the browser agent runs ONNX models with ONNX Runtime Web and .tflite "
+                       f"with LiteRT.js; {req.get('format')} ({runtime}) does not run in this page")
+    if runtime == "litert" and page.litert is None:
+        raise _Refused("runtime_missing", "LiteRT.js (@litertjs/core) is not installed for the browser agent: "
+                       "bash .ci/install.sh installs it (npm ci in device_agents/browser)")
     for key, what in (("ab", "A/B blocks"), ("sustained", "a sustained run")):
         if req.get(key):
             raise _Refused("bad_request", f"{what} is not measured in the browser yet: measure it on a native target")
@@ -86,11 +96,40 @@ def _check(req: dict) -> dict:
         raise _Refused("bad_request", "a stream with state (--state) is not run in the browser yet")
     if (req.get("warmup_mode") or "fixed") != "fixed":
         raise _Refused("bad_request", "the browser agent warms up a fixed number of runs (warmup_mode fixed)")
-    opts = dict(req.get("runtime_options") or {})
+    opts, allowed = dict(req.get("runtime_options") or {}), PAGE_OPTIONS[runtime]
     for k, v in opts.items():
-        if k not in OPTIONS or v not in OPTIONS[k]:
-            raise _Refused("bad_request", f"{RUNTIME} takes {sorted(OPTIONS)} with values {OPTIONS}; got {k}={v!r}")
+        if k not in allowed or v not in allowed[k]:
+            name = PAGE_RUNTIMES[runtime][1]
+            raise _Refused("bad_request", f"{name} takes {sorted(allowed)} with values {allowed}; got {k}={v!r}"
+                           if allowed else f"{name} takes no runtime options in the page; got {k}={v!r}")
     return opts
+
+
+def _litert_keys(agent, model: str, in_specs: list[dict], out_specs: list[dict]) -> tuple[list[str], list[str]]:
+    """LiteRT.js feeds and returns tensors by the file's signature names ("x", "output_0"), not its tensor
+    names (a file without signatures: its tensor names): the host's input specs and its output order
+    (the Python runner's, by tensor name) mapped to them through the tensor indices, read with this
+    host's LiteRT interpreter."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        it = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        graph_in, graph_out = it.get_input_details(), it.get_output_details()
+        ins = agent.LiteRTRunner._in_spec_order(graph_in, in_specs)
+        outs = agent.LiteRTRunner._in_spec_order(graph_out, out_specs)
+        sigs = it.get_signature_list()
+        if sigs:
+            runner = it.get_signature_runner(next(iter(sigs)))
+            key_in = {int(d["index"]): k for k, d in runner.get_input_details().items()}
+            key_out = {int(d["index"]): k for k, d in runner.get_output_details().items()}
+        else:  # a file without signatures: LiteRT.js names the default one's tensors by their tensor names
+            key_in = {int(d["index"]): d["name"] for d in graph_in}
+            key_out = {int(d["index"]): d["name"] for d in graph_out}
+        return [key_in[int(d["index"])] for d in ins], [key_out[int(d["index"])] for d in outs]
+    except _Refused:
+        raise
+    except (ImportError, ValueError, RuntimeError, KeyError) as exc:
+        raise _Refused("model_load_failed", f"{LITERT_JS}: cannot read {model}'s signature on the host: {exc}") from exc
 
 
 class _Tensors:
@@ -99,14 +138,15 @@ class _Tensors:
     def __init__(self, page, np):
         self.page, self.np, self.ids = page, np, []
 
-    def spec(self, name: str, x) -> dict:
+    def spec(self, name: str, x, key: str | None = None) -> dict:
         x = self.np.ascontiguousarray(x)
         if x.dtype.name not in _NP_OF_WEB:
             raise _Refused("bad_data", f"input {name}: dtype {x.dtype} has no ONNX Runtime Web tensor type")
         tid = uuid.uuid4().hex
         self.page.tensors[tid] = x.tobytes()
         self.ids.append(tid)
-        return {"name": name, "dtype": x.dtype.name, "shape": list(x.shape), "url": f"/tensor/{tid}"}
+        return {"name": name, "key": key or name, "dtype": x.dtype.name, "shape": list(x.shape),
+                "url": f"/tensor/{tid}"}
 
     def drop(self) -> None:
         for tid in self.ids:
@@ -179,11 +219,13 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         return _fail("bad_request", f"cannot read request {request_path}: {exc}")
     tensors = _Tensors(page, np)
     try:
-        opts = _check(req)
+        opts = _check(req, page)
         model = req["model"]
         if req.get("model_sha256") and agent.model_sha256(model, req.get("companions")) != req["model_sha256"]:
             raise _Refused("integrity", f"model file {model} does not match its sha256 (corrupted transfer)")
         in_specs, out_specs = req["inputs"], req.get("outputs") or []
+        runtime = req["runtime"]
+        keys, out_keys = _litert_keys(agent, model, in_specs, out_specs) if runtime == "litert" else (None, None)
         plan = agent.stream_plan(np, req, in_specs, out_specs)
         data_specs = agent.data_specs(plan, in_specs)
         static = _static_batch(data_specs)
@@ -197,7 +239,8 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
 
         def feed(chunk):
             xs = agent.assemble(plan, chunk, agent.zero_state(np, plan, in_specs))
-            return [tensors.spec(s["name"], agent._prepare(np, x, s)) for x, s in zip(xs, in_specs)]
+            return [tensors.spec(s["name"], agent._prepare(np, x, s), keys[i] if keys else None)
+                    for i, (x, s) in enumerate(zip(xs, in_specs))]
 
         batches, kept = [], []
         for xs in shards:
@@ -207,7 +250,8 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
                 batches.append(feed([agent._pad(np, c, static) for c in chunk] if static else chunk))
         threads = int(req.get("threads", 1))
         hello = page.open(threads)
-        job = {"kind": "measure", "id": uuid.uuid4().hex, "variant": req.get("variant"),
+        job = {"kind": "measure", "id": uuid.uuid4().hex, "variant": req.get("variant"), "runtime": runtime,
+               "output_keys": out_keys,
                "model_url": "/files/" + os.path.relpath(model, page.workdir),
                "options": {k: (_WEB_LEVEL[v] if k == "graph_optimization_level" else v) for k, v in opts.items()},
                "warmup": int(req.get("warmup", 10)), "runs": int(req.get("runs", 50)),
@@ -221,7 +265,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         got = page.run_job(job, timeout)
         other_cpu = _others(busy, _browser_cpu_s(page) - browser0)
         if not got.get("ok"):
-            raise _Refused(got.get("kind", "inference_failed"), f"{RUNTIME}: {got.get('message')}")
+            raise _Refused(got.get("kind", "inference_failed"), f"{PAGE_RUNTIMES[runtime][1]}: {got.get('message')}")
         peak_mb, peak_reason = _renderer_peak_mb(page)
         outputs_path = req.get("outputs_path")
         if shards:
@@ -249,7 +293,8 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         "protocol": agent.PROTOCOL, "agent_version": agent.AGENT_VERSION, "ok": True, "variant": req.get("variant"),
         "device": _facts(page, hello),
         "device_state": {"before": state_before, "after": agent.device_state(), "other_cpu_fraction": other_cpu},
-        "runtime": {"name": RUNTIME, "version": hello.get("ort_version"), "threads": eff_threads, "delegate": "wasm",
+        "runtime": {"name": PAGE_RUNTIMES[runtime][1], "version": hello.get("ort_version") if runtime == "onnxruntime"
+                    else page.litert_version, "threads": eff_threads, "delegate": "wasm",
                     **({"options": opts} if opts else {}), "features": _features(hello)},
         "load_ms": got["load_ms"],
         "latency_ms": {"warmup": got["warmup"], "warmup_mode": "fixed", "runs": len(got["raw"]), "raw": got["raw"],
@@ -258,7 +303,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         "sustained": None,
         "memory": {"peak_rss_mb": peak_mb, "source": "renderer VmHWM" if peak_mb is not None else None,
                    "reason": peak_reason, "pss_mb": None, "arena_mb": None,
-                   "arena_reason": "ONNX Runtime Web does not expose its arena size", **mem},
+                   "arena_reason": f"{PAGE_RUNTIMES[runtime][1]} does not expose its arena size", **mem},
         "energy": agent.no_energy(["not readable from a browser page"], (req.get("energy") or {}).get("sources")),
         "warnings": warnings,
         "eval": {"samples": n, "batch_size": bs, "static_batch": static,
@@ -266,7 +311,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         "outputs_path": outputs_path if shards else None,
     }
     if req.get("profile"):
-        doc["op_profile"] = agent.no_op_profile(f"{RUNTIME} has no per-op profiler the page can read")
+        doc["op_profile"] = agent.no_op_profile(f"{PAGE_RUNTIMES[runtime][1]} has no per-op profiler the page can read")
     return doc, 0
 
 

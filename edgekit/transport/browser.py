@@ -70,6 +70,20 @@ def runtime_version() -> str | None:
         return None
 
 
+def litert_dir() -> Path | None:
+    """LiteRT.js's package folder (``@litertjs/core``: dist/ and wasm/), None where it is not installed."""
+    base = Path(os.environ.get("EDGEKIT_BROWSER_RUNTIMES") or page_dir()) / "node_modules" / "@litertjs"
+    return base if (base / "core" / "dist" / "index.js").is_file() else None
+
+
+def litert_version() -> str | None:
+    d = litert_dir()
+    try:
+        return json.loads((d / "core" / "package.json").read_text())["version"] if d else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def chromium_path() -> str:
     exe = os.environ.get("EDGEKIT_CHROMIUM") or next(
         (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -126,6 +140,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._file(page_dir(), p.lstrip("/"))
         if p.startswith("/ort/"):
             return self._file(page.dist, p[len("/ort/"):])
+        if p.startswith(("/litert/", "/litert-utils/")) and page.litert is not None:
+            sub = "core" if p.startswith("/litert/") else "wasm-utils/dist"
+            return self._file(page.litert / sub, p.split("/", 2)[2])
         if p.startswith("/files/"):
             return self._file(Path(page.workdir), p[len("/files/"):])
         if p.startswith("/tensor/"):
@@ -201,6 +218,7 @@ class BrowserPage:
 
     def __init__(self, workdir: str, profile=None):
         self.workdir = workdir
+        self.litert, self.litert_version = litert_dir(), litert_version()  # None: LiteRT.js not installed
         self.profile = profile  # edgekit.targets.BrowserProfile: CPU throttling and a phone's viewport, or None
         self.devtools: DevTools | None = None
         self.emulation_applied: dict | None = None

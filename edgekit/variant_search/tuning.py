@@ -181,6 +181,11 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
         progress(capped)
         opts.extra_warnings = [*opts.extra_warnings, f"runtime tuning of {chosen.name}: {capped}"]
     grid = [g for g in grid if not (g["threads"] == base_threads and not g["options"])]
+    if getattr(session.transport, "kind", None) == "browser":  # a page's runtime takes fewer options
+        from ..agent.browser_bridge import PAGE_OPTIONS
+
+        allowed = PAGE_OPTIONS.get(runtime, {})
+        grid = [g for g in grid if all(k in allowed and v in allowed[k] for k, v in g["options"].items())]
     if not grid:
         return chosen, settings
     contenders, per_setting, rows = [chosen], {chosen.name: settings}, {}

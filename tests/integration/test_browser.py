@@ -48,15 +48,13 @@ def in_tmp(tmp_path, monkeypatch, digits):
     return tmp_path
 
 
-def _host_top1(model: Path, eval_npz: Path) -> float:
-    import onnxruntime as ort
+def _host_top1(ship: Path, eval_npz: Path) -> float:
+    """The shipped file scored on this host as `edgekit run` runs it (the web runtime's native build)."""
+    from edgekit.run_shipped import run_shipped
 
     with np.load(eval_npz) as z:
-        x, y = next(z[k] for k in z.files if k != "y"), z["y"]  # one input: "x" (digits) or "pixel_values" (cnn)
-    s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    inp = s.get_inputs()[0]
-    bs = inp.shape[0] if isinstance(inp.shape[0], int) else 64  # a file fixed at batch 1 takes one at a time
-    logits = np.concatenate([s.run(None, {inp.name: x[i:i + bs]})[0] for i in range(0, len(x), bs)])
+        xs, y = {k: z[k] for k in z.files if k != "y"}, z["y"]  # one input: "x" (digits) or "pixel_values" (cnn)
+    logits = next(iter(run_shipped(ship, xs).values()))
     return float(100.0 * np.mean(np.argmax(logits, axis=1) == y))
 
 
@@ -78,8 +76,10 @@ def test_default_deploy_to_the_browser_ships_what_the_host_scores(cli, in_tmp, m
     assert dev["transport"] == "browser" and dev["arch"] == "wasm32" and dev["browser"].startswith("Chromium 1")
     assert dev["wasm"] == {"wasm_simd": True, "wasm_threads": True, "cross_origin_isolated": True}, dev
     measured = [v for v in rep["variants"] if v.get("latency_ms")]
-    assert measured and all(v["runtime"]["name"] == "onnxruntime-web" and v["runtime"]["version"] == "1.30.0"
+    web = {"onnx": ("onnxruntime-web", "1.30.0"), "tflite": ("litert.js", "2.5.3")}
+    assert measured and all((v["runtime"]["name"], v["runtime"]["version"]) == web[v["format"]]
                             for v in measured), [v["runtime"] for v in measured]
+    assert {v["format"] for v in measured} == {"onnx", "tflite"}, [v["name"] for v in measured]  # both runtimes
     for v in measured:
         lat = v["latency_ms"]
         assert lat["timer_resolution_ms"] <= 0.02 and lat["iterations_per_sample"] >= 1 and lat["p50"] > 0, lat
@@ -88,9 +88,10 @@ def test_default_deploy_to_the_browser_ships_what_the_host_scores(cli, in_tmp, m
     assert ship is not None, rep["decision"]
     shipped = next(v for v in rep["variants"] if v["name"] == ship)
     rt = json.loads((in_tmp / "out/ship/runtime.json").read_text())
-    assert rt["runtime"] == "onnxruntime-web" and rt["apply"]["package"] == "onnxruntime-web@1.30.0", rt
-    # the page's outputs, scored on the host, are what native onnxruntime gives for the same file
-    host = _host_top1(in_tmp / "out/ship" / rt["file"], in_tmp / "eval.npz")
+    assert (rt["runtime"], rt["apply"]["package"]) in {("onnxruntime-web", "onnxruntime-web@1.30.0"),
+                                                        ("litert.js", "@litertjs/core@2.5.3")}, rt
+    # the page's outputs, scored on the host, are what the runtime's native build gives for the same file
+    host = _host_top1(in_tmp / "out/ship", in_tmp / "eval.npz")
     assert shipped["accuracy"]["value"] == pytest.approx(host, abs=0.7), (ship, host)  # one of 160 cnn samples: 0.625
 
 
@@ -150,6 +151,79 @@ def test_a_browser_killed_mid_measurement_is_a_device_failure_and_overwrites_not
     assert proc.returncode == 3, (proc.returncode, err[-2000:])
     assert "browser died" in err and "fp32" in err, err[-2000:]
     assert json.loads((in_tmp / "out/report.json").read_text()) == {"kept": True}
+
+
+def _keras_tflites(d: Path) -> dict[str, Path]:
+    """A small conv net as LiteRT files: fp32, and full INT8 with int8 inputs and outputs."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    inp = tf.keras.Input((8, 8, 1), batch_size=1, name="x")
+    h = tf.keras.layers.Conv2D(4, 3, activation="relu")(inp)
+    out = tf.keras.layers.Dense(3)(tf.keras.layers.Flatten()(h))
+    m = tf.keras.Model(inp, out)
+    rng = np.random.default_rng(0)
+    files = {"fp32": tf.lite.TFLiteConverter.from_keras_model(m).convert()}
+    c = tf.lite.TFLiteConverter.from_keras_model(m)
+    c.optimizations = [tf.lite.Optimize.DEFAULT]
+    c.representative_dataset = lambda: ([rng.normal(size=(1, 8, 8, 1)).astype(np.float32)] for _ in range(16))
+    c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    c.inference_input_type = c.inference_output_type = tf.int8
+    files["int8io"] = c.convert()
+    out_paths = {}
+    for k, b in files.items():
+        (d / f"{k}.tflite").write_bytes(b)
+        out_paths[k] = d / f"{k}.tflite"
+    return out_paths
+
+
+def test_litert_js_runs_a_tflite_in_the_page_as_the_host_interpreter_does(tmp_path):
+    """LiteRT.js in the page, fed by the file's signature names, returns what this host's LiteRT interpreter
+    returns for every eval sample; an int8-I/O file, which LiteRT.js's tensors cannot carry, is the variant's
+    model_load_failed with LiteRT.js's own message."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgekit.agent.browser_bridge import measure_in_page
+    from edgekit.fsutil import sha256_file
+
+    files = _keras_tflites(tmp_path)
+    x = np.random.default_rng(1).normal(size=(12, 8, 8, 1)).astype(np.float32)
+    np.savez(tmp_path / "ev.npz", x=x, y=np.zeros(12, np.int64))
+    t = browser.BrowserTransport(tmp_path / "dev")
+    docs = {}
+    try:
+        for name, src in files.items():
+            it = Interpreter(model_path=str(src))
+            det, odet = it.get_input_details()[0], it.get_output_details()[0]
+            dst = Path(t.workdir) / "files" / src.name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+            req = tmp_path / f"{name}.json"
+            req.write_text(json.dumps({
+                "protocol": 2, "variant": name, "model": str(dst), "format": "tflite", "runtime": "litert",
+                "model_sha256": sha256_file(dst), "threads": 1, "warmup": 2, "runs": 10, "min_seconds": 0,
+                "inputs": [{"name": det["name"], "dtype": np.dtype(det["dtype"]).name, "shape": [1, 8, 8, 1]}],
+                "outputs": [{"name": odet["name"], "dtype": np.dtype(odet["dtype"]).name, "shape": [1, 3]}],
+                "eval": {"path": str(tmp_path / "ev.npz"), "x_keys": ["x"], "batch_size": 1},
+                "outputs_path": str(tmp_path / f"{name}-out.npz")}))
+            docs[name] = measure_in_page(t.page, str(req), timeout=180)
+    finally:
+        t.close()
+    doc, code = docs["fp32"]
+    assert code == 0 and doc["ok"], doc
+    assert doc["runtime"]["name"] == "litert.js" and doc["runtime"]["version"] == "2.5.3", doc["runtime"]
+    it = Interpreter(model_path=str(files["fp32"]))
+    it.allocate_tensors()
+    ref = []
+    for i in range(len(x)):
+        it.set_tensor(it.get_input_details()[0]["index"], x[i:i + 1])
+        it.invoke()
+        ref.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+    got = np.load(tmp_path / "fp32-out.npz")["output_0"]
+    assert got.shape == (12, 3) and np.abs(got - np.concatenate(ref)).max() < 1e-5
+    doc, code = docs["int8io"]
+    assert code != 0 and doc["error"]["kind"] == "model_load_failed", doc
+    assert doc["error"]["message"].startswith("litert.js: ") and "INT8" in doc["error"]["message"], doc
 
 
 def _page_p50(profile, workdir: Path, model: Path, x: np.ndarray) -> tuple[float, dict]:
