@@ -273,6 +273,7 @@ def test_browser_mobile_throttles_the_page_cpu_and_says_so(tmp_path, digits):
                                                                                       "browser")
 
 
+@pytest.mark.slow  # a whole fixed deploy in a throttled page (~50 s); the throttle itself is pinned above
 def test_a_deploy_to_browser_mobile_is_an_emulation_and_gates_no_latency(cli, in_tmp):
     r = cli("deploy", "model.pt2", "--target", "browser-mobile", "--eval-data", "eval.npz", "--no-search",
             "--latency-budget-ms", "0.0001", "--out", "out", *FAST)

@@ -99,6 +99,7 @@ def _honoured(r: Report, tmp_path) -> dict:
     }
 
 
+@pytest.mark.slow  # two full searches (~50-80 s): the default step keeps the per-option unit checks
 def test_every_deploy_option_reaches_search_or_is_refused(data, tmp_path):
     model, ev = data
     r = search(model, eval_data=ev, out=tmp_path / "a", options=SearchOptions(**SOPTS),
