@@ -265,7 +265,8 @@ def test_browser_mobile_throttles_the_page_cpu_and_says_so(tmp_path, digits):
     plain, plain_dev = _page_p50(None, tmp_path / "plain", model, x)
     slow, slow_dev = _page_p50(mobile.browser, tmp_path / "mobile", model, x)
     print(f"page p50 {plain:.4f} ms, throttled x4 {slow:.4f} ms: {slow / plain:.2f}x")
-    assert slow > 2.0 * plain, (slow, plain)  # 4x asked; WASM on the main thread is what DevTools slows
+    # 4x asked: 3.9-6.8x measured alone; the page without the throttle call read 0.9-1.1x (the mutation)
+    assert slow > 2.5 * plain, (slow, plain)
     assert "browser_emulation" not in plain_dev
     emu = slow_dev["browser_emulation"]
     assert emu["cpu_throttle"] == 4 and emu["viewport"] == [412, 915] and emu["mobile"] is True, emu
