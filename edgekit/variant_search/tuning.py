@@ -83,14 +83,19 @@ def thread_limit(doc: dict | None, target_cores: int) -> tuple[int, str | None]:
                  f"the target {target_cores}")
 
 
-def tuning_grid(runtime: str, doc: dict | None, target_cores: int,
-                threads_fixed: int | None) -> tuple[list[dict], str | None]:
-    """:func:`settings_grid` up to :func:`thread_limit`'s threads (the user's ``--threads`` wins);
-    returns the grid and the cap's reason (None when not capped)."""
+def tuning_grid(runtime: str, doc: dict | None, target_cores: int, threads_fixed: int | None,
+                allowed: dict[str, tuple] | None = None) -> tuple[list[dict], str | None]:
+    """:func:`settings_grid` up to :func:`thread_limit`'s threads (the user's ``--threads`` wins),
+    only the settings whose every option value is in ``allowed`` when given (a page runtime takes
+    fewer options than the native one); returns the grid and the cap's reason (None when not capped)."""
     if threads_fixed:
-        return settings_grid(runtime, target_cores, threads_fixed), None
-    limit, why = thread_limit(doc, target_cores)
-    return settings_grid(runtime, limit, None), why
+        grid, why = settings_grid(runtime, target_cores, threads_fixed), None
+    else:
+        limit, why = thread_limit(doc, target_cores)
+        grid = settings_grid(runtime, limit, None)
+    if allowed is not None:
+        grid = [g for g in grid if all(k in allowed and v in allowed[k] for k, v in g["options"].items())]
+    return grid, why
 
 
 def percentile_ratio_ci(a, b, q: float, level: float = 0.95, resamples: int = TAIL_RESAMPLES,
@@ -176,16 +181,16 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
     m = final[chosen.name]
     runtime = chosen.runtime.name
     base_threads = settings.measure.threads
-    grid, capped = tuning_grid(runtime, m.doc, run.target.cores, opts.threads)
-    if capped:
-        progress(capped)
-        opts.extra_warnings = [*opts.extra_warnings, f"runtime tuning of {chosen.name}: {capped}"]
-    grid = [g for g in grid if not (g["threads"] == base_threads and not g["options"])]
+    allowed = None
     if getattr(session.transport, "kind", None) == "browser":  # a page's runtime takes fewer options
         from ..agent.browser_bridge import PAGE_OPTIONS
 
         allowed = PAGE_OPTIONS.get(runtime, {})
-        grid = [g for g in grid if all(k in allowed and v in allowed[k] for k, v in g["options"].items())]
+    grid, capped = tuning_grid(runtime, m.doc, run.target.cores, opts.threads, allowed)
+    if capped:
+        progress(capped)
+        opts.extra_warnings = [*opts.extra_warnings, f"runtime tuning of {chosen.name}: {capped}"]
+    grid = [g for g in grid if not (g["threads"] == base_threads and not g["options"])]
     if not grid:
         return chosen, settings
     contenders, per_setting, rows = [chosen], {chosen.name: settings}, {}

@@ -62,6 +62,24 @@ def test_each_runtime_option_is_tried_alone_and_the_grid_is_capped():
         assert len({label("m", s, 1) for s in grid}) == len(grid)
 
 
+def test_a_page_runtime_is_tuned_only_on_the_options_it_takes():
+    """In the browser (tune_runtime passes the page runtime's PAGE_OPTIONS): ORT Web keeps its
+    optimization levels and drops what the page cannot set (the parallel mode's inter-op pool);
+    LiteRT.js takes no options (its WASM CPU path is XNNPACK, not switchable), so only threads vary."""
+    from edgekit.agent.browser_bridge import PAGE_OPTIONS
+    from edgekit.variant_search.tuning import tuning_grid
+
+    native, _ = tuning_grid("onnxruntime", {"device": {}}, 2, None)
+    page, _ = tuning_grid("onnxruntime", {"device": {}}, 2, None, PAGE_OPTIONS["onnxruntime"])
+    assert {"threads": 2, "options": {"execution_mode": "parallel", "inter_op_threads": 2}} in native
+    assert [g for g in native if "inter_op_threads" not in g["options"]] == page
+    assert {g["options"].get("graph_optimization_level") for g in page} == {None, "basic", "extended"}
+    lite_native, _ = tuning_grid("litert", {"device": {}}, 2, None)
+    lite_page, _ = tuning_grid("litert", {"device": {}}, 2, None, PAGE_OPTIONS["litert"])
+    assert {"threads": 1, "options": {"xnnpack": "off"}} in lite_native
+    assert lite_page == [{"threads": 1, "options": {}}, {"threads": 2, "options": {}}]
+
+
 def test_search_measures_each_runtime_setting_and_ships_its_config(data, tmp_path):
     model, ev = data
     out = tmp_path / "out"
