@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +31,47 @@ def available() -> bool:
     return importlib.util.find_spec("litert_torch") is not None
 
 
+def _shape(d) -> tuple[int, ...]:
+    return tuple(int(v) for v in d["shape"])
+
+
+def ordered_outputs(dout: list, sig_out: dict[str, int], refs: list[np.ndarray], run: Callable) -> list:
+    """The converted file's output tensors in the PyTorch program's output order, never by position
+    alone: by the signature's ``output_K`` keys (litert-torch names the K-th program output so), else
+    each by the one tensor with the reference output's shape, else (shared shapes, no signature) by
+    the values ``run(tensors)`` gives on the probe: the same-shape tensor closest to the reference."""
+    if len(dout) != len(refs):
+        raise ConversionError(f"the TFLite model has {len(dout)} outputs, the PyTorch program {len(refs)}", hop=HOP)
+    by_index = {int(d["index"]): d for d in dout}
+    keyed = [by_index.get(sig_out.get(f"output_{k}", -1)) for k in range(len(refs))]
+    if all(d is not None for d in keyed) and len({id(d) for d in keyed}) == len(keyed):
+        return keyed
+    fits = [[d for d in dout if _shape(d) == tuple(r.shape)] for r in refs]
+    if all(len(f) == 1 for f in fits) and len({id(f[0]) for f in fits}) == len(fits):
+        return [f[0] for f in fits]
+    got = run(dout)
+    left, picked = set(range(len(dout))), []
+    for r in refs:
+        err = {j: float(np.max(np.abs(got[j].astype(np.float64) - r))) for j in left if got[j].shape == r.shape}
+        if not err:
+            raise ConversionError(f"no output of the TFLite model has the shape {tuple(r.shape)} of the PyTorch "
+                                  "program's output", hop=HOP)
+        j = min(err, key=err.get)
+        left.discard(j)
+        picked.append(dout[j])
+    return picked
+
+
 def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", parity_inputs: list[np.ndarray],
                     onnx_art: Artifact | None = None, parity_samples: int = 64) -> Artifact:
     """Convert ``source.program`` (a torch.export program) to ``out_path`` and check parity
     against the PyTorch reference on ``parity_inputs``."""
-    from .onnx_to_tflite import _match, _tflite_details, run_tflite_all
+    from .onnx_to_tflite import (
+        _match,
+        _signature_indices,
+        _tflite_details,
+        run_tflite_all,
+    )
     from .torch_to_onnx import example_batch
 
     if not available():
@@ -72,12 +109,17 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
         specs_in = tuple(TensorSpec(name=d["name"], shape=s.shape, dtype=np.dtype(d["dtype"]).name, layout=s.layout)
                          for d, s in zip(din, src_io.inputs))
         outs = onnx_art.io.outputs if onnx_art is not None else src_io.outputs
+        refs = [np.asarray(r) for r in source.reference_all(probe)]
+        dout = ordered_outputs(dout, _signature_indices(work / "model.tflite")[1], refs,
+                               lambda ds: run_tflite_all(work / "model.tflite", IOSpec(inputs=specs_in, outputs=tuple(
+                                   TensorSpec(name=d["name"], shape=_shape(d), dtype=np.dtype(d["dtype"]).name)
+                                   for d in ds)), probe))
         specs_out = tuple(TensorSpec(name=d["name"], shape=s.shape, dtype=np.dtype(d["dtype"]).name)
                           for d, s in zip(dout, outs))
         io = IOSpec(inputs=specs_in, outputs=specs_out)
         gots = run_tflite_all(work / "model.tflite", io, probe)
         names = [s.name for s in outs]
-        results = compare_outputs(source.reference_all(probe), gots, source.reference_name, names)
+        results = compare_outputs(refs, gots, source.reference_name, names)
         with atomic_path(out_path) as tmp:
             shutil.copyfile(work / "model.tflite", tmp)
     finally:
@@ -93,4 +135,4 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
     return source.artifact.derive(out_path, fmt=Format.TFLITE, io=io, step=step, precision=precision)
 
 
-__all__ = ["torch_to_tflite", "available", "HOP"]
+__all__ = ["HOP", "available", "ordered_outputs", "torch_to_tflite"]

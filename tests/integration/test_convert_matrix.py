@@ -133,3 +133,46 @@ def test_litert_torch_route(zoo, tmp_path, name):
     assert art.lineage[-1].name == "torch->tflite" and m["route"] == "litert-torch"
     assert m["parity_violations"] == [] and m["parity"]["max_abs_err"] < 1e-3
     assert art.io.inputs[0].transpose is None  # litert-torch keeps the PyTorch layout
+
+
+@pytest.mark.slow
+@pytest.mark.litert_torch  # CI's litert-torch step runs it, in its own venv (.ci/litert_torch.sh)
+def test_litert_torch_route_keeps_each_output_of_a_three_head_model(tmp_path):
+    """Three heads, two of one shape: each TFLite output is the program's output of the same rank
+    (matched through the file's output_K signature keys), and parity holds per output."""
+    import numpy as np
+    import torch
+
+    from edgekit.convert.api import convert
+    from edgekit.convert.torch_to_tflite import available
+
+    if not available():
+        pytest.skip("litert-torch is not installed (pip install 'edgekit[litert-torch]')")
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.a, self.b, self.c = (torch.nn.Linear(8, 16), torch.nn.Linear(16, 4),
+                                                 torch.nn.Linear(16, 2), torch.nn.Linear(16, 4))
+
+        def forward(self, x):
+            h = torch.relu(self.body(x))
+            return self.c(h) * 3.0, self.b(h), self.a(h)
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32)
+    pt2 = tmp_path / "heads.pt2"
+    torch.export.save(torch.export.export(Heads().eval(), (torch.from_numpy(x[:1]),)), str(pt2))
+    np.savez(tmp_path / "calib.npz", x=x)
+    art = convert(pt2, to="tflite", precision="fp32", out=tmp_path / "heads.tflite", calib_data=tmp_path / "calib.npz",
+                  route="litert-torch")
+    m = art.lineage[-1].metrics
+    assert m["route"] == "litert-torch" and m["parity_violations"] == [], m
+    assert [s.shape[-1] for s in art.io.outputs] == [4, 2, 4]
+    from ai_edge_litert.interpreter import Interpreter
+
+    sig = Interpreter(model_path=str(tmp_path / "heads.tflite")).get_signature_runner().get_output_details()
+    names = {int(d["index"]): k for k, d in sig.items()}
+    index = {d["name"]: int(d["index"]) for d in
+             Interpreter(model_path=str(tmp_path / "heads.tflite")).get_output_details()}
+    assert [names[index[s.name]] for s in art.io.outputs] == ["output_0", "output_1", "output_2"]

@@ -220,6 +220,32 @@ def test_quantized_outputs_are_matched_by_name_or_shape_not_position():
     assert _align(same, f32s, s32, onnx_specs, {}, "output") == [None, None]  # left to the values, never position
 
 
+def test_litert_torch_outputs_are_matched_by_signature_shape_or_values_not_position():
+    """The litert-torch route's file, its output tensors put in the PyTorch program's order
+    (torch_to_tflite.ordered_outputs): the signature's output_K first, then a unique shape, then the
+    values on the probe; position never decides."""
+    from edgekit.convert.torch_to_tflite import ordered_outputs
+
+    dout = [{"name": "t0", "index": 10, "shape": [3, 4]}, {"name": "t1", "index": 11, "shape": [3, 2]},
+            {"name": "t2", "index": 12, "shape": [3, 4]}]
+    rng = np.random.default_rng(0)
+    refs = [rng.normal(size=s).astype(np.float32) for s in ((3, 4), (3, 2), (3, 4))]
+    never = lambda ds: pytest.fail("the values were not needed")  # noqa: E731
+    sig = {"output_0": 12, "output_1": 10, "output_2": 11}  # the program's order, by the file's own keys
+    refs_sig = [refs[0], refs[2], refs[1]]
+    assert [d["name"] for d in ordered_outputs(dout, sig, refs_sig, never)] == ["t2", "t0", "t1"]
+    two = [dout[1], {"name": "big", "index": 13, "shape": [3, 4]}]  # unique shapes, no signature
+    assert [d["name"] for d in ordered_outputs(two, {}, [refs[0], refs[1]], never)] == ["big", "t1"]
+    # no signature and two (3, 4) outputs: the file's values say which is which
+    ran = {"t0": refs[2] + 1e-6, "t1": refs[1], "t2": refs[0] - 1e-6}
+    got = ordered_outputs(dout, {}, refs, lambda ds: [ran[d["name"]] for d in ds])
+    assert [d["name"] for d in got] == ["t2", "t1", "t0"]
+    with pytest.raises(ConversionError, match="has 3 outputs, the PyTorch program 2"):
+        ordered_outputs(dout, {}, refs[:2], never)
+    with pytest.raises(ConversionError, match=r"shape \(5, 5\)"):
+        ordered_outputs(dout[:1], {}, [np.zeros((5, 5), np.float32)], lambda ds: [ran["t0"]])
+
+
 def test_parity_names_the_output_that_is_out_of_order():
     from edgekit.convert.parity import compare_outputs
 
