@@ -18,7 +18,7 @@ from .options import DeployOptions, check_release_options, resolve_gate, resolve
 from .recipe import GateConfig, Recipe
 from .report.model import Report
 from .source import Source, load_source
-from .stateful import recorded, resolve_stream
+from .stateful import for_source
 from .targets import MeasureDefaults, TargetSpec, load_target
 
 Progress = Callable[[str], None]
@@ -114,19 +114,15 @@ def _stream(source: Source, opts: DeployOptions, eval_ds: Dataset, progress: Pro
     """The model's constant and state inputs (``--const``/``--state``, 0-d arrays of the eval data named
     like an input), checked against the model; recorded in the source's lineage (every variant inherits
     it: ship.json's interface reads it). None when the data feeds every input."""
-    stream = resolve_stream(source.artifact.io, opts.constants, opts.state, eval_ds.constants)
+    stream = for_source(source, opts.constants, opts.state, eval_ds.constants)
     if stream is None:
         return None
-    if source.artifact.format == Format.TORCH:
-        raise BadInputError("--const/--state take an ONNX model here (the PyTorch export runs batch-first inputs only)",
-                            hint="export the model to ONNX (torch.onnx.export) and deploy the .onnx")
     if stream.stateful and opts.shard_eval:
         raise BadInputError("--shard-eval splits the eval stream between units, and --state carries it sample to "
                             "sample: they do not go together", hint="drop --shard-eval (every unit scores all of it)")
     if stream.stateful:
         links = ", ".join(f"{s.output} -> {s.input}" for s in stream.state)
         progress(f"a stateful model: eval samples run one at a time in order (batch 1), state carried {links}")
-    source.artifact = recorded(source.artifact, stream)
     return stream
 
 

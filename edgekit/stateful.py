@@ -6,7 +6,8 @@
   each eval sample, takes what the model returned in output OUT: the samples run one at a time (batch
   1), in the data's order, as a streaming model runs in use (Silero VAD's LSTM state).
 
-:func:`resolve_stream` checks both against the model once (exit 2 naming its inputs and outputs);
+:func:`resolve_stream` checks both against the model once (exit 2 naming its inputs and outputs;
+:func:`for_source` does so for ``deploy`` and ``quantize``, which pass it on with every data set);
 :class:`Stream` assembles each run's feed (the data's arrays, the constants, the state, in the model's
 input order); :func:`run` runs a one-feed function over the data that way (the host's reference
 outputs), :func:`feeds` yields the feeds in order (static INT8 calibration). The agent does the same
@@ -280,6 +281,23 @@ def from_interface(face: dict, source_io: IOSpec) -> Stream | None:
                   constants={k: np.asarray(v, np.dtype(dtypes[k])) for k, v in consts.items()},
                   state=tuple(StateLink(s["output"], s["input"], tuple(s["shape"]), s["dtype"]) for s in state),
                   batch=face.get("batch"))
+
+
+def for_source(source, constants: dict[str, Any] | None, state: list[tuple[str, str]] | None,
+               data_constants: dict[str, np.ndarray] | None = None) -> Stream | None:
+    """:func:`resolve_stream` for a loaded model (``deploy`` and ``quantize``): an ONNX model only (the
+    PyTorch export feeds batch-first inputs only), recorded in the source's lineage (:func:`recorded`:
+    every artifact derived from it inherits it). None when the data feeds every input."""
+    from .formats import Format
+
+    stream = resolve_stream(source.artifact.io, constants, state, data_constants)
+    if stream is None:
+        return None
+    if source.artifact.format == Format.TORCH:
+        raise BadInputError("--const/--state take an ONNX model here (the PyTorch export runs batch-first inputs only)",
+                            hint="export the model to ONNX (torch.onnx.export) and give the .onnx")
+    source.artifact = recorded(source.artifact, stream)
+    return stream
 
 
 def recorded(art: Artifact, stream: Stream) -> Artifact:

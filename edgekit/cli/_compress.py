@@ -41,17 +41,26 @@ def load_data(path: Path | None, role: str, *, labels: bool, x_key: str = "x", y
                     require_labels=labels, role=role)
 
 
-def load_model(model: Path, arch: str | None, datasets: list, workdir: Path):
-    """Load the model; ``datasets`` ([calib, eval, train]) are replaced by their model-aligned copies."""
+def load_model(model: Path, arch: str | None, datasets: list, workdir: Path, constants=None, state=None):
+    """Load the model; ``datasets`` ([calib, eval, train]) are replaced by their model-aligned copies,
+    each carrying the model's constant and state inputs (``--const``/``--state``, or 0-d arrays of the
+    data named like an input: edgekit/stateful.py) when it has any."""
+    from dataclasses import replace
+
     from ..data import check_fits
     from ..source import load_source
+    from ..stateful import for_source
 
     first = next((d for d in datasets if d is not None), None)
     example = tuple(x[0:1] for x in first.xs) if first is not None else None
     source = load_source(model, example_inputs=example, arch=arch, workdir=workdir)
+    data_constants = {k: v for d in datasets if d is not None for k, v in (d.constants or {}).items()}
+    stream = for_source(source, constants, state, data_constants)
+    io = stream.data_io(source.artifact.io) if stream is not None else source.artifact.io
     for i, (d, role) in enumerate(zip(datasets, ("calib", "eval", "train"))):
         if d is not None:  # aligned to the model's input order in place (arrays matched by name)
-            datasets[i] = check_fits(d, source.artifact.io, role)
+            d = check_fits(d, io, role)
+            datasets[i] = replace(d, stream=stream) if stream is not None else d
     return source
 
 

@@ -35,6 +35,13 @@ PANEL_ARM64 = "arm64 twin"
 PANEL_HOST = "Host"
 PANEL_OUTPUT = "Output"
 
+# --const / --state (edgekit/stateful.py): the same words in every command that takes them
+CONST_HELP = ("A constant model input as NAME=VALUE (repeat), fed unchanged with every sample, e.g. --const "
+              "sr=16000 (a number, or comma-separated numbers); a 0-d array in the .npz named like the input works too.")
+STATE_HELP = ("A streaming model's state as OUTPUT:INPUT (repeat), e.g. --state stateN:state: INPUT starts as zeros "
+              "and takes OUTPUT after each sample; samples run one at a time in the .npz's order (batch 1), in "
+              "scoring and in static INT8 calibration.")
+
 
 def help_text(text: str) -> str:
     """A command's help as Typer's rich mode should get it. That mode keeps every single newline as a hard

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from .common import (EXIT_GATE_FAILED, HOST_THREADS_HELP, PANEL_DATA, PANEL_FLEET, PANEL_GATE, PANEL_HOST,
-                     PANEL_MEASURE, PANEL_OUTPUT, PANEL_RELEASE, PANEL_SEARCH, PANEL_TARGET, out_console,
+from .common import (CONST_HELP, EXIT_GATE_FAILED, HOST_THREADS_HELP, PANEL_DATA, PANEL_FLEET, PANEL_GATE, PANEL_HOST,
+                     PANEL_MEASURE, PANEL_OUTPUT, PANEL_RELEASE, PANEL_SEARCH, PANEL_TARGET, STATE_HELP, out_console,
                      progress_display)
 
 HELP = """Compress a model, measure every variant on the device, write the report, apply the gate.
@@ -51,8 +51,8 @@ def deploy_cmd(
     metric_option: list[str] = typer.Option([], "--metric-option", rich_help_panel=PANEL_DATA, help="A metric option as KEY=VALUE (repeat), over the recipe's metric: options, e.g. threshold=0.5 (mask_iou), blank=0 (ctc_accuracy)."),
     output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads, by name or index (repeat or comma-separate; default: the first, detection: the first two)."),
     postprocess: Optional[str] = typer.Option(None, "--postprocess", rich_help_panel=PANEL_DATA, help="Detection: module:function turning the raw outputs into per-image (boxes cxcywh, scores, classes)."),
-    const: list[str] = typer.Option([], "--const", rich_help_panel=PANEL_DATA, help="A constant model input as NAME=VALUE (repeat), fed unchanged with every sample on the host and the device, e.g. --const sr=16000 (a number, or comma-separated numbers); a 0-d array in the eval .npz named like the input works too."),
-    state: list[str] = typer.Option([], "--state", rich_help_panel=PANEL_DATA, help="A streaming model's state as OUTPUT:INPUT (repeat), e.g. --state stateN:state: INPUT starts as zeros and takes OUTPUT after each eval sample; samples run one at a time in the .npz's order (batch 1) on the host and the device, and static INT8 calibration carries it too."),
+    const: list[str] = typer.Option([], "--const", rich_help_panel=PANEL_DATA, help=CONST_HELP + " On the host and the device."),
+    state: list[str] = typer.Option([], "--state", rich_help_panel=PANEL_DATA, help=STATE_HELP + " On the host and the device."),
     eval_samples: Optional[int] = typer.Option(None, "--eval-samples", rich_help_panel=PANEL_DATA, help="Score a fixed, seeded, stratified subset of N eval samples (recorded in the report)."),
     target: str = typer.Option("local", "--target", "-t", rich_help_panel=PANEL_TARGET, help="Target class (`edgekit targets list`) or a target .yaml."),
     device: Optional[str] = typer.Option(None, "--device", "-d", rich_help_panel=PANEL_TARGET, help="Device name from the inventory (not needed for local)."),

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from .common import (HOST_THREADS_HELP, PANEL_COMPRESSION, PANEL_DATA, PANEL_GATE, PANEL_HOST, PANEL_OUTPUT,
-                     host_threads_for)
+from .common import (CONST_HELP, HOST_THREADS_HELP, PANEL_COMPRESSION, PANEL_DATA, PANEL_GATE, PANEL_HOST,
+                     PANEL_OUTPUT, STATE_HELP, host_threads_for)
 
 HELP = """INT8-quantize a model to an ONNX file.
 
@@ -50,6 +50,8 @@ def quantize_cmd(
     y_key: str = typer.Option("y", "--y-key", rich_help_panel=PANEL_DATA),
     metric: Optional[str] = typer.Option(None, "--metric", "-m", rich_help_panel=PANEL_DATA, help="What the accuracy-aware search scores (default top1; see `edgekit deploy --help`); the tolerance is in its units."),
     output: list[str] = typer.Option([], "--output", rich_help_panel=PANEL_DATA, help="The output(s) the metric reads (names or indices)."),
+    const: list[str] = typer.Option([], "--const", rich_help_panel=PANEL_DATA, help=CONST_HELP),
+    state: list[str] = typer.Option([], "--state", rich_help_panel=PANEL_DATA, help=STATE_HELP + " An ONNX model."),
     backend: str = typer.Option("ort", "--backend", rich_help_panel=PANEL_COMPRESSION, help="ort (onnxruntime) or inc (Intel Neural Compressor, PyTorch models)."),
     per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", rich_help_panel=PANEL_COMPRESSION, help="Weight quantization granularity (default: per-channel; with --eval-data, the device's fastest encoding)."),
     fmt: Optional[str] = typer.Option(None, "--format", rich_help_panel=PANEL_COMPRESSION, help="qdq or qoperator (onnxruntime backend; default qdq)."),
@@ -85,12 +87,15 @@ def quantize_cmd(
         raise BadInputError(ONNX_UNSUPPORTED, hint="use --backend ort for ONNX models, or give the .pt2")
     if backend == "inc" and (calib_data is None or eval_data is None):
         raise DataError("--backend inc tunes against accuracy: it needs --calib-data and --eval-data (with labels)")
+    from ..stateful import parse_constants, parse_state
+
+    constants, links = parse_constants(const) or None, parse_state(state) or None
     calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)
     ev = C.load_data(eval_data, "eval", labels=metric is None, x_key=x_key, y_key=y_key)
     train = C.load_data(train_data, "train", labels=False, x_key=x_key, y_key=y_key)
     with C.Workdir() as wd, host_threads_for(host_threads):
         data = [calib, ev, train]
-        source = C.load_model(model, arch, data, wd)
+        source = C.load_model(model, arch, data, wd, constants, links)
         calib, ev, train = data
         ctx = PassContext(workdir=wd, calib=calib, eval=ev, train=train)
         if train is not None:

@@ -48,7 +48,7 @@ from ..logs import quiet
 from ..timeline import BudgetExceeded, check_deadline
 from . import sensitivity as sens
 from .base import Pass, PassContext, PassOutput
-from .quantize_ort import CalibrationMethodName, OrtQuantize, OrtQuantizeConfig, encoding_label
+from .quantize_ort import CalibrationMethodName, OrtQuantize, OrtQuantizeConfig, _stream_note, encoding_label
 from .quantize_qat import QatSettings
 
 Device = Literal["host", "x86-vnni", "x86-avx2", "arm64"]
@@ -156,12 +156,13 @@ class _Scorer:
     an ONNX file on the eval set, and its output MSE vs fp32 (the first model scored). ``__call__``
     returns (goodness, mse) where goodness is the metric value signed so that higher is better."""
 
-    def __init__(self, xs: list[np.ndarray], y: np.ndarray | None, plan=None):
+    def __init__(self, xs: list[np.ndarray], y: np.ndarray | None, plan=None, stream=None):
         from ..metrics import get_metric
 
         n = len(xs[0])
         self.n = n
         self.xs = xs
+        self.stream = stream  # constant and state inputs (edgekit/stateful.py): fed as the deploy feeds them
         self.metric = plan.metric if plan is not None else get_metric("top1")
         self.idx = plan.output_idx if plan is not None else [0]
         targets = plan.targets() if plan is not None else y
@@ -174,9 +175,11 @@ class _Scorer:
         return self.sign * goodness if np.isfinite(goodness) else None
 
     def __call__(self, path: Path) -> tuple[float, float]:
-        from ..source import ort_reference_all
+        from ..source import ort_once, ort_reference_all
+        from ..stateful import run as run_stream
 
-        outs = ort_reference_all(path)(self.xs)
+        outs = (run_stream(ort_once(path)[0], self.xs, self.stream) if self.stream is not None
+                else ort_reference_all(path)(self.xs))
         picked = [outs[i] for i in self.idx]
         value = self.metric.evaluate(picked, self.targets).value
         first = np.asarray(picked[0], dtype=np.float32)
@@ -268,8 +271,9 @@ class AccuracyAwareQuantize(Pass):
         qat_skip = qat_skip or bad_train
         started = time.perf_counter()
         n = config.eval_samples or ctx.eval.n
-        full = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y, plan)
-        screen = (_Scorer([x[:config.screen_samples] for x in ctx.eval.xs], ctx.eval.y, plan)
+        stream = getattr(ctx.eval, "stream", None)  # a stream is scored from its start: first-N subsets
+        full = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y, plan, stream)
+        screen = (_Scorer([x[:config.screen_samples] for x in ctx.eval.xs], ctx.eval.y, plan, stream)
                   if config.screen_samples < n else full)
         device, encodings = encodings_for(config)
         methods = [config.calibration_method] if ("calibration_method" in config.model_fields_set
@@ -292,7 +296,7 @@ class AccuracyAwareQuantize(Pass):
             search = _Ladder(trials, full, screen, base_acc, base_screen, tol, config)
             probe = None
             if config.speed_probe and config.device == "host" and len(encodings) > 1 and config.mode == "static":
-                encodings, probe = _speed_probe(trials, encodings, methods[0], src, full.xs)
+                encodings, probe = _speed_probe(trials, encodings, methods[0], src, full.xs, stream)
             try:
                 chosen = search.run(encodings, methods, src, candidates, tmpdir)
             except _OutOfBudget:
@@ -352,6 +356,8 @@ class AccuracyAwareQuantize(Pass):
             "screen_samples": screen.n,
             "output_mse": mse,
             **({"calibration_data": str(ctx.calib.path)} if ctx.calib is not None else {}),
+            **({"calibration_stream": _stream_note(ctx.calib.stream, ctx.calib.n)}
+               if ctx.calib is not None and getattr(ctx.calib, "stream", None) is not None else {}),
             **({"train_data": str(ctx.train.path)} if qat.ran else {}),
         }
         return PassOutput(path=out, precision="mixed" if metrics["float_ops"] else "int8", metrics=metrics)
@@ -457,7 +463,8 @@ class _Ladder:
         try:
             qpath = self.t.build(qdq, frozenset())
             s = sens.measure(Path(src.path), qpath, list(self.full.xs), candidates, tmpdir,
-                             samples=self.config.sensitivity_samples, output_idx=self.full.idx)
+                             samples=self.config.sensitivity_samples, output_idx=self.full.idx,
+                             stream=self.full.stream)
         except BudgetExceeded:
             raise
         except Exception as exc:  # onnxruntime/onnx errors of many kinds: the rung fails, named
@@ -740,7 +747,7 @@ def _closest_full_int8(trials: _Trials, encodings: list[OrtQuantizeConfig], meth
 
 
 def _speed_probe(trials: _Trials, encodings: list[OrtQuantizeConfig], method: str, src: Artifact,
-                 xs: list[np.ndarray]) -> tuple[list[OrtQuantizeConfig], dict]:
+                 xs: list[np.ndarray], stream=None) -> tuple[list[OrtQuantizeConfig], dict]:
     """The encodings ordered by the median thread CPU time per inference of their full-INT8 builds on
     this host (onnxruntime, 1 thread, alternating rounds: CPU time does not count other jobs holding the
     core), with fp32 measured beside them."""
@@ -764,8 +771,11 @@ def _speed_probe(trials: _Trials, encodings: list[OrtQuantizeConfig], method: st
         except Exception:  # onnxruntime cannot load this build: the ladder's trial records why
             continue
         ins = sess.get_inputs()
-        feed = {i.name: np.ascontiguousarray(np.asarray(x[:1]).astype(_np_type(i.type), copy=False))
-                for i, x in zip(ins, xs)}
+        first = [np.asarray(x[:1]) for x in xs]
+        if stream is not None:  # every input: the constants, the state at zeros (by name: the model's order)
+            by_name = dict(zip(stream.inputs, stream.feed(first, stream.zeros())))
+            first = [by_name[i.name] for i in ins]
+        feed = {i.name: np.ascontiguousarray(x.astype(_np_type(i.type), copy=False)) for i, x in zip(ins, first)}
         if any(isinstance(d, int) and d > 1 for i in ins for d in i.shape[:1]):
             continue  # a static batch above 1: not probed
         sessions[name] = (sess, feed)

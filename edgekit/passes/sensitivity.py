@@ -202,11 +202,14 @@ def build_switch_model(float_path: Path, qdq_path: Path, candidates: set[str], o
 
 
 def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: set[str], workdir: Path,
-            samples: int = 32, output_idx: list[int] | None = None) -> Sensitivity:
-    """Each unit's relative output error on the first ``samples`` samples of ``xs``, most sensitive first."""
+            samples: int = 32, output_idx: list[int] | None = None, stream=None) -> Sensitivity:
+    """Each unit's relative output error on the first ``samples`` samples of ``xs``, most sensitive first.
+    ``stream`` (edgekit/stateful.py): the constants fed beside the data, the state carried from sample to
+    sample through the switched model itself (as the quantized model carries its own in use)."""
     import onnxruntime as ort
 
     from ..source import model_batch, run_batched
+    from ..stateful import run as run_stream
 
     started = time.perf_counter()
     path = workdir / "sensitivity.onnx"
@@ -221,13 +224,16 @@ def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: 
     dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
               "tensor(bool)": np.bool_, "tensor(float16)": np.float16}
 
+    order = list(stream.inputs) if stream is not None else [i.name for i in ins]  # what a feed holds
+    types = {i.name: i.type for i in ins}
+
     def run(sw: np.ndarray) -> list[np.ndarray]:
         def once(feed):
-            f = {i.name: np.ascontiguousarray(x.astype(dtypes.get(i.type, np.float32), copy=False))
-                 for i, x in zip(ins, feed)}
+            f = {n: np.ascontiguousarray(np.asarray(x).astype(dtypes.get(types[n], np.float32), copy=False))
+                 for n, x in zip(order, feed)}
             f[SWITCH] = sw
             return sess.run(None, f)
-        outs = run_batched(once, xs, batch)
+        outs = run_stream(once, xs, stream) if stream is not None else run_batched(once, xs, batch)
         pick = output_idx if output_idx is not None else range(len(outs))
         return [np.asarray(outs[k], dtype=np.float64) for k in pick if np.issubdtype(np.asarray(outs[k]).dtype, np.floating)]
 
