@@ -10,7 +10,7 @@ place acquired with labgrid-client never taken over; an unreachable coordinator,
 missing labgrid are errors that say what to do.
 Slow (root): the same contention between two `edgekit deploy --pool` processes in two network namespaces
 (two CI hosts) over a bridge to the coordinator and to three devices in namespaces of their own, 20 rounds
-(EDGEKIT_CONTENTION_ROUNDS). Slow: a restarted coordinator (it forgets its holders) gives the renewing
+(EDGEKIT_CONTENTION_ROUNDS; .ci/run sets 10). Slow: a restarted coordinator (it forgets its holders) gives the renewing
 holder its place back.
 """
 
