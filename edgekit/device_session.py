@@ -291,6 +291,22 @@ class DeviceSession:
             result.benchmark_model = self._benchmark_model(art, settings)
         return Measured(result=result, artifact=art, outputs=res.outputs, doc=res.doc)
 
+    def lacking_runtime(self, art: Artifact) -> str | None:
+        """Why the device cannot run ``art``: its runtime is not among those the device's agent has (its
+        ``--probe``), with the command that installs it; None when it has it or the probe cannot say."""
+        from .formats import format_spec
+
+        runtime = format_spec(art.format).runtime
+        try:
+            have = self.measurements.probe_doc().get("runtimes")
+        except Exception:  # an agent that cannot probe fails the measurement itself, with its own words
+            return None
+        if not runtime or not isinstance(have, dict) or runtime in have:
+            return None
+        where = self.device or self.target.name
+        return (f"the device has no {runtime} runtime (it has {', '.join(sorted(have)) or 'none'}): install it with "
+                f"`edgekit devices provision {where} --runtime {runtime}`")
+
     def measure_or_drop(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
         """:meth:`measure`, where a failed run on a device that still answers is this variant's
         failure: a timeout, an agent killed by a signal, an answer that is not JSON or any other

@@ -131,7 +131,8 @@ class DeviceMeasurements:
         self._probe: dict | None = None
         self._agent_sha: str | None = None
 
-    def _probe_doc(self) -> dict:
+    def probe_doc(self) -> dict:
+        """The device's ``--probe`` (runtime versions, identity), run once per session."""
         if self._probe is None:
             from ..agent.protocol import parse_agent_stdout
 
@@ -147,7 +148,7 @@ class DeviceMeasurements:
         from ..agent.bundle import agent_source
         from ..fsutil import sha256_file
 
-        probe = self._probe_doc()
+        probe = self.probe_doc()
         runtime_version = (probe.get("runtimes") or {}).get(request.runtime)
         identity = device_identity(probe, self.device_name, self.deployer.t.kind)
         if self._agent_sha is None:  # hashed once per session, not per measurement

@@ -129,6 +129,9 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
                        lock_wait=opts.lock_wait, lock_timeout=opts.lock_timeout, remeasure=opts.remeasure,
                        progress=progress, clock=clock) as session:
         with clock.span("delivery"):
+            for c in [c for c in cands if c.status == "built"]:  # nothing sent that the device cannot run
+                if (why := session.lacking_runtime(c.artifact)) is not None:
+                    c.drop("delivery", why)
             session.use_eval(run.eval_ds, run.art_dir)
             session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
         with clock.span("screening"):

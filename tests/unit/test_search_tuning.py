@@ -232,3 +232,29 @@ def test_the_agent_refuses_an_unknown_litert_option_value(tflite_data, tmp_path)
         res = s.measure("x", src.artifact, RunSettings(measure=FAST, runtime_options={"xnnpack": "fast"}))
     assert isinstance(res, MeasureFailure) and res.kind == "bad_request"
     assert "xnnpack" in res.message and "'on', 'off'" in res.message
+
+
+def test_a_candidate_whose_runtime_the_device_lacks_is_dropped_before_delivery(data, tmp_path, monkeypatch):
+    """The device's --probe lists its runtimes: an OpenVINO candidate for a device without openvino is
+    dropped before anything is sent, naming the runtime and the provisioning command; the rest is measured.
+    (The probe is the real local agent's, with openvino taken out of its answer.)"""
+    from edgekit.measure.cache import DeviceMeasurements
+    from edgekit.recipe import VariantSpec
+
+    real = DeviceMeasurements.probe_doc
+
+    def without_openvino(self):
+        doc = real(self)
+        return {**doc, "runtimes": {k: v for k, v in (doc.get("runtimes") or {}).items() if k != "openvino"}}
+
+    monkeypatch.setattr(DeviceMeasurements, "probe_doc", without_openvino)
+    model, ev = data
+    ov = VariantSpec(name="openvino-fp32", passes=[{"convert": {"to": "openvino", "precision": "fp32"}}])
+    r = search(model, eval_data=ev, out=tmp_path / "out", target="local",
+               options=SearchOptions(candidates=[ov], host_filter=False, measure=FAST, screening_runs=10,
+                                     tune_runtime=False))
+    rows = {c.name: c for c in r.search.candidates}
+    assert rows["openvino-fp32"].status == "dropped" and rows["openvino-fp32"].dropped_at == "delivery", rows
+    assert "the device has no openvino runtime" in rows["openvino-fp32"].reason
+    assert "edgekit devices provision local --runtime openvino" in rows["openvino-fp32"].reason
+    assert {v.name for v in r.variants} == {"fp32"} and r.search.selected == "fp32"
