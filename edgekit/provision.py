@@ -121,11 +121,12 @@ def ensure_wheelhouse(spec: TargetSpec, wheelhouse: Path | None = None, runtimes
 
 def wheelhouse_lacks(spec: TargetSpec, wheelhouse: Path, runtimes=()) -> bool:
     """Whether ``wheelhouse`` needs a download: no wheels at all, or no wheel for one of the
-    named runtimes' pinned packages (checked by file name; no index is asked)."""
+    named runtimes' packages (at its pinned version where pinned; checked by file name, no index is asked)."""
     wheels = [w.name.lower() for w in Path(wheelhouse).glob("*.whl")]
     if not wheels:
         return True
-    _, pins = runtime_wheels(spec, runtimes)
+    packages, no_deps = runtime_wheels(spec, runtimes)
+    pins = [p if "==" in p else re.split(r"[<>=!~;\[ ]", p, maxsplit=1)[0] for p in [*packages, *no_deps]]
     return any(not any(_pin_pattern(pin).match(w) for w in wheels) for pin in pins)
 
 

@@ -8,7 +8,8 @@ wheels, the Debian Python, the Debian OpenSSH.
   place after a smoke check, so a crashed build is never reused. ``sim down --purge`` deletes it.
 - **a twin**: the cached rootfs is the read-only lower layer of an overlay whose upper layer is the
   twin's own folder (``$EDGEKIT_HOME/sim/NAME/upper``): its keys, its provisioned wheels, a fake
-  ``/sys/devices/system/cpu`` (onnxruntime segfaults under qemu when it reads the host's /sys). The
+  ``/sys/devices/system/cpu`` and ``/proc/cpuinfo`` of the board's cores (onnxruntime segfaults under qemu
+  when it reads the host's /sys; OpenVINO's CPU plugin needs the cores' MIDR_EL1 and topology). The
   overlay, /proc and /dev are mounted inside a private mount namespace made for the twin's sshd
   (``unshare --mount``): they vanish with its processes, so a crash leaves no mount on the host.
 - sshd runs chrooted, inside its own network namespace (no route out: the twin cannot reach any
@@ -56,6 +57,14 @@ TWIN_WORKDIR = ".edgekit"  # under /root in the twin
 # 7.2) LiteRT's XNNPACK int8 kernels returned wrong results (digits int8: 9.7% instead of 99.4%).
 QEMU_CPUS = {"rpi4": "cortex-a72", "rpi5": "cortex-a76"}  # the boards' cores (ISA features differ: v8.0 / v8.2)
 DEFAULT_QEMU_CPU = "cortex-a72"
+# What the twin's fake /proc/cpuinfo and sysfs say about each core: (MIDR_EL1, the kernel's Features line), as
+# on the boards (the Pi 4's BCM2711 has no crypto extensions). OpenVINO's CPU plugin reads MIDR_EL1 from sysfs
+# and the cores' topology through hwloc (it segfaults without them); onnxruntime's cpuinfo reads the same files.
+CPU_IDS = {
+    "cortex-a72": (0x410FD083, "fp asimd evtstrm crc32 cpuid"),
+    "cortex-a76": (0x414FD0B1, ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+                                "lrcpc dcpop asimddp")),
+}
 
 # Runs inside `ip netns exec NS unshare --mount --propagation private`: every mount below lives in
 # that private mount namespace only. Paths arrive as positional arguments, never inside the string.
@@ -64,6 +73,8 @@ root=$1; lower=$2; upper=$3; work=$4; cfg=$5; name=$6
 printf '%s\n' "$name" > /proc/sys/kernel/hostname
 mount -t overlay edgekit-twin -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
 mount -t proc proc "$root/proc"
+# the board's /proc/cpuinfo, not this host's (qemu-user passes the host's through)
+[ -f "$root/etc/edgekit-sim/$name/cpuinfo" ] && mount --bind "$root/etc/edgekit-sim/$name/cpuinfo" "$root/proc/cpuinfo"
 mount --rbind /dev "$root/dev"
 exec chroot "$root" /usr/sbin/sshd -D -e -f "$cfg"
 """
@@ -279,6 +290,50 @@ class Twin:
         return path
 
 
+def fake_cpuinfo(n: int, qemu_cpu: str) -> str:
+    """/proc/cpuinfo of ``n`` cores of ``qemu_cpu`` as an arm64 kernel writes it."""
+    midr, features = CPU_IDS.get(qemu_cpu, CPU_IDS[DEFAULT_QEMU_CPU])
+    return "".join(
+        f"processor\t: {i}\nBogoMIPS\t: 108.00\nFeatures\t: {features}\nCPU implementer\t: {midr >> 24:#x}\n"
+        f"CPU architecture: 8\nCPU variant\t: {(midr >> 20) & 0xF:#x}\nCPU part\t: {(midr >> 4) & 0xFFF:#05x}\n"
+        f"CPU revision\t: {midr & 0xF}\n\n" for i in range(n))
+
+
+def fake_cpu_topology(root: Path, n: int, qemu_cpu: str) -> None:
+    """``n`` cores of ``qemu_cpu`` in ``root``/sys: one package, one NUMA node, one thread per core, each with
+    its MIDR_EL1, its topology (lists and masks: hwloc reads the masks), its L1 data cache and its maximum
+    frequency (2.4 GHz, the Pi 5's; nothing here times by it)."""
+    midr, _ = CPU_IDS.get(qemu_cpu, CPU_IDS[DEFAULT_QEMU_CPU])
+    every = f"0-{n - 1}" if n > 1 else "0"
+    mask = f"{(1 << n) - 1:x}"
+    cpu = root / "sys" / "devices" / "system" / "cpu"
+    cpu.mkdir(parents=True, exist_ok=True)
+    for f in ("possible", "present", "online"):
+        (cpu / f).write_text(f"{every}\n")
+    bus = root / "sys" / "bus" / "cpu" / "devices"
+    bus.mkdir(parents=True, exist_ok=True)
+    files = {"regs/identification/midr_el1": lambda i: f"{midr:#018x}",
+             "topology/core_id": str, "topology/physical_package_id": lambda i: "0",
+             "topology/core_cpus_list": str, "topology/thread_siblings_list": str,
+             "topology/core_cpus": lambda i: f"{1 << i:x}", "topology/thread_siblings": lambda i: f"{1 << i:x}",
+             "topology/package_cpus_list": lambda i: every, "topology/core_siblings_list": lambda i: every,
+             "topology/package_cpus": lambda i: mask, "topology/core_siblings": lambda i: mask,
+             "cache/index0/level": lambda i: "1", "cache/index0/type": lambda i: "Data",
+             "cache/index0/size": lambda i: "64K", "cache/index0/shared_cpu_list": str,
+             "cpufreq/cpuinfo_max_freq": lambda i: "2400000"}
+    for i in range(n):
+        for rel, value in files.items():
+            f = cpu / f"cpu{i}" / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(f"{value(i)}\n")
+        link = bus / f"cpu{i}"
+        if not link.is_symlink():
+            link.symlink_to(f"../../../devices/system/cpu/cpu{i}")
+    node = root / "sys" / "devices" / "system" / "node" / "node0"
+    node.mkdir(parents=True, exist_ok=True)
+    (node / "cpulist").write_text(f"{every}\n")
+
+
 def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | None = None,
                  qemu_cpu: str = DEFAULT_QEMU_CPU) -> Twin:
     """The twin's own layer: host key, authorized client key, sshd_config, fake cpu topology,
@@ -317,13 +372,11 @@ def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | Non
         f"SetEnv QEMU_CPU={qemu_cpu}",  # every session's processes are emulated as the same CPU
     ]
     (etc / "sshd_config").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    # A small fake cpu topology instead of the host's /sys: onnxruntime's cpuinfo reads these, and
-    # segfaults under qemu when it finds the host's full sysfs.
+    # A small fake cpu topology instead of the host's /sys (onnxruntime's cpuinfo segfaults under qemu when it
+    # finds the host's full sysfs), and the board's /proc/cpuinfo (bound over /proc/cpuinfo at launch)
     n = max(1, cores or os.cpu_count() or 1)
-    cpu = up / "sys" / "devices" / "system" / "cpu"
-    cpu.mkdir(parents=True, exist_ok=True)
-    for f in ("possible", "present", "online"):
-        (cpu / f).write_text(f"0-{n - 1}\n" if n > 1 else "0\n")
+    fake_cpu_topology(up, n, qemu_cpu)
+    (etc / "cpuinfo").write_text(fake_cpuinfo(n, qemu_cpu))
     (up / "etc" / "machine-id").write_text(os.urandom(16).hex() + "\n")
     (up / "etc" / "hostname").write_text(f"{name}\n")
     return Twin(dir=d, name=name, host=host, port=port, sshd_config=cfg, client_key=ck,

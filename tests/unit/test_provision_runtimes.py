@@ -46,7 +46,18 @@ def test_wheelhouse_lacks_checks_the_pins_by_file_name(tmp_path):
     assert wheelhouse_lacks(spec, tmp_path, ["executorch"])
     (tmp_path / "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
     (tmp_path / "executorch-1.1.0-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
+    assert wheelhouse_lacks(spec, tmp_path, ["executorch"])  # its other packages (unpinned: any version) too
+    for w in ("filelock-4.3.1", "typing_extensions-4.16.0", "sympy-1.14.0", "networkx-3.6.1", "jinja2-3.1.6",
+              "fsspec-2026.9.0"):
+        (tmp_path / f"{w}-py3-none-any.whl").write_bytes(b"")
     assert not wheelhouse_lacks(spec, tmp_path, ["executorch"])
+    # a runtime whose wheels are all `packages` (no no_deps pins): each checked, the pinned one at its version
+    assert wheelhouse_lacks(spec, tmp_path, ["openvino"])
+    (tmp_path / "openvino_telemetry-2025.2.0-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "openvino-2026.4.0-22959-cp311-cp311-manylinux_2_35_aarch64.whl").write_bytes(b"")
+    assert wheelhouse_lacks(spec, tmp_path, ["openvino"])  # another version than the pin
+    (tmp_path / "openvino-2026.4.1-23100-cp311-cp311-manylinux_2_35_aarch64.whl").write_bytes(b"")
+    assert not wheelhouse_lacks(spec, tmp_path, ["openvino"])
     (tmp_path / "executorch-1.1.0-cp311-cp311-manylinux_2_28_aarch64.whl").unlink()
     (tmp_path / "executorch-1.1.01-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
     assert wheelhouse_lacks(spec, tmp_path, ["executorch"])

@@ -1,0 +1,157 @@
+"""OpenVINO and NCNN on the arm64 twin, end to end (#24): the host converts the digits model to OpenVINO IR
+(fp32, the CPU plugin's default precision, NNCF INT8) and to NCNN (fp32, fp16), and the device runs them on
+the aarch64 wheels edgekit provisions for the Raspberry Pi 5 (`sim up --runtime openvino --runtime ncnn`):
+
+    edgekit sim up pi5-ov --arch arm64 --target rpi5 --runtime openvino --runtime ncnn
+    edgekit deploy model.pt2 --recipe cpu-runtimes.yaml --target rpi5 --device pi5-ov ...
+
+The twin is a Pi 5 (qemu's cortex-a76) with the board's /proc/cpuinfo and sysfs topology (edgekit/sim/arm64.py
+``fake_cpu_topology``): OpenVINO's CPU plugin reads the cores' MIDR_EL1 and hwloc's topology masks and
+segfaults without them. On the A76 (fp16 arithmetic) the plugin's default precision is f16, which the report
+records as the precision it ran at. Real components only; needs root and the twin's tools (as
+test_arm64_twin.py). The aarch64 wheelhouse is cached in ~/.cache/edgekit/wheelhouse/rpi5-py3.11.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import run_edgekit_subprocess  # noqa: E402
+from test_arm64_twin import ACCURACY_TOLERANCE, CACHE, _missing, _ok  # noqa: E402
+
+pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow]
+
+NAME = "pi5-ov"
+TARGET = "rpi5"
+RUNTIMES = ["openvino", "ncnn"]
+
+
+def _no_converters() -> str | None:
+    from edgekit.convert.onnx_to_ncnn import available as ncnn_ok
+    from edgekit.convert.onnx_to_openvino import available as ov_ok
+
+    if not (ov_ok() and ncnn_ok()):
+        return "the openvino and ncnn extras are not installed on this host (they make the IR and .param files)"
+    return None
+
+
+_skip = _missing() or _no_converters()
+if _skip:
+    pytestmark.append(pytest.mark.skip(reason=_skip))
+
+RECIPE = """baseline: fp32
+variants:
+  - name: openvino-fp32
+    passes:
+      - convert: {to: openvino, precision: fp32}
+  - name: openvino-auto
+    passes:
+      - convert: {to: openvino, precision: auto}
+  - name: openvino-int8
+    passes:
+      - convert: {to: openvino, precision: int8}
+  - name: ncnn-fp32
+    passes:
+      - convert: {to: ncnn, precision: fp32}
+  - name: ncnn-fp16
+    passes:
+      - convert: {to: ncnn, precision: fp16}
+measure: {warmup: 2, runs: 10, min_seconds: 0.2}
+gate: {max_accuracy_drop: 2.0}
+"""
+
+
+@pytest.fixture(scope="module")
+def ov_twin():
+    """`edgekit sim up pi5-ov --arch arm64 --target rpi5 --runtime openvino --runtime ncnn`, torn down by PID."""
+    from edgekit.provision import build_wheelhouse, wheelhouse_lacks
+    from edgekit.targets import load_target
+
+    old_cache = os.environ.get("EDGEKIT_ROOTFS_CACHE")
+    os.environ["EDGEKIT_ROOTFS_CACHE"] = old_cache or str(CACHE / "rootfs")
+    wh = Path(os.environ.get("EDGEKIT_TEST_ET_WHEELHOUSE", str(CACHE / "wheelhouse" / f"{TARGET}-py3.11")))
+    spec = load_target(TARGET)
+    t0 = time.perf_counter()
+    if wheelhouse_lacks(spec, wh, RUNTIMES):
+        build_wheelhouse(spec, wh, runtimes=RUNTIMES)
+    print(f"\n[ov-arm64] wheelhouse ready in {time.perf_counter() - t0:.1f} s ({wh})")
+    t0 = time.perf_counter()
+    res = run_edgekit_subprocess("sim", "up", NAME, "--arch", "arm64", "--target", TARGET,
+                                 *[a for r in RUNTIMES for a in ("--runtime", r)], "--wheelhouse", wh, "--json",
+                                 timeout=1800)
+    try:
+        _ok(res, "edgekit sim up --arch arm64 --runtime openvino --runtime ncnn")
+        print(f"[ov-arm64] sim up with openvino + ncnn: {time.perf_counter() - t0:.1f} s")
+        yield json.loads(res.stdout)
+    finally:
+        from edgekit.sim.device import _state_file
+        from edgekit.sim.device import down as sim_down
+
+        if _state_file(NAME).is_file():
+            sim_down(NAME)
+        if old_cache is None:
+            os.environ.pop("EDGEKIT_ROOTFS_CACHE", None)
+
+
+def test_twin_reports_the_board_s_cpu_and_both_runtimes(ov_twin):
+    res = _ok(run_edgekit_subprocess("devices", "check", NAME, "--json", timeout=300), "devices check")
+    doc = json.loads(res.stdout)
+    assert doc["device"]["arch"] == "aarch64"
+    assert doc["runtimes"].get("openvino", "").startswith("2026.4") and doc["runtimes"].get("ncnn"), doc["runtimes"]
+    assert set(doc["missing_runtimes"]) <= {"executorch"}, doc  # executorch: not asked for here
+
+
+def test_openvino_and_ncnn_files_run_on_the_twin_like_on_the_host(ov_twin, digits, tmp_path):
+    recipe = tmp_path / "cpu-runtimes.yaml"
+    recipe.write_text(RECIPE)
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "local.yaml").read_text())
+    spec.update(name="local-ov-ncnn", runtimes=list(dict.fromkeys([*spec["runtimes"], *RUNTIMES])))
+    host_target = tmp_path / "local-ov-ncnn.yaml"  # this host through the local agent, with both runtimes
+    host_target.write_text(yaml.safe_dump(spec, sort_keys=False))
+    common = [digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--recipe", recipe]
+    t0 = time.perf_counter()
+    _ok(run_edgekit_subprocess("deploy", *common, "--target", TARGET, "--device", NAME, "--out", tmp_path / "twin",
+                               timeout=1800), "deploy OpenVINO and NCNN variants to the arm64 twin")
+    deploy_s = time.perf_counter() - t0
+    _ok(run_edgekit_subprocess("deploy", *common, "--target", host_target, "--out", tmp_path / "host", timeout=900),
+        "deploy OpenVINO and NCNN variants on the host")
+    on_twin = json.loads((tmp_path / "twin" / "report.json").read_text())
+    on_host = json.loads((tmp_path / "host" / "report.json").read_text())
+    assert on_twin["device"]["arch"] == "aarch64" and on_twin["device"]["emulated"] is True
+    host = {v["name"]: v for v in on_host["variants"]}
+    twin = {v["name"]: v for v in on_twin["variants"]}
+    assert set(twin) >= {"openvino-fp32", "openvino-auto", "openvino-int8", "ncnn-fp32", "ncnn-fp16"}, (
+        set(twin), [(c["name"], c.get("reason")) for c in on_twin.get("search", {}).get("candidates", [])])
+    lines = [f"[ov-arm64] deploy to the twin: {deploy_s:.1f} s"]
+    for name, v in twin.items():
+        if name == "fp32":
+            continue
+        h = host[name]
+        runtime = name.split("-")[0]
+        assert v["runtime"]["name"] == runtime == h["runtime"]["name"], (v["runtime"], h["runtime"])
+        assert v["sha256"] == h["sha256"]  # the host's file, run on the device's aarch64 runtime
+        assert v["accuracy"]["n"] == h["accuracy"]["n"] > 0
+        assert abs(v["accuracy"]["value"] - h["accuracy"]["value"]) <= ACCURACY_TOLERANCE, (
+            name, v["accuracy"], h["accuracy"])
+        assert v["parity"]["top1_agreement"] >= 0.99, (name, v["parity"])
+        lines.append(f"[ov-arm64] {name}: {runtime} {v['runtime'].get('version')} on the twin; accuracy "
+                     f"{v['accuracy']['value']:.2f} vs host {h['accuracy']['value']:.2f}; parity max_abs_err "
+                     f"{v['parity']['max_abs_err']:.2e}; options {v['runtime'].get('options')}")
+    # OpenVINO's float precision is the plugin's, read back from the compiled model: f32 when the IR asks
+    # for it; on the A76 (fp16 arithmetic) the default is f16, where this x86 host runs bf16 or f32
+    opts = {n: (twin[n]["runtime"].get("options") or {}) for n in ("openvino-fp32", "openvino-auto")}
+    assert opts["openvino-fp32"].get("inference_precision") == "f32", opts
+    assert opts["openvino-auto"].get("inference_precision") == "f16", opts
+    assert twin["openvino-fp32"]["parity"]["max_abs_err"] < 1e-3, twin["openvino-fp32"]["parity"]
+    assert twin["ncnn-fp32"]["parity"]["max_abs_err"] < 1e-3, twin["ncnn-fp32"]["parity"]
+    print("\n".join(lines))
