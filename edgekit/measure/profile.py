@@ -205,9 +205,23 @@ def _candidates(name: str) -> Iterable[str]:
 
 
 # --------------------------------------------------------------------------- the profile
-def op_profile(doc: dict | None, artifact: Any = None) -> OpProfile:
+def _ir_node(name: str, index: "ModuleIndex") -> str:
+    """An OpenVINO layer's name as the ONNX node (or tensor) it came from: the IR keeps the ONNX node names
+    and appends its own steps (``node_Conv_24/WithoutBiases``); a layout Reorder is named after the layer it
+    feeds (``x_f32_abcd_bf16_acdb_node_Conv_24/WithoutBiases``). The name itself when none is found."""
+    head = name.split("/", 1)[0]
+    parts = head.split("_")
+    for k in range(len(parts)):  # the longest tail that the ONNX graph names
+        tail = "_".join(parts[k:])
+        if tail in index.nodes or tail in index.producer:
+            return tail
+    return name
+
+
+def op_profile(doc: dict | None, artifact: Any = None, onnx_graph: Any = None) -> OpProfile:
     """The agent's ``op_profile`` document as an :class:`OpProfile`, each ONNX node traced to its
-    PyTorch module through ``artifact``'s graph (an Artifact, a path, or None)."""
+    PyTorch module through ``artifact``'s graph (an Artifact, a path, or None); an OpenVINO IR's layers
+    through ``onnx_graph``, the ONNX model it was converted from (its layers keep the ONNX node names)."""
     if not doc:
         return OpProfile(reason="the agent returned no per-op profile (an agent older than the profile request?)")
     if not doc.get("source"):
@@ -215,14 +229,22 @@ def op_profile(doc: dict | None, artifact: Any = None) -> OpProfile:
     runs = max(int(doc.get("runs") or 0), 1)
     total_us = doc.get("total_us")
     total_ms = float(total_us) / 1000.0 if total_us is not None else None
-    index, mapping = _index_for(artifact, doc["source"])
+    index, mapping = _index_for(onnx_graph if doc["source"] == "openvino" and onnx_graph is not None else artifact,
+                                doc["source"])
+    if index is not None and doc["source"] == "openvino":
+        mapping = ("OpenVINO's layer names, which keep the ONNX node names of the model the IR was converted from "
+                   "(its '/WithoutBiases'-style steps and layout Reorders traced to the layer they belong to); "
+                   + mapping)
     ops: list[OpTime] = []
     for o in doc.get("ops") or []:
         t_ms = float(o.get("total_us") or 0.0) / 1000.0
         calls = int(o.get("calls") or 0)
         med = o.get("median_us")
         per_run = float(med) * calls / runs / 1000.0 if med is not None else t_ms / runs
-        m = index.trace(o["node"], o.get("op_type")) if index else None
+        if index and doc["source"] == "openvino":  # the plugin's op types are not ONNX's (Convolution, Reorder)
+            m = index.trace(_ir_node(o["node"], index))
+        else:
+            m = index.trace(o["node"], o.get("op_type")) if index else None
         ops.append(OpTime(node=o["node"], op_type=o.get("op_type"), module=m[0] if m else None,
                           module_class=m[1] if m else None, provider=o.get("provider"), calls=calls,
                           total_ms=round(t_ms, 6), mean_ms=round(t_ms / runs, 6), ms=round(per_run, 6),
@@ -396,9 +418,18 @@ def profile_variants(session: "DeviceSession", measured: dict[str, "Measured"], 
         m = measured[n]
         session.progress(f"profiling {n} per op on the device ({runs} runs)")
         s = (per_variant or {}).get(n, settings)
-        out[n] = op_profile(session.profile_doc(n, m.artifact, s, runs=runs), m.artifact)
+        out[n] = op_profile(session.profile_doc(n, m.artifact, s, runs=runs), m.artifact,
+                            _converted_from(m.artifact, measured))
         m.result.op_profile = out[n]
     return out
+
+
+def _converted_from(art: Any, measured: dict[str, "Measured"]) -> Any:
+    """The measured ONNX artifact ``art``'s last conversion started from (its lineage's input sha256), or None."""
+    last = art.lineage[-1] if getattr(art, "lineage", None) else None
+    want = last.input_sha256 if last is not None and last.kind == "convert" else None
+    return next((m.artifact for m in measured.values() if want and m.artifact.sha256 == want
+                 and m.artifact.path.suffix == ".onnx"), None)
 
 
 def profile_diffs(variants: list, baseline: str) -> list[ProfileDiff]:

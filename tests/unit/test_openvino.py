@@ -185,9 +185,28 @@ def test_per_op_profile_from_openvino_counters_and_its_diff_against_fp32(digits,
     base = op_profile(ort.profile(feeds, 10), digits_onnx)
     ovp = op_profile(prof, art)
     assert base.available and ovp.available and ovp.source == "openvino"
+    assert ovp.mapped_nodes == 0 and "not traced" in ovp.mapping  # the IR alone names no module
+    # traced through the ONNX model the IR was converted from (the deploy passes it: profile._converted_from)
+    from edgekit.measure.profile import _converted_from
+
+    class _M:  # a measured variant, as profile_variants sees it
+        artifact = digits_onnx
+    assert _converted_from(art, {"fp32": _M()}) is digits_onnx
+    mapped = op_profile(prof, art, digits_onnx)
+    assert mapped.mapped_share >= 0.9 and "OpenVINO's layer names" in mapped.mapping, mapped
+    convs = {o.module for o in mapped.ops if o.op_type == "Convolution"}
+    linears = {(o.module, o.module_class) for o in mapped.ops if o.op_type == "FullyConnected"}
+    # the digits CNN's three convolutions and two linear layers, by their PyTorch module names
+    assert convs == {m for m, _ in _modules(base, "Conv")} and len(convs) == 3, (convs, _modules(base, "Conv"))
+    assert {c for _, c in linears} == {"Linear"} and len(linears) == 2, linears
     d = profile_diff(base, ovp, "fp32", "ov-fp32", None)
     assert d.base_source == "onnxruntime" and d.other_source == "openvino"
     assert "Conv" in " ".join(r.op_type for r in d.rows) and d.summary, d
+
+
+def _modules(p, family: str) -> set:
+    """(module, class) of a profile's ops of one ONNX op family (onnxruntime's fused forms included)."""
+    return {(o.module, o.module_class) for o in p.ops if family in (o.op_type or "") and o.module is not None}
 
 
 # the tolerance (top-1 points on 360 eval samples, a sample is 0.28 point): plain NNCF INT8 was seen 1.9
