@@ -119,8 +119,8 @@ class MeasureCache:
 class DeviceMeasurements:
     """The pipeline's handle: measures a request on the device, or reuses a cached result.
 
-    The device is probed once (runtime versions, identity) to build keys; with the cache off it
-    is not probed at all. ``info[variant]`` says whether each variant's numbers were reused."""
+    The device is probed once (runtime versions, identity) to build keys, and by the search to tell which
+    runtimes it has (``DeviceSession.lacking_runtime``); a recipe deploy with the cache off does not probe it. ``info[variant]`` says whether each variant's numbers were reused."""
 
     def __init__(self, deployer, *, device_name: str | None, cache: MeasureCache | None, remeasure: bool = False):
         self.deployer = deployer
