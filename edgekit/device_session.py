@@ -21,7 +21,7 @@ from .agent.bundle import BundleDeployer
 from .agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
 from .artifact import Artifact
 from .data import Dataset
-from .errors import BadInputError, DeviceError, EdgekitError
+from .errors import AgentError, BadInputError, DeviceError, EdgekitError
 from .formats import Format
 from .measure.stats import latency_stats
 from .report.model import VariantResult
@@ -299,8 +299,8 @@ class DeviceSession:
         runtime = format_spec(art.format).runtime
         try:
             have = self.measurements.probe_doc().get("runtimes")
-        except Exception:  # an agent that cannot probe fails the measurement itself, with its own words
-            return None
+        except AgentError:  # an agent that cannot probe fails the measurement itself, with its own words;
+            return None  # a device that went away (TransportError) fails here, as it would at delivery
         if not runtime or not isinstance(have, dict) or runtime in have:
             return None
         where = self.device or self.target.name
