@@ -57,6 +57,42 @@ def _ok(res, what: str):
     return res
 
 
+def started_twin(name: str, target: str, runtimes: list[str], tag: str):
+    """`edgekit sim up NAME --arch arm64 --target TARGET --runtime R...` from the target's cached wheelhouse
+    (downloaded once: ~/.cache/edgekit/wheelhouse/TARGET-py3.11, or $EDGEKIT_TEST_ET_WHEELHOUSE), yielding
+    its JSON; stopped by PID afterwards. A generator for module fixtures (``yield from``)."""
+    from edgekit.provision import build_wheelhouse, wheelhouse_lacks
+    from edgekit.targets import load_target
+
+    old_cache = os.environ.get("EDGEKIT_ROOTFS_CACHE")
+    os.environ["EDGEKIT_ROOTFS_CACHE"] = old_cache or str(CACHE / "rootfs")
+    wh = Path(os.environ.get("EDGEKIT_TEST_ET_WHEELHOUSE", str(CACHE / "wheelhouse" / f"{target}-py3.11")))
+    spec = load_target(target)
+    t0 = time.perf_counter()
+    if wheelhouse_lacks(spec, wh, runtimes):
+        build_wheelhouse(spec, wh, runtimes=runtimes)
+    mb = sum(w.stat().st_size for w in wh.glob("*.whl")) / 2**20
+    print(f"\n[{tag}] wheelhouse ready in {time.perf_counter() - t0:.1f} s ({wh}, {mb:.0f} MB)")
+    t0 = time.perf_counter()
+    res = run_edgekit_subprocess("sim", "up", name, "--arch", "arm64", "--target", target,
+                                 *[a for r in runtimes for a in ("--runtime", r)], "--wheelhouse", wh, "--json",
+                                 timeout=1800)
+    try:
+        _ok(res, f"edgekit sim up --arch arm64 --target {target} {' '.join('--runtime ' + r for r in runtimes)}")
+        doc = json.loads(res.stdout)
+        print(f"[{tag}] sim up with {' + '.join(runtimes)}: {time.perf_counter() - t0:.1f} s; "
+              f"timings {doc['timings']}")
+        yield doc
+    finally:
+        from edgekit.sim.device import _state_file
+        from edgekit.sim.device import down as sim_down
+
+        if _state_file(name).is_file():
+            sim_down(name)
+        if old_cache is None:
+            os.environ.pop("EDGEKIT_ROOTFS_CACHE", None)
+
+
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory, digits) -> Path:
     """fp32 + static INT8 (ONNX); plus TFLite INT8 when the converter's `convert` step is registered."""

@@ -15,7 +15,6 @@ test_arm64_twin.py). The aarch64 wheelhouse is cached in ~/.cache/edgekit/wheelh
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import run_edgekit_subprocess  # noqa: E402
-from test_arm64_twin import ACCURACY_TOLERANCE, CACHE, _missing, _ok  # noqa: E402
+from test_arm64_twin import ACCURACY_TOLERANCE, _missing, _ok, started_twin  # noqa: E402
 
 pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow]
 
@@ -72,33 +71,7 @@ gate: {max_accuracy_drop: 2.0}
 @pytest.fixture(scope="module")
 def ov_twin():
     """`edgekit sim up pi5-ov --arch arm64 --target rpi5 --runtime openvino --runtime ncnn`, torn down by PID."""
-    from edgekit.provision import build_wheelhouse, wheelhouse_lacks
-    from edgekit.targets import load_target
-
-    old_cache = os.environ.get("EDGEKIT_ROOTFS_CACHE")
-    os.environ["EDGEKIT_ROOTFS_CACHE"] = old_cache or str(CACHE / "rootfs")
-    wh = Path(os.environ.get("EDGEKIT_TEST_ET_WHEELHOUSE", str(CACHE / "wheelhouse" / f"{TARGET}-py3.11")))
-    spec = load_target(TARGET)
-    t0 = time.perf_counter()
-    if wheelhouse_lacks(spec, wh, RUNTIMES):
-        build_wheelhouse(spec, wh, runtimes=RUNTIMES)
-    print(f"\n[ov-arm64] wheelhouse ready in {time.perf_counter() - t0:.1f} s ({wh})")
-    t0 = time.perf_counter()
-    res = run_edgekit_subprocess("sim", "up", NAME, "--arch", "arm64", "--target", TARGET,
-                                 *[a for r in RUNTIMES for a in ("--runtime", r)], "--wheelhouse", wh, "--json",
-                                 timeout=1800)
-    try:
-        _ok(res, "edgekit sim up --arch arm64 --runtime openvino --runtime ncnn")
-        print(f"[ov-arm64] sim up with openvino + ncnn: {time.perf_counter() - t0:.1f} s")
-        yield json.loads(res.stdout)
-    finally:
-        from edgekit.sim.device import _state_file
-        from edgekit.sim.device import down as sim_down
-
-        if _state_file(NAME).is_file():
-            sim_down(NAME)
-        if old_cache is None:
-            os.environ.pop("EDGEKIT_ROOTFS_CACHE", None)
+    yield from started_twin(NAME, TARGET, RUNTIMES, "ov-arm64")
 
 
 def test_twin_reports_the_board_s_cpu_and_both_runtimes(ov_twin):

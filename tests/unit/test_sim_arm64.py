@@ -51,6 +51,23 @@ def test_prepare_twin_writes_its_own_layer_with_in_twin_paths(tmp_path):
     assert (other.upper / "etc/machine-id").read_text() != (up / "etc/machine-id").read_text()
 
 
+def test_the_twin_shows_the_board_s_cores_as_openvino_and_hwloc_read_them(tmp_path):
+    """Per core: MIDR_EL1 (OpenVINO's CPU plugin reads it), topology lists and the masks hwloc needs (without
+    them OpenVINO segfaulted under qemu), a /sys/bus/cpu link; a /proc/cpuinfo of the board's cores."""
+    twin = arm64.prepare_twin(tmp_path / "pi5", "pi5", "10.213.7.2", cores=2, qemu_cpu="cortex-a76")
+    cpu = twin.upper / "sys/devices/system/cpu"
+    assert (cpu / "cpu1/regs/identification/midr_el1").read_text() == "0x00000000414fd0b1\n"
+    assert [(cpu / f"cpu{i}/topology/core_cpus").read_text() for i in (0, 1)] == ["1\n", "2\n"]
+    assert (cpu / "cpu0/topology/package_cpus").read_text() == "3\n"
+    assert (cpu / "cpu1/topology/thread_siblings").read_text() == "2\n"
+    assert (twin.upper / "sys/bus/cpu/devices/cpu1").resolve() == (cpu / "cpu1").resolve()
+    info = (twin.upper / "etc/edgekit-sim/pi5/cpuinfo").read_text()
+    assert info.count("processor\t:") == 2 and "CPU part\t: 0xd0b" in info and "asimddp" in info
+    pi4 = arm64.fake_cpuinfo(1, "cortex-a72")
+    assert "CPU part\t: 0xd08" in pi4 and " aes " not in pi4  # the Pi 4's BCM2711 has no crypto extensions
+    assert "mount --bind" in arm64._LAUNCH_SH and "/proc/cpuinfo" in arm64._LAUNCH_SH
+
+
 def test_paths_an_overlay_cannot_take_are_refused(tmp_path):
     with pytest.raises(BadInputError, match="overlay"):
         arm64.prepare_twin(tmp_path / "a,b", "x", "10.213.9.2")
