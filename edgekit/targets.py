@@ -110,7 +110,22 @@ class TargetSpec(_Strict):
     wheels: WheelSpec | None = None
     big_cores_mask: str | None = None  # taskset mask of the fast cores (big.LITTLE SoCs)
     browser: BrowserProfile | None = None  # transport browser only: the page's emulated phone, if any
+    # search candidates this target adds to the default deploy's short search (the registry marks the
+    # likeliest winners on a typical CPU; a board where another runtime is known to win names its candidates)
+    short_search: tuple[str, ...] = ()
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _short_search_names_candidates_of_its_runtimes(self):
+        from .formats import spec_for_runtime
+
+        known = [c.name for r in self.runtimes if (row := spec_for_runtime(r)) is not None
+                 for c in row.search_candidates]
+        bad = [n for n in self.short_search if n not in known]
+        if bad:
+            raise ValueError(f"short_search names {bad}, which are not search candidates of this target's runtimes "
+                             f"{list(self.runtimes)}; known: {known}")
+        return self
 
     @model_validator(mode="after")
     def _browser_profile_for_browser_only(self):

@@ -36,8 +36,8 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
                        quick: bool = False) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
     """Candidates for ``target`` (the fp32 ONNX baseline is always measured besides these): the
     ``search_candidates`` of each of its runtimes' registry rows (``quick``: only those marked as the
-    likeliest winners, for the default deploy's short search), open-ended ones last, and the candidates
-    skipped with the reason."""
+    likeliest winners, for the default deploy's short search, and those the target's ``short_search``
+    adds), open-ended ones last, and the candidates skipped with the reason."""
     out: list[tuple[bool, VariantSpec]] = []
     skipped: list[tuple[str, str]] = []
     known = set(known_passes())
@@ -49,7 +49,7 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
             skipped.append((runtime, why.format(runtime=runtime)))
             continue
         for cand in row.search_candidates:
-            if quick and not cand.quick:
+            if quick and not (cand.quick or cand.name in target.short_search):
                 skipped.append((cand.name, "not in the default deploy's short search (--search tries it)"))
                 continue
             if any(name not in known for name, _ in cand.passes):

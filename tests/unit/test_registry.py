@@ -98,6 +98,30 @@ def test_search_candidates_come_from_the_rows():
     assert got == [] and skipped == [("coreml", "profiling coreml needs its own host (e.g. Core ML needs macOS)")]
 
 
+def test_a_target_adds_its_likely_winners_to_the_short_search(tmp_path):
+    from edgekit.errors import ConfigError
+    from edgekit.targets import load_target
+    from edgekit.variant_search.candidates import candidate_variants
+
+    def quick(name):
+        got, skipped = candidate_variants(load_target(name), has_calib=True, quick=True)
+        return [v.name for v in got], dict(skipped)
+
+    registry_quick = [c.name for r in load_target("rpi5").runtimes for c in spec_for_runtime(r).search_candidates
+                      if c.quick]
+    rpi5, rpi5_skipped = quick("rpi5")
+    # the Pi 5's short search races OpenVINO and NCNN (its two fastest runtimes in the published figures)
+    assert {"openvino-auto", "openvino-int8", "ncnn-fp16"} <= set(rpi5) and set(registry_quick) <= set(rpi5)
+    assert "openvino-fp32" in rpi5_skipped and "ncnn-fp32" in rpi5_skipped
+    local, local_skipped = quick("local")  # x86: measured here, OpenVINO did not win the short search's place
+    assert "openvino-auto" not in local and "openvino-auto" in local_skipped
+    # a name that is no candidate of the target's runtimes is refused when the file is read, naming it
+    bad = (Path(__file__).parents[2] / "targets" / "rpi4.yaml").read_text() + "short_search: [ncnn-fp16]\n"
+    (tmp_path / "pi4x.yaml").write_text(bad.replace("name: rpi4", "name: pi4x"))
+    with pytest.raises(ConfigError, match=r"short_search names \['ncnn-fp16'\]"):
+        load_target(tmp_path / "pi4x.yaml")
+
+
 # --------------------------------------------------------------------------- the hop dispatcher
 def _art(tmp_path: Path, fmt: Format, name: str, violations=()) -> Artifact:
     p = tmp_path / name
