@@ -5,7 +5,7 @@
 # pytorch-tokenizers, ... and needs the torchao 0.18 and coremltools 9.0 already there; its binaries link the
 # installed torch 2.13 and resolve every symbol), so it goes into the main venv. This step first asks pip what
 # the extra would change and refuses if it would touch torch, onnx, onnxruntime, tensorflow, coremltools,
-# torchao, numpy or pydantic; then it installs the extra and runs the ExecuTorch tests, failing if any is
+# torchao, numpy or pydantic (.ci/guard_extra.py); then it installs the extra and runs the ExecuTorch tests, failing if any is
 # skipped (a missing runtime must not pass as green). Re-running is cheap: a stamp skips the install when
 # pyproject.toml and this script are unchanged.
 set -euo pipefail
@@ -20,27 +20,8 @@ WANT="$(cat pyproject.toml .ci/executorch.sh | sha256sum | cut -d' ' -f1)"
 if ! { [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; }; then
   t0=$(date +%s)
   : > "$LOG"
-  "$VENV/bin/pip" install --disable-pip-version-check --dry-run --quiet --report "$VENV/.executorch-plan.json" \
-    -e ".[executorch]" >>"$LOG" 2>&1 || { tail -40 "$LOG"; echo "executorch step: pip cannot resolve the extra"; exit 1; }
-  "$VENV/bin/python" - "$VENV/.executorch-plan.json" <<'EOF'
-import json, sys
-import importlib.metadata as md
-GUARDED = {"torch", "onnx", "onnxruntime", "tensorflow", "coremltools", "torchao", "numpy", "pydantic"}
-plan = json.load(open(sys.argv[1]))["install"]
-changes = []
-for item in plan:
-    name, new = item["metadata"]["name"].lower(), item["metadata"]["version"]
-    if name in GUARDED:
-        try:
-            old = md.version(name)
-        except md.PackageNotFoundError:
-            old = None
-        changes.append(f"{name} {old} -> {new}")
-if changes:
-    sys.exit("executorch step: the extra would change the main stack (" + "; ".join(changes) + "): "
-             "give it its own venv instead")
-print("executorch step: installs", ", ".join(f"{i['metadata']['name']} {i['metadata']['version']}" for i in plan))
-EOF
+  "$VENV/bin/python" .ci/guard_extra.py executorch >>"$LOG" 2>&1 || { tail -5 "$LOG"; echo "executorch step: refused"; exit 1; }
+  tail -1 "$LOG"
   "$VENV/bin/pip" install --disable-pip-version-check -e ".[executorch]" >>"$LOG" 2>&1 \
     || { tail -40 "$LOG"; echo "executorch step: pip install failed (log: $LOG)"; exit 1; }
   echo "executorch step: installed in $(( $(date +%s) - t0 )) s"

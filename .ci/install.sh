@@ -52,7 +52,17 @@ pipi() { "$VENV/bin/pip" install --disable-pip-version-check "$@" >>"$LOG" 2>&1 
 pipi --upgrade pip
 # The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 pipi "torch==2.13.0"
-# lab: labgrid (its coordinator and client) for the shared-lab tests; kept out of `all` (see pyproject.toml)
+# lab: labgrid (its coordinator and client) for the shared-lab tests; kept out of `all` (see pyproject.toml).
+# `all` without OpenVINO's and NCNN's extras first; then pip is asked what those two would change, and the
+# install refuses if they would move torch, onnx, numpy or another package the stack was checked against
+# (.ci/guard_extra.py: a new openvino/nncf/ncnn/pnnx release pinning another numpy fails here, by name)
+GUARDED_EXTRAS="openvino,ncnn"
+BASE="$("$VENV/bin/python" -c 'import re, sys, tomllib
+all_ = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["all"][0]
+print(",".join(e for e in re.search(r"\[(.*)\]", all_).group(1).split(",") if e not in sys.argv[1].split(",")))' "$GUARDED_EXTRAS")"
+pipi -e ".[$BASE,dev,lab]"
+"$VENV/bin/python" .ci/guard_extra.py "$GUARDED_EXTRAS" >>"$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
+tail -1 "$LOG"
 pipi -e ".[all,dev,lab]"
 "$VENV/bin/python" -c "import edgekit, torch, onnxruntime; print('edgekit install: ok (torch', torch.__version__, ')')"
 echo "$WANT" > "$STAMP"
