@@ -129,6 +129,24 @@ def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = 
     return open_device_transport(device, target, wait=lock_wait, lock_timeout=lock_timeout)
 
 
+def provision_hint(target: TargetSpec, device: str | None, runtime: str) -> str:
+    """The command that installs ``runtime`` on the device (the agent only knows pip's name for it)."""
+    where = device or target.name
+    wheels = target.wheels
+    if runtime not in target.runtimes:
+        return f"target {target.name} does not list the {runtime} runtime: measure a variant it runs there"
+    if wheels is not None and runtime in wheels.runtime_packages:
+        return f"install it with `edgekit devices provision {where} --runtime {runtime}`"
+    if wheels is not None:
+        return f"install the target's runtimes with `edgekit devices provision {where}`"
+    from .formats import spec_for_runtime
+
+    row = spec_for_runtime(runtime)
+    if target.transport == "local" and row is not None and row.extra:
+        return f"install it on this host: pip install 'edgekit[{row.extra}]'"
+    return f"install {runtime} on the device (`edgekit doctor` names its package)"
+
+
 def emulation_of(device: str | None) -> str | None:
     """How the device is emulated (an arm64 twin under qemu, from its inventory entry); None = real."""
     if device is None:
@@ -277,7 +295,8 @@ class DeviceSession:
         except AgentRunFailed as exc:
             if not exc.variant_fault:
                 raise
-            return MeasureFailure(variant=req.variant, kind=exc.kind, message=exc.message, hint=exc.hint)
+            hint = provision_hint(self.target, self.device, req.runtime) if exc.kind == "runtime_missing" else exc.hint
+            return MeasureFailure(variant=req.variant, kind=exc.kind, message=exc.message, hint=hint)
 
     def measure(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
         req = self.request(name, art, settings)
@@ -303,9 +322,8 @@ class DeviceSession:
             return None  # a device that went away (TransportError) fails here, as it would at delivery
         if not runtime or not isinstance(have, dict) or runtime in have:
             return None
-        where = self.device or self.target.name
-        return (f"the device has no {runtime} runtime (it has {', '.join(sorted(have)) or 'none'}): install it with "
-                f"`edgekit devices provision {where} --runtime {runtime}`")
+        return f"the device has no {runtime} runtime (it has {', '.join(sorted(have)) or 'none'}): " \
+            + provision_hint(self.target, self.device, runtime)
 
     def measure_or_drop(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
         """:meth:`measure`, where a failed run on a device that still answers is this variant's

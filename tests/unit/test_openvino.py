@@ -274,3 +274,34 @@ def test_openvino_and_nncf_stay_offline(digits, digits_onnx, tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "ok int8" in r.stdout, r.stdout + r.stderr
     assert not (home / "intel").exists(), sorted(p.name for p in (home / "intel").iterdir())
+
+
+def test_a_recipe_variant_whose_runtime_the_device_lacks_fails_naming_the_install(digits, tmp_path, monkeypatch):
+    """A recipe asks for the variant, so the deploy fails (no search drops it), and the hint names how to install
+    the runtime where the agent's own words only know pip's name. The device's agent here is the real local one,
+    with an `openvino` on its PYTHONPATH that fails to import (a device without the runtime)."""
+    import edgekit
+    from edgekit.device_session import provision_hint
+    from edgekit.errors import EdgekitError
+    from edgekit.recipe import Recipe
+    from edgekit.targets import load_target
+
+    blocker = tmp_path / "no-openvino" / "openvino"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('no openvino on this device (test)')\n")
+    monkeypatch.setenv("PYTHONPATH", str(blocker.parent))
+    monkeypatch.setenv("EDGEKIT_LOCAL_DEVICE_DIR", str(tmp_path / "device"))
+    recipe = Recipe.model_validate({"baseline": "fp32", "measure": {"warmup": 1, "runs": 3, "min_seconds": 0},
+                                    "variants": [{"name": "ov", "passes": [{"convert": {"to": "openvino"}}]}]})
+    out = tmp_path / "out"
+    with pytest.raises(EdgekitError) as err:
+        edgekit.deploy(digits.pt2, eval_data=digits.eval, target="local", recipe=recipe, out=out)
+    assert "runtime_missing" in err.value.message and "openvino" in err.value.message
+    assert err.value.hint == "install it on this host: pip install 'edgekit[openvino]'", err.value.hint
+    assert not (out / "report.json").exists()
+    # on a board: the provisioning command with the device's name, and only a runtime its target lists
+    assert provision_hint(load_target("rpi5"), "pi-1", "openvino") == \
+        "install it with `edgekit devices provision pi-1 --runtime openvino`"
+    assert provision_hint(load_target("rpi4"), "pi-4", "onnxruntime") == \
+        "install the target's runtimes with `edgekit devices provision pi-4`"
+    assert "does not list the openvino runtime" in provision_hint(load_target("rpi4"), "pi-4", "openvino")

@@ -256,5 +256,6 @@ def test_a_candidate_whose_runtime_the_device_lacks_is_dropped_before_delivery(d
     rows = {c.name: c for c in r.search.candidates}
     assert rows["openvino-fp32"].status == "dropped" and rows["openvino-fp32"].dropped_at == "delivery", rows
     assert "the device has no openvino runtime" in rows["openvino-fp32"].reason
-    assert "edgekit devices provision local --runtime openvino" in rows["openvino-fp32"].reason
+    # local is this host: the extra to install, not a provisioning command for a device
+    assert "install it on this host: pip install 'edgekit[openvino]'" in rows["openvino-fp32"].reason
     assert {v.name for v in r.variants} == {"fp32"} and r.search.selected == "fp32"
