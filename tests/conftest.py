@@ -33,6 +33,18 @@ def _isolated_local_device(tmp_path_factory):
             os.environ[k] = v
 
 
+@pytest.fixture(autouse=True)
+def _fresh_onnx2tf_runs():
+    """Each test converts for itself: onnx2tf runs kept by an earlier test (edgekit/convert/onnx2tf_runs.py)
+    are dropped, so a test of onnx2tf's behaviour never passes on another test's run."""
+    import sys
+
+    runs = sys.modules.get("edgekit.convert.onnx2tf_runs")
+    if runs is not None:
+        runs.forget()
+    yield
+
+
 @dataclass(frozen=True)
 class DigitsArtifacts:
     dir: Path

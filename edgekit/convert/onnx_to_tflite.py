@@ -48,6 +48,7 @@ from ..errors import ConversionError, DataError, MissingExtraError
 from ..formats import Format
 from ..fsutil import atomic_path
 from ..logs import quiet
+from . import onnx2tf_runs
 from .onnx2tf_errors import describe_node, failing_node, log_tail, onnx2tf_failure, strip_ansi
 from .onnx2tf_prepare import fixed_shapes, fold_constant_of_shape, layout_hints, shapeless_tensors, simplify, tf_node_names
 from .opcheck import model_ops, require_ops, require_static_shapes
@@ -720,22 +721,27 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
                 "(other static sizes) and the route fallback (keep_input_layout, onnx2tf's defaults, litert-torch "
                 "from a .pt2); else keep the model on ONNX Runtime (--to onnx) or change that node in the model"
                 + sized)
-        with _in_dir(work), quiet("onnx2tf", "tensorflow", "absl") as buf, _offline_onnx2tf(sample):
-            try:
-                import onnx2tf
+        with quiet("onnx2tf", "tensorflow", "absl"):
+            import onnx2tf
 
-                onnx2tf.convert(**kwargs)
-            except SystemExit as exc:  # onnx2tf reports errors and calls sys.exit(1)
-                node = describe_node(prepared, failing_node(exc, buf.getvalue()), renamed)
-                raise ConversionError(f"onnx2tf stopped{f' at {node}' if node else ''}: "
-                                      f"{log_tail(buf.getvalue()) or f'exit status {exc.code}'}", hop=HOP,
-                                      hint=hint) from None
-            except Exception as exc:  # converter internals raise anything; name the node and the cause
-                raise ConversionError(onnx2tf_failure(exc, buf.getvalue(), prepared, renamed), hop=HOP,
-                                      hint=hint) from exc
+        run_key = onnx2tf_runs.key(src, kwargs, sample, getattr(onnx2tf, "__version__", "?"))
+        reused = onnx2tf_runs.restore(run_key, work / "tf")  # another candidate of this search ran it already
+        if not reused:
+            with _in_dir(work), quiet("onnx2tf", "tensorflow", "absl") as buf, _offline_onnx2tf(sample):
+                try:
+                    onnx2tf.convert(**kwargs)
+                except SystemExit as exc:  # onnx2tf reports errors and calls sys.exit(1)
+                    node = describe_node(prepared, failing_node(exc, buf.getvalue()), renamed)
+                    raise ConversionError(f"onnx2tf stopped{f' at {node}' if node else ''}: "
+                                          f"{log_tail(buf.getvalue()) or f'exit status {exc.code}'}", hop=HOP,
+                                          hint=hint) from None
+                except Exception as exc:  # converter internals raise anything; name the node and the cause
+                    raise ConversionError(onnx2tf_failure(exc, buf.getvalue(), prepared, renamed), hop=HOP,
+                                          hint=hint) from exc
+            if not (work / "tf" / "model_float32.tflite").is_file():
+                raise ConversionError(f"onnx2tf wrote no .tflite ({log_tail(buf.getvalue())})", hop=HOP)
+            onnx2tf_runs.keep(run_key, work / "tf")
         fp32 = work / "tf" / "model_float32.tflite"
-        if not fp32.is_file():
-            raise ConversionError(f"onnx2tf wrote no .tflite ({log_tail(buf.getvalue())})", hop=HOP)
         try:
             onnx_ref = ort_reference_all(Path(art.path))
         except Exception as exc:  # onnxruntime's own errors (InvalidGraph, Fail...)
@@ -769,6 +775,8 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         names = [s.name for s in art.io.outputs]
         metrics: dict = {**parity_metrics(compare_outputs(onnx_ref(probe), gots, "onnx", names), precision),
                          "route": "onnx2tf", "precision": cfg.label, "convert_seconds": round(seconds, 3)}
+        if reused:  # onnx2tf's output of an identical input, from an earlier build in this process
+            metrics["onnx2tf_reused"] = True
         if simplified is not None:  # constant shape computations folded before onnx2tf (see simplify)
             metrics["simplified"] = simplified
         if hints:  # which nodes' layout edgekit told onnx2tf (a parity failure then points at them first)

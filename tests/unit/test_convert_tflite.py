@@ -166,3 +166,35 @@ def test_no_route_passes_fails_loudly_and_writes_nothing(tmp_path):
     msg = str(ei.value)
     assert "onnx2tf: [onnx->tflite] onnx2tf stopped" in msg and "litert-torch: parity: max abs error 0.5" in msg
     assert list(tmp_path.iterdir()) == []
+
+
+def test_candidates_from_one_onnx_file_run_onnx2tf_once_and_get_the_same_files(mobilenet, tmp_path):
+    """A search builds tflite-fp32, -int8 and -dynamic from one ONNX file: onnx2tf (the slow part) runs for the
+    first and its SavedModel serves the others, and a file from a reused run computes exactly what a fresh
+    one does."""
+    import dataclasses
+
+    from edgekit.convert import onnx2tf_runs
+    from edgekit.convert.onnx_to_tflite import TfliteConfig, onnx_to_tflite, run_tflite
+
+    src, onnx_art, calib, ev = mobilenet
+    dyn = TfliteConfig(precision="int8", quantization="dynamic")
+
+    def build(name, cfg, data=calib):
+        art = onnx_to_tflite(onnx_art, tmp_path / name, cfg, calib=data, parity_inputs=list(ev.xs))
+        # what the file computes (TFLite's converter lays the same graph out differently from run to run)
+        return run_tflite(art.path, art.io, [ev.xs[0][:16]]), art.lineage[-1].metrics
+
+    onnx2tf_runs.forget()
+    _, first = build("fp32.tflite", TfliteConfig())
+    reused_dyn, second = build("dyn.tflite", dyn)
+    assert "onnx2tf_reused" not in first and second["onnx2tf_reused"] is True
+    assert second["parity_violations"] == []
+    onnx2tf_runs.forget()
+    fresh_dyn, third = build("dyn-fresh.tflite", dyn)
+    assert "onnx2tf_reused" not in third
+    np.testing.assert_array_equal(fresh_dyn, reused_dyn)
+    # onnx2tf reads a sample of the data: other data is another run, not a reused one
+    shifted = dataclasses.replace(calib, xs=tuple(x + 0.5 for x in calib.xs))
+    _, fourth = build("fp32-other.tflite", TfliteConfig(), shifted)
+    assert "onnx2tf_reused" not in fourth
