@@ -304,4 +304,6 @@ def test_a_recipe_variant_whose_runtime_the_device_lacks_fails_naming_the_instal
         "install it with `edgekit devices provision pi-1 --runtime openvino`"
     assert provision_hint(load_target("rpi4"), "pi-4", "onnxruntime") == \
         "install the target's runtimes with `edgekit devices provision pi-4`"
-    assert "does not list the openvino runtime" in provision_hint(load_target("rpi4"), "pi-4", "openvino")
+    assert provision_hint(load_target("rpi4"), "pi-4", "openvino") == \
+        "install it with `edgekit devices provision pi-4 --runtime openvino`"
+    assert "does not list the executorch runtime" in provision_hint(load_target("rpi4"), "pi-4", "executorch")
