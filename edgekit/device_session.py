@@ -144,6 +144,8 @@ def provision_hint(target: TargetSpec, device: str | None, runtime: str) -> str:
     row = spec_for_runtime(runtime)
     if target.transport == "local" and row is not None and row.extra:
         return f"install it on this host: pip install 'edgekit[{row.extra}]'"
+    if target.transport == "browser":  # the page's runtimes come from npm at setup
+        return "install the page's runtimes: bash .ci/install.sh (npm ci in device_agents/browser)"
     return f"install {runtime} on the device (`edgekit doctor` names its package)"
 
 

@@ -307,3 +307,4 @@ def test_a_recipe_variant_whose_runtime_the_device_lacks_fails_naming_the_instal
     assert provision_hint(load_target("rpi4"), "pi-4", "openvino") == \
         "install it with `edgekit devices provision pi-4 --runtime openvino`"
     assert "does not list the executorch runtime" in provision_hint(load_target("rpi4"), "pi-4", "executorch")
+    assert "npm ci in device_agents/browser" in provision_hint(load_target("browser"), None, "litert")
