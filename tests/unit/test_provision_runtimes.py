@@ -61,3 +61,24 @@ def test_wheelhouse_lacks_checks_the_pins_by_file_name(tmp_path):
     (tmp_path / "executorch-1.1.0-cp311-cp311-manylinux_2_28_aarch64.whl").unlink()
     (tmp_path / "executorch-1.1.01-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"")
     assert wheelhouse_lacks(spec, tmp_path, ["executorch"])
+
+
+def test_openvino_and_ncnn_pins_on_every_board_are_the_host_s_versions():
+    """The IR and .param/.bin files are made on the host: every board that lists OpenVINO or NCNN installs the
+    host's very versions (a bump on the host without the boards' pins would ship files another release reads)."""
+    import importlib.metadata as md
+
+    from edgekit.targets import list_targets, load_target
+
+    boards = []
+    for name in list_targets():
+        spec = load_target(name)
+        for runtime in ("openvino", "ncnn"):
+            if runtime not in spec.runtimes or spec.transport != "ssh":
+                continue
+            boards.append(name)
+            pins = dict(p.split("==") for p in spec.wheels.runtime_packages[runtime].packages if "==" in p)
+            assert pins.get(runtime) == md.version(runtime), (name, runtime, pins)
+            # OpenVINO's aarch64 wheels are manylinux_2_35: the board's platforms must take them
+            assert runtime != "openvino" or "manylinux_2_35_aarch64" in spec.wheels.platforms, name
+    assert {"rpi4", "rpi5", "jetson-orin-nano"} <= set(boards)
