@@ -302,12 +302,9 @@ def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: flo
             kind, msg = err.get("kind", "unknown"), err.get("message", "(no message)")
             if kind in ("bad_data",):
                 raise DataError(f"the device rejected the eval data: {msg}")
-            hint = None
-            if kind == "runtime_missing":
-                hint = ("install the runtime on the device: `edgekit devices provision DEVICE` installs the target's "
-                        "wheels over SSH; `--runtime executorch` adds ExecuTorch's torch + executorch")
+            # runtime_missing's hint (the command that installs it there) is the session's: it knows the device
             raise AgentRunFailed(f"agent failed on variant '{request.variant}' ({kind}): {msg}", kind=kind,
-                                 variant=request.variant, hint=hint)
+                                 variant=request.variant)
         parse_result_doc(doc, request.variant)  # a malformed answer fails here, once
         outputs = None
         if request.outputs_path and doc.get("outputs_path"):
