@@ -190,6 +190,7 @@ class OrtQuantize(Pass):
         src = Path(artifact.path)
         pre = ctx.workdir / f".{stem}.pre.onnx"
         tmp = ctx.workdir / f".{stem}.partial.onnx"
+        up = ctx.workdir / f".{stem}.opset13.onnx"
         cache_tmp: Path | None = None
         metrics: dict = {"encoding": encoding_label(config)}
         try:
@@ -197,6 +198,8 @@ class OrtQuantize(Pass):
                 if config.preprocess:
                     quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
                     src = pre
+                if config.per_channel:
+                    src = _per_axis_opset(src, up, metrics)
                 if config.mode == "dynamic":
                     quantize_dynamic(str(src), str(tmp), per_channel=config.per_channel,
                                      reduce_range=config.reduce_range, weight_type=qt[config.weight_type],
@@ -238,6 +241,7 @@ class OrtQuantize(Pass):
                     metrics["calibration"] = {"method": config.calibration_method, "reused": reused,
                                               "seconds": round(calib_seconds, 3),
                                               **({"stream": _stream_note(stream, len(xs[0]))} if stream else {})}
+            _loads_in_onnxruntime(tmp, config)
             tmp.replace(out)
         except (DataError, PassError):
             raise
@@ -249,6 +253,51 @@ class OrtQuantize(Pass):
         finally:
             tmp.unlink(missing_ok=True)
             pre.unlink(missing_ok=True)
+            up.unlink(missing_ok=True)
             if cache_tmp is not None:
                 cache_tmp.unlink(missing_ok=True)
         return PassOutput(path=out, precision="int8", metrics=metrics)
+
+
+PER_AXIS_OPSET = 13  # DequantizeLinear/QuantizeLinear take `axis` (per-channel scales) from opset 13
+
+
+def _per_axis_opset(src: Path, up: Path, metrics: dict) -> Path:
+    """Per-channel weights need a per-axis DequantizeLinear, which ONNX has from opset 13; onnxruntime's
+    quantizer writes one into an older model anyway (only logging a warning), and the file then fails to load
+    ("Unrecognized attribute: axis for operator DequantizeLinear", seen on PP-OCR's opset-11 classifier). So
+    an older model is converted to opset 13 first (onnx's version converter; recorded in the metrics)."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(src))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), PER_AXIS_OPSET)
+    if opset >= PER_AXIS_OPSET:
+        return src
+    try:
+        onnx.save(version_converter.convert_version(model, PER_AXIS_OPSET), str(up))
+    except Exception as exc:  # the converter raises plain errors naming the op it cannot adapt
+        raise PassError(f"per-channel INT8 needs opset {PER_AXIS_OPSET} (per-axis DequantizeLinear) and this model is "
+                        f"opset {opset}; onnx's version converter could not upgrade it: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                        hint="quantize with per-tensor weights (--per-tensor, or per_channel: false in the recipe), "
+                        f"or export the model at opset {PER_AXIS_OPSET} or later") from exc
+    metrics["opset_upgraded"] = {"from": opset, "to": PER_AXIS_OPSET,
+                                 "why": "per-channel weights need a per-axis DequantizeLinear"}
+    return up
+
+
+def _loads_in_onnxruntime(path: Path, config: OrtQuantizeConfig) -> None:
+    """The written file is one onnxruntime loads: its quantizer can write graphs onnxruntime then refuses
+    (a schema the model's opset lacks), and such a file must fail here, naming the cause, not on the device."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's load errors derive from Exception
+        raise PassError(f"onnxruntime quantization ({config.mode}, {encoding_label(config)}) wrote a model onnxruntime "
+                        f"cannot load: {str(exc).splitlines()[0][:400]}",
+                        hint="exclude the node it names with nodes_to_exclude, or try per-tensor weights or the "
+                        "other format (qdq/qoperator); no file was written") from exc
