@@ -61,3 +61,16 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
             out.append((cand.open_ended, VariantSpec(name=cand.name, passes=_steps(cand))))
     # built in this order: the open-ended searches (the accuracy-aware ladder) after every single-shot one
     return [v for _, v in sorted(out, key=lambda e: e[0])], skipped
+
+
+def fallback_variants(target: TargetSpec, *, exclude: set[str]) -> list[VariantSpec]:
+    """The short search's float fallbacks (the registry's ``fallback`` candidates of the target's runtimes
+    whose passes are installed), for when none of its INT8 candidates kept the accuracy on the host."""
+    known = set(known_passes())
+    out = []
+    for runtime in target.runtimes:
+        row = spec_for_runtime(runtime)
+        for cand in (row.search_candidates if row is not None and not row.search_skip else ()):
+            if cand.fallback and cand.name not in exclude and all(name in known for name, _ in cand.passes):
+                out.append(VariantSpec(name=cand.name, passes=_steps(cand)))
+    return out

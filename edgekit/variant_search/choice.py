@@ -30,6 +30,7 @@ class Candidate:
     host_accuracy: float | None = None
     screening: dict[str, Any] = field(default_factory=dict)
     build_seconds: float | None = None
+    joined: str | None = None  # why it joined a short search it was not in from the start
 
     @property
     def name(self) -> str:
@@ -44,7 +45,8 @@ class Candidate:
                 "dropped_at": self.stage if self.status == "dropped" else None, "reason": self.reason,
                 "format": a.format.value if a else None, "precision": a.precision if a else None,
                 "size_bytes": a.size_bytes if a else None, "host_accuracy": self.host_accuracy,
-                "build_seconds": self.build_seconds, "screening": self.screening or None}
+                "build_seconds": self.build_seconds, "screening": self.screening or None,
+                **({"joined": self.joined} if self.joined else {})}
 
 
 _WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "peak memory over the budget",

@@ -50,7 +50,7 @@ from ..ship import write_ship
 from ..steps import recorded_settings, run_settings
 from ..targets import MeasureDefaults
 from ..timeline import BudgetExceeded, Clock
-from .candidates import candidate_variants
+from .candidates import candidate_variants, fallback_variants
 from .choice import BASE, Candidate, Objective, choose, reasons
 from .racing import clearly_slower, race_entry
 from .tuning import tune_runtime
@@ -123,6 +123,8 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
     _build(run, cands, clock, ht, progress)
     with clock.span("host_filter"):
         _host_filter(run, cands, sopts, progress)
+    if sopts.quick and sopts.candidates is None:
+        skipped = _float_fallback(run, spec, cands, skipped, sopts, clock, ht, progress)
     final_settings = run_settings(run, opts)
     screen_settings = _screening(final_settings, sopts)
     with DeviceSession(spec, device, source_io=run.source.artifact.io, plan=run.plan, transport=transport,
@@ -307,6 +309,30 @@ def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
         if c.host_accuracy is not None and metric.worse_by(base, c.host_accuracy) > tol + sopts.host_slack:
             c.drop("host", f"host {metric.label()} {c.host_accuracy:.4g} vs fp32 {base:.4g}: worse by "
                            f"{metric.worse_by(base, c.host_accuracy):.4g} > tolerance {tol:g} (+{sopts.host_slack:g} slack)")
+
+
+def _float_fallback(run: PreparedRun, spec, cands: list[Candidate], skipped, sopts: SearchOptions, clock, ht,
+                    progress) -> list[tuple[str, str]]:
+    """When no full-INT8 candidate of the short search kept the accuracy on the host, its float fallbacks
+    (``fallback_variants``: OpenVINO at the CPU's default precision) are built, checked and raced too, so a
+    model INT8 cannot serve does not ship a slower float file than the one that needs no calibration.
+    Returns the skipped list without them."""
+    int8_kept = [c.name for c in cands if c.status == "built" and c.artifact is not None
+                 and c.artifact.precision == "int8"]
+    more = [] if int8_kept else [Candidate(v) for v in fallback_variants(spec, exclude={c.name for c in cands})]
+    if not more:
+        return skipped
+    tried = [c.name for c in cands if "int8" in c.name]
+    why = (f"no full-INT8 candidate kept the accuracy on the host (tried: {', '.join(tried) or 'none'}): the short "
+           "search's float fallback")
+    progress(f"{why}: adding {', '.join(c.name for c in more)}")
+    for c in more:
+        c.joined = why
+    _build(run, more, clock, ht, progress)
+    with clock.span("host_filter"):
+        _host_filter(run, more, sopts, progress)
+    cands += more
+    return [s for s in skipped if s[0] not in {c.name for c in more}]
 
 
 def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
