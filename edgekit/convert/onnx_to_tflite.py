@@ -167,15 +167,26 @@ def _agent():
     return load_agent()
 
 
+# XNNPACK (applied by default) can refuse a graph at prepare ("Node number 3 (TfLiteXNNPackDelegate) failed to
+# prepare", seen on full-integer INT8 files); the agent then runs it on LiteRT's built-in kernels and says so
+# (LiteRTRunner), so the probe does the same: such a file is not a crash
 _PROBE = """
 import sys
 import numpy as np
-from ai_edge_litert.interpreter import Interpreter
-it = Interpreter(model_path=sys.argv[1], num_threads=1)
-it.allocate_tensors()
-for d in it.get_input_details():
-    it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
-it.invoke()
+from ai_edge_litert import interpreter as lite
+def run(**kw):
+    it = lite.Interpreter(model_path=sys.argv[1], num_threads=1, **kw)
+    it.allocate_tensors()
+    for d in it.get_input_details():
+        it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+    it.invoke()
+try:
+    run()
+except Exception as exc:
+    low = str(exc).lower()
+    if not ("xnnpack" in low and ("prepare" in low or "delegate" in low)):
+        raise
+    run(experimental_op_resolver_type=lite.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
 print("ok")
 """
 _probed: dict[tuple[str, int], str | None] = {}
