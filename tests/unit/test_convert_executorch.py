@@ -189,7 +189,7 @@ def test_zoo_bert_lowers_int8_static_and_dynamic(tmp_path):
     fp32 = None
     for q in ("full", "dynamic"):
         art = torch_to_executorch(src, tmp_path / f"bert-{q}.pte", precision="int8", quantization=q,
-                                  parity_inputs=xs, calib=cs, parity_samples=32)
+                                  parity_inputs=xs, calib=cs, parity_samples=96)
         m = art.lineage[-1].metrics
         assert m["parity_violations"] == [] and m["parity"]["top1_agreement"] >= 0.9, q
         assert m["delegation"]["delegated_subgraphs"] >= 1
@@ -225,7 +225,8 @@ def test_executorch_is_a_search_candidate_where_targets_list_it():
 @pytest.mark.slow
 def test_zoo_mobilenet_v2_lowers_fp32_and_int8(tmp_path):
     """A real MobileNetV2 (transformers, trained on the zoo's hue task): every op in XNNPACK, fp32
-    parity at float rounding, int8 agreeing with PyTorch's top-1 on the eval inputs."""
+    parity at float rounding, int8 agreeing with PyTorch's top-1 on 96 eval inputs (on 32, one sample is 3.1
+    points: on an AVX2-only host XNNPACK's INT8 rounding put it at 28 of 32)."""
     from tests import zoo
 
     from edgekit.convert.torch_to_executorch import torch_to_executorch
@@ -237,7 +238,7 @@ def test_zoo_mobilenet_v2_lowers_fp32_and_int8(tmp_path):
     xs, cs = [ev[k] for k in z.input_names], [cal[k] for k in z.input_names]
     for precision in ("fp32", "int8"):
         art = torch_to_executorch(src, tmp_path / f"cnn-{precision}.pte", precision=precision, parity_inputs=xs,
-                                  calib=cs, parity_samples=32)
+                                  calib=cs, parity_samples=96)
         m = art.lineage[-1].metrics
         assert m["parity_violations"] == [] and set(m["delegation"]["portable_ops"]) <= {"getitem"}
         if precision == "fp32":
