@@ -32,12 +32,13 @@ TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
     (c.name, dict(c.passes[0][1]), c.needs_calib) for c in format_spec(Format.TFLITE).search_candidates]
 
 
-def candidate_variants(target: TargetSpec, *, has_calib: bool,
-                       quick: bool = False) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
+def candidate_variants(target: TargetSpec, *, has_calib: bool, quick: bool = False,
+                       fallback: bool = False) -> tuple[list[VariantSpec], list[tuple[str, str]]]:
     """Candidates for ``target`` (the fp32 ONNX baseline is always measured besides these): the
     ``search_candidates`` of each of its runtimes' registry rows (``quick``: only those marked as the
     likeliest winners, for the default deploy's short search, and those the target's ``short_search``
-    adds), open-ended ones last, and the candidates skipped with the reason."""
+    adds; ``fallback``: only the short search's float fallbacks), open-ended ones last, and the candidates
+    skipped with the reason."""
     out: list[tuple[bool, VariantSpec]] = []
     skipped: list[tuple[str, str]] = []
     known = set(known_passes())
@@ -49,6 +50,8 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
             skipped.append((runtime, why.format(runtime=runtime)))
             continue
         for cand in row.search_candidates:
+            if fallback and not cand.fallback:
+                continue
             if quick and not (cand.quick or cand.name in target.short_search):
                 skipped.append((cand.name, "not in the default deploy's short search (--search tries it)"))
                 continue
@@ -62,15 +65,3 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool,
     # built in this order: the open-ended searches (the accuracy-aware ladder) after every single-shot one
     return [v for _, v in sorted(out, key=lambda e: e[0])], skipped
 
-
-def fallback_variants(target: TargetSpec, *, exclude: set[str]) -> list[VariantSpec]:
-    """The short search's float fallbacks (the registry's ``fallback`` candidates of the target's runtimes
-    whose passes are installed), for when none of its INT8 candidates kept the accuracy on the host."""
-    known = set(known_passes())
-    out = []
-    for runtime in target.runtimes:
-        row = spec_for_runtime(runtime)
-        for cand in (row.search_candidates if row is not None and not row.search_skip else ()):
-            if cand.fallback and cand.name not in exclude and all(name in known for name, _ in cand.passes):
-                out.append(VariantSpec(name=cand.name, passes=_steps(cand)))
-    return out

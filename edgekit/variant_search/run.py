@@ -50,7 +50,7 @@ from ..ship import write_ship
 from ..steps import recorded_settings, run_settings
 from ..targets import MeasureDefaults
 from ..timeline import BudgetExceeded, Clock
-from .candidates import candidate_variants, fallback_variants
+from .candidates import candidate_variants
 from .choice import BASE, Candidate, Objective, choose, reasons
 from .racing import clearly_slower, race_entry
 from .tuning import tune_runtime
@@ -314,12 +314,13 @@ def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
 def _float_fallback(run: PreparedRun, spec, cands: list[Candidate], skipped, sopts: SearchOptions, clock, ht,
                     progress) -> list[tuple[str, str]]:
     """When no full-INT8 candidate of the short search kept the accuracy on the host, its float fallbacks
-    (``fallback_variants``: OpenVINO at the CPU's default precision) are built, checked and raced too, so a
+    (``candidate_variants(fallback=True)``: OpenVINO at the CPU's default precision) are built, checked and raced too, so a
     model INT8 cannot serve does not ship a slower float file than the one that needs no calibration.
     Returns the skipped list without them."""
-    int8_kept = [c.name for c in cands if c.status == "built" and c.artifact is not None
-                 and c.artifact.precision == "int8"]
-    more = [] if int8_kept else [Candidate(v) for v in fallback_variants(spec, exclude={c.name for c in cands})]
+    int8_kept = any(c.status == "built" and c.artifact is not None and c.artifact.precision == "int8" for c in cands)
+    have = {c.name for c in cands}
+    more = [] if int8_kept else [Candidate(v) for v in candidate_variants(
+        spec, has_calib=run.calib_ds is not None, fallback=True)[0] if v.name not in have]
     if not more:
         return skipped
     tried = [c.name for c in cands if "int8" in c.name]
@@ -332,7 +333,8 @@ def _float_fallback(run: PreparedRun, spec, cands: list[Candidate], skipped, sop
     with clock.span("host_filter"):
         _host_filter(run, more, sopts, progress)
     cands += more
-    return [s for s in skipped if s[0] not in {c.name for c in more}]
+    joined = {c.name for c in more}
+    return [s for s in skipped if s[0] not in joined]
 
 
 def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
