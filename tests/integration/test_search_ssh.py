@@ -52,7 +52,12 @@ def test_search_over_ssh_picks_a_variant_inside_the_tolerance(digits, board, tmp
         wrong = next(c for c in rep.search["candidates"] if c["name"] == "wrong-but-fast")
         assert wrong["status"] == "dropped" and wrong["dropped_at"] == "screening"
         chosen = next(v for v in rep.variants if v.selected)
-        ok = [v for v in rep.variants if v.accuracy_drop is not None and v.accuracy_drop <= 1.0]
+        # the finalists that qualified: inside the tolerance and not dropped later (a tuning row whose tail is
+        # significantly worse than its default setting's is dropped at 'tuning' however fast its p50 reads)
+        dropped = {c["name"] for c in rep.search["candidates"] if c["status"] == "dropped"}
+        ok = [v for v in rep.variants
+              if v.accuracy_drop is not None and v.accuracy_drop <= 1.0 and v.name not in dropped]
+        assert chosen in ok
         assert chosen.latency_ms.p50 <= 1.10 * min(v.latency_ms.p50 for v in ok) or \
             chosen.latency_ms.ci95[0] <= min(v.latency_ms.p50 for v in ok)
     first, cached, fresh = runs
