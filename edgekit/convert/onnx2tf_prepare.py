@@ -6,7 +6,9 @@
   without a static shape (paddle2onnx's Shape -> Cast -> Slice -> Concat -> Reshape; ``simplify``);
 - ConstantOfShape weights folded (``fold_constant_of_shape``), node names TensorFlow rejects as scope
   names ('Softmax@0') rewritten (``tf_node_names``), and layout hints for C == H == W tensors before a
-  padded Conv (``layout_hints``).
+  padded Conv (``layout_hints``);
+- for full-integer INT8, padded MaxPools fed by an edge Pad (``edge_padded_max_pools``): onnx2tf's own
+  padding value, float32's lowest, would enter the calibrated range.
 """
 
 from __future__ import annotations
@@ -172,6 +174,110 @@ def fold_constant_of_shape(model):
     del m.graph.node[:]
     m.graph.node.extend(keep)
     return m
+
+
+def _pool_attrs(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _edge_pads(a: dict, size: list[int], out: list[int | None]) -> tuple[list[int], list[int]] | None:
+    """A padded MaxPool's begin pads and the end pads that give its output size with ceil_mode off, or
+    None when edge padding would change a max or the sizes do not check out."""
+    k = list(a["kernel_shape"])
+    r = len(k)
+    s = list(a.get("strides") or [1] * r)
+    pads = list(a.get("pads") or [0] * 2 * r)
+    auto = a.get("auto_pad", b"NOTSET")
+    if (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET":
+        return None
+    if any(d != 1 for d in a.get("dilations") or []):
+        return None  # dilated windows may skip the edge value they would repeat
+    begin, end, ceil = pads[:r], pads[r:], bool(a.get("ceil_mode", 0))
+    new_end = []
+    for ax in range(r):
+        h, b = size[ax], begin[ax]
+        if b >= k[ax]:
+            return None
+        span = h + b + end[ax] - k[ax]
+        n = (-(-span // s[ax]) if ceil else span // s[ax]) + 1
+        if ceil and (n - 1) * s[ax] >= h + b:  # PyTorch's and onnxruntime's rule: no window starts in the end pad
+            n -= 1
+        if out[ax] is not None and out[ax] != n:
+            return None
+        new_end.append(max(0, (n - 1) * s[ax] + k[ax] - h - b))
+    return (begin, new_end) if any(begin) or any(new_end) else None
+
+
+def edge_padded_max_pools(model) -> tuple[object | None, list[str]]:
+    """A copy of ``model`` in which every padded MaxPool (explicit pads, or ``ceil_mode`` windows running
+    past the end) reads an edge-padded input with no padding of its own, and the changed nodes' names;
+    (None, []) when there is none. onnx2tf fills such padding with float32's lowest value, and a
+    full-integer INT8 model calibrates that tensor's range with it in: MTCNN's ONet (three ceil-mode
+    pools) lost all parity (landmarks cosine 0.17, face top-1 agreement 58%), a ResNet stem (MaxPool 3/2,
+    pads 1) cosine 0.04, and the test zoo's transformers-ResNet detector's INT8 file crashed LiteRT ("double
+    free"); with edge padding they keep it (0.992, 0.99+, 0.99997). Repeating the edge value changes no maximum: with dilation 1 every
+    window holds the edge element it repeats (begin pads < kernel; the last window starts inside the
+    input). Only for full-integer INT8: float files keep onnx2tf's padding (an edge pad is a MirrorPad
+    chain XNNPACK does not take)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    pools = [i for i, n in enumerate(model.graph.node)
+             if n.op_type == "MaxPool" and not (len(n.output) > 1 and n.output[1])]  # no Indices output
+    if not pools:
+        return None, []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:
+        return None, []
+    shapes = {v.name: [onnx_dim(d) for d in v.type.tensor_type.shape.dim]
+              for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+              if v.type.tensor_type.HasField("shape")}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 11)
+    plan = {}
+    for i in pools:
+        n = model.graph.node[i]
+        shp, out = shapes.get(n.input[0]), shapes.get(n.output[0])
+        a = _pool_attrs(n)
+        r = len(a.get("kernel_shape") or [])
+        if not r or not shp or len(shp) != r + 2 or any(v is None for v in shp[2:]):
+            continue
+        got = _edge_pads(a, shp[2:], (out[2:] if out and len(out) == r + 2 else [None] * r))
+        if got is not None:
+            plan[i] = got
+    if not plan:
+        return None, []
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    taken = {t for n in m.graph.node for t in [*n.input, *n.output]} | {i.name for i in m.graph.initializer}
+    nodes, changed = [], []
+    for i, n in enumerate(m.graph.node):
+        if i not in plan:
+            nodes.append(n)
+            continue
+        begin, end = plan[i]
+        stem = f"{n.output[0]}_edge"
+        padded = next(c for c in itertools.chain([stem], (f"{stem}{j}" for j in itertools.count(1))) if c not in taken)
+        taken.add(padded)
+        full = [0, 0, *begin, 0, 0, *end]
+        if opset >= 11:
+            pads_name = f"{padded}_pads"
+            m.graph.initializer.append(numpy_helper.from_array(np.array(full, np.int64), pads_name))
+            nodes.append(helper.make_node("Pad", [n.input[0], pads_name], [padded], name=f"{n.name or padded}_edge_pad",
+                                          mode="edge"))
+        else:
+            nodes.append(helper.make_node("Pad", [n.input[0]], [padded], name=f"{n.name or padded}_edge_pad",
+                                          mode="edge", pads=full))
+        a = _pool_attrs(n)
+        keep = {k: v for k, v in a.items() if k in ("kernel_shape", "strides", "storage_order")}
+        pool = helper.make_node("MaxPool", [padded], list(n.output), name=n.name, **keep)
+        nodes.append(pool)
+        changed.append(n.name or n.output[0])
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return m, changed
 
 
 def layout_hints(model) -> tuple[object | None, list[dict]]:

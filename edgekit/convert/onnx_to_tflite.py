@@ -16,7 +16,9 @@ How it is done, and why:
   re-inferred; when ONNX shape inference still leaves tensors without a static shape (paddle2onnx's
   Shape -> Cast -> Slice -> Concat -> Reshape), their constant subgraphs folded by onnxslim in this
   process (``simplify``; onnx2tf's own onnxsim step is switched off: it runs an ``onnxsim`` executable
-  only when one is on PATH); node names TensorFlow rejects as scope names ('Softmax@0') rewritten.
+  only when one is on PATH); node names TensorFlow rejects as scope names ('Softmax@0') rewritten;
+  for full-integer INT8, padded MaxPools fed by an edge Pad (onnx2tf's -FLT_MAX padding would enter the
+  calibrated range: MTCNN's ceil-mode pools).
 - Errors (``onnx2tf_errors.py``): onnx2tf's failure is reported as the ONNX node it was converting (op
   type, inputs and their shapes) and the cause, without its colour codes or its advice about its own
   CLI flags.
@@ -50,7 +52,8 @@ from ..fsutil import atomic_path
 from ..logs import quiet
 from . import onnx2tf_runs
 from .onnx2tf_errors import describe_node, failing_node, log_tail, onnx2tf_failure, strip_ansi
-from .onnx2tf_prepare import fixed_shapes, fold_constant_of_shape, layout_hints, shapeless_tensors, simplify, tf_node_names
+from .onnx2tf_prepare import (edge_padded_max_pools, fixed_shapes, fold_constant_of_shape, layout_hints,
+                               shapeless_tensors, simplify, tf_node_names)
 from .opcheck import model_ops, require_ops, require_static_shapes
 from .parity import compare, compare_outputs, parity_metrics
 
@@ -690,6 +693,7 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
             prepared = fixed_shapes(prepared, shapes)
         simplified: dict | None = None
         renamed: dict[str, str] = {}
+        edge_pools: list[str] = []
         if not cfg.plain_defaults:
             if cfg.simplify and shapeless_tensors(prepared):
                 slim, simplified = simplify(prepared)
@@ -697,6 +701,9 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
                 simplified["applied"] = slim is not None
             named, renamed = tf_node_names(prepared)
             prepared = named or prepared
+            if cfg.precision == "int8" and cfg.quantization == "full":
+                padded, edge_pools = edge_padded_max_pools(prepared)
+                prepared = padded or prepared
         if prepared is model:
             shutil.copyfile(art.path, src)
         else:
@@ -790,6 +797,8 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
             metrics["onnx2tf_reused"] = True
         if simplified is not None:  # constant shape computations folded before onnx2tf (see simplify)
             metrics["simplified"] = simplified
+        if edge_pools:  # MaxPools that read an edge-padded input (onnx2tf_prepare.edge_padded_max_pools)
+            metrics["max_pools_edge_padded"] = edge_pools
         if hints:  # which nodes' layout edgekit told onnx2tf (a parity failure then points at them first)
             metrics["layout_hints"] = [h["op_name"] for h in hints]
         if chain_reference_all is not None or chain_reference is not None:
