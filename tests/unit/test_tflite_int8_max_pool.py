@@ -92,8 +92,9 @@ def _pool_net(d, kind):
     torch.export.save(ep, d / "m.pt2")
 
 
-@pytest.mark.parametrize("kind", ["mtcnn", "resnet"])
-@pytest.mark.parametrize("rewrite", [True, False], ids=["edge-padded", "onnx2tf-padding"])
+# onnx2tf's own padding once, on the commoner stem (ResNet's: cosine 0.04 here), to show what the fix is for
+@pytest.mark.parametrize("kind,rewrite", [("mtcnn", True), ("resnet", True), ("resnet", False)],
+                         ids=["mtcnn", "resnet", "resnet-onnx2tf-padding"])
 def test_full_int8_keeps_parity_through_a_padded_pool(cli, tmp_path, monkeypatch, rewrite, kind):
     pytest.importorskip("onnx2tf", reason="the tflite extra (onnx2tf) is part of the default install")
     _pool_net(tmp_path, kind)
