@@ -185,9 +185,10 @@ def load_shards(p: Path, *, x_key, y_key, require_labels: bool, role: str) -> Da
     return Dataset(p.resolve(), xs, y, tuple(x_keys), y_key if y is not None else None, by_name, shards=shards)
 
 
-def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
+def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = True) -> Dataset:
     """The data's input arrays in the model's input order: by name when the data names every model
-    input (extra arrays are left out), else by position when the counts agree."""
+    input (extra arrays are left out), else by position when the counts agree. ``streams``: the command
+    takes --const/--state (deploy, quantize), which the hint for inputs the data lacks then names."""
     names = [i.name for i in io.inputs]
     if list(ds.x_keys) == names:
         return ds
@@ -204,7 +205,7 @@ def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
     if len(ds.xs) < len(names):  # the inputs the data lacks may be a streaming model's state or constants
         missing = [n for n in names if n not in by_key] if set(names) & set(by_key) else names[len(ds.xs):]
         raise DataError(f"{role} data {ds.path.name} holds no array for model input(s) {missing} (its arrays "
-                        f"{list(ds.x_keys)}; the model takes {names})", hint=missing_inputs_hint(io, missing))
+                        f"{list(ds.x_keys)}; the model takes {names})", hint=missing_inputs_hint(io, missing, streams))
     raise DataError(f"{role} data {ds.path.name}: arrays {list(ds.x_keys)} do not match the model's inputs "
                     f"{names} ({len(ds.xs)} array(s) for {len(names)} input(s))",
                     hint=f"name the arrays like the inputs, or pass --x-key {','.join(names) if len(names) > 1 else 'NAME'} "
@@ -238,10 +239,10 @@ def take_subset(ds: Dataset, n: int | None, seed: int = 0, *, contiguous: bool =
                    sample={"n": int(n), "of": int(ds.n), "seed": seed, "stratified": bool(stratified)})
 
 
-def check_fits(ds: Dataset, io: IOSpec, role: str = "eval") -> Dataset:
+def check_fits(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = True) -> Dataset:
     """Eval data must match the model's inputs sample for sample (shape without batch, dtype).
     Returns the data aligned to the model's input order (see :func:`align_to_model`)."""
-    ds = align_to_model(ds, io, role)
+    ds = align_to_model(ds, io, role, streams=streams)
     if len(ds.xs) != len(io.inputs):
         raise DataError(f"{role} data {ds.path.name} has {len(ds.xs)} input array(s) {list(ds.x_keys)}; the model "
                         f"takes {len(io.inputs)} ({', '.join(i.name for i in io.inputs)})",

@@ -220,9 +220,17 @@ def _link(out: str, inp: str, io: IOSpec, consts: dict) -> StateLink:
                      dtype=spec.dtype)
 
 
-def missing_inputs_hint(io: IOSpec, missing: list[str]) -> str:
-    """What to say when the data lacks model inputs: they may be a streaming model's state or constants."""
+def missing_inputs_hint(io: IOSpec, missing: list[str], streams: bool = True) -> str:
+    """What to say when the data lacks model inputs: they may be a streaming model's state or constants.
+    ``streams``: the command takes --const/--state; where it does not (``edgekit convert``, whose parity
+    feeds every input from the data), the hint says which commands do, never a flag it lacks."""
     outs = ", ".join(o.name for o in io.outputs)
+    if not streams:
+        return (f"this command feeds every model input from the data and has no --const/--state: add the "
+                f"array(s) {missing} to the .npz when each sample has its own (batch-first) value; a streaming "
+                f"model's state (carried from sample to sample, e.g. --state OUTPUT:{missing[0]}; the model's "
+                f"outputs: {outs}) and constant inputs (--const NAME=VALUE) are taken by `edgekit deploy` and "
+                f"`edgekit quantize`")
     return (f"an input the model returns the next value of (a streaming model's state) is carried with --state "
             f"OUTPUT:INPUT (e.g. --state OUTPUT:{missing[0]}; the model's outputs: {outs}); a constant (a sample "
             f"rate) is --const NAME=VALUE; else add the array to the .npz")

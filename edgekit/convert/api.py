@@ -138,8 +138,9 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
         if ev_whole is not None:
             ev = _whole_inputs(ev_whole, source.artifact.io)
         # check_fits returns the data in the model's input order (arrays matched by name or --x-key order)
-        calib = (check_fits(calib, source.artifact.io, "calib") or calib) if calib is not None else None
-        ev = (check_fits(ev, source.artifact.io, "eval") or ev) if ev is not None else None
+        # convert has no --const/--state: parity feeds every input from the data (the hint says so)
+        calib = (check_fits(calib, source.artifact.io, "calib", streams=False) or calib) if calib is not None else None
+        ev = (check_fits(ev, source.artifact.io, "eval", streams=False) or ev) if ev is not None else None
         data = ev or calib
         if data is None:
             from ..source import synthetic_inputs

@@ -124,6 +124,20 @@ def test_without_state_the_missing_input_is_named_with_the_fix(cli, acc):
     assert "--state OUTPUT:state_in" in r.stderr and "state_out" in r.stderr
 
 
+def test_convert_names_the_commands_that_take_a_stream_not_flags_it_lacks(cli, acc, tmp_path):
+    """`edgekit convert` has no --const/--state (its parity feeds every input from the data): its error for a
+    streaming model's missing inputs names deploy and quantize, which take them, and never tells the user to
+    pass a flag convert would refuse."""
+    d, _ = acc
+    out = tmp_path / "acc.tflite"
+    r = cli("convert", d / "acc.onnx", "--to", "tflite", "--calib-data", d / "calib.npz", "--out", out)
+    assert r.exit_code == 2 and "no array for model input(s) ['state_in', 'k']" in r.stderr, r.stderr
+    assert "has no --const/--state" in r.stderr and "`edgekit deploy` and `edgekit quantize`" in r.stderr, r.stderr
+    assert "is carried with --state" not in r.stderr and not out.exists()
+    help_text = cli("convert", "--help").stdout
+    assert "--state" not in help_text and "--const" not in help_text  # the hint's premise: convert lacks both
+
+
 # --------------------------------------------------------------------------- on the host
 def test_host_reference_carries_the_state_exactly(acc):
     from edgekit.metrics.evaluate import reference_outputs
