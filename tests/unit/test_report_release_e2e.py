@@ -107,8 +107,16 @@ def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_p
     # --remeasure: the measurement cache would otherwise hand back the release's own timings
     r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--out", out, *MEASURE,
             "--baseline", release / "report.json", "--remeasure")
-    assert r.exit_code == 0, r.stdout + r.stderr
     rep = Report.load(out / "report.json")
+    old = Report.load(release / "report.json")
+    # the search may ship another file than the release did when two candidates are near-tied on this ~20 us
+    # model (seen in CI: tflite-dynamic at the release, tflite-fp32 now): the release gate then judges file
+    # shipped against file shipped (diff.counterpart), and a 3.5x larger file fails max_size_increase, as it
+    # is meant to. Nothing else may fail: no latency false alarm whatever the search shipped.
+    flipped = rep.search["selected"] != old.search["selected"]
+    failed = {c.name for c in rep.gate.failed_checks}
+    assert r.exit_code == 0 or (flipped and failed <= {"size_increase", "memory_increase"}), \
+        (r.stdout + r.stderr, rep.search["selected"], old.search["selected"], failed)
     assert rep.compared_with["path"] == str(release / "report.json") and len(rep.compared_with["sha256"]) == 64
     names = {c.name for c in rep.gate.checks}
     assert {"latency_regression", "release_accuracy_drop", "memory_increase", "size_increase"} <= names
@@ -118,7 +126,9 @@ def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_p
     assert rep.compared_with.method == "ab", rep.compared_with
     for c in lat:
         assert "by ab" in c.message and not rep.compared_with.method_detail[c.variant].get("ab_failed"), c.message
-        assert c.passed and c.limit == default and c.value is not None and abs(c.value) < default, c.message
+        # the same file: within the threshold both ways; another file (a flip): not slower beyond it
+        assert c.passed and c.limit == default and c.value is not None and \
+            (c.value < default if flipped else abs(c.value) < default), c.message
         assert c.ratio_ci95 and c.ratio_ci95[0] < 1 + default, c.message
     assert not [w for w in rep.warnings if "A/B re-measurement" in w or "compared across two runs" in w], rep.warnings
     assert rep.variants[1].latency_ms.raw != Report.load(release / "report.json").variants[1].latency_ms.raw
@@ -250,13 +260,14 @@ def test_missing_or_foreign_baseline_is_refused_before_any_work(cli, digits, tmp
 # timings are then scaled, which is what a release measured on another day looks like to this run:
 # - every variant 4x faster at the release (the machine, not the model, changed): the ratios agree, so the
 #   normalized judgement sees no regression, where the raw timings say 4x slower;
-# - only the INT8 variant 4x faster at the release (the model got 4x slower relative to fp32): a
+# - only the INT8 variant 20x faster at the release (the model got 20x slower relative to fp32): a
 #   significant regression far above the limit.
-# The limit is 100% (--max-latency-regression 1): the doctored effects are +300%, and two measurements
-# made one after the other in one run on this shared host have been seen to drift apart by up to ~1.7x,
-# which a 10% limit would mistake for a change; halfway (in log terms) between the two keeps both verdicts
-# clear of that noise.
-NORMALIZED_LIMIT = "1.0"
+# The limit is 200% (--max-latency-regression 2): two measurements made one after the other on this shared
+# host have been seen to drift apart by up to ~1.7x, and in CI (serial, a quiet 2-core AVX2 host) the INT8
+# variant's ratio to fp32 moved 2.35x between the fixture's run and the test's (+135%, over the 100% limit
+# this test had); 3x stays clear of that noise, below the 4x machine drift the first case removes, and far
+# below the 20x of the second.
+NORMALIZED_LIMIT = "2.0"
 DRIFT = 4.0
 
 
@@ -325,9 +336,9 @@ def test_normalized_release_method_cancels_a_machine_that_was_faster(cli, digits
 
 
 def test_normalized_release_method_fails_a_variant_slower_against_its_reference(cli, digits, fixed_release, tmp_path):
-    # 10x: int8's own p50 varies up to ~2x between two runs on this shared host (seen: 0.035 then 0.019 ms while
-    # fp32 held at 0.020), so a 4x doctoring could read as +85%, under the 100% limit
-    baseline = _doctored(fixed_release, tmp_path / "release-int8-was-faster", {"int8-static": 10.0})
+    # 20x: int8's own p50 varies up to ~2.4x between two runs on this shared host (seen: 0.035 then 0.019 ms while
+    # fp32 held at 0.020), so a 4x doctoring could read as +70%, under the 200% limit; 20x reads >= +700%
+    baseline = _doctored(fixed_release, tmp_path / "release-int8-was-faster", {"int8-static": 20.0})
     r, rep, old, c = _normalized_deploy(cli, digits, baseline, tmp_path / "out")
     assert r.exit_code == 1, r.stdout + r.stderr
     assert {x.name for x in rep.gate.failed_checks} == {"latency_regression"}, \
