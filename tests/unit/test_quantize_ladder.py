@@ -84,6 +84,10 @@ def test_bert_full_int8_collapses_and_mixed_precision_rescues_it(text, tmp_path)
                for n in qgraph.node) >= 10
 
 
+# the host speed probe orders the encodings by their measured speed, so the first trial depends on timing: in a CI
+# run beside the other worker's load the ladder ended on rung 'calibration', not 'int8' (cause not isolated further;
+# it passed in four other CI runs), so it runs alone
+@pytest.mark.serial
 def test_cnn_stays_full_int8_in_the_fast_encoding_in_one_trial(cnn, tmp_path):
     from edgekit.passes.quantize_accuracy_aware import host_device
 
