@@ -246,7 +246,7 @@ def edge_padded_max_pools(model) -> tuple[object | None, list[str]]:
             continue
         got = _edge_pads(a, shp[2:], (out[2:] if out and len(out) == r + 2 else [None] * r))
         if got is not None:
-            plan[i] = got
+            plan[i] = (*got, a)
     if not plan:
         return None, []
     m = onnx.ModelProto()
@@ -257,7 +257,7 @@ def edge_padded_max_pools(model) -> tuple[object | None, list[str]]:
         if i not in plan:
             nodes.append(n)
             continue
-        begin, end = plan[i]
+        begin, end, a = plan[i]
         stem = f"{n.output[0]}_edge"
         padded = next(c for c in itertools.chain([stem], (f"{stem}{j}" for j in itertools.count(1))) if c not in taken)
         taken.add(padded)
@@ -270,7 +270,6 @@ def edge_padded_max_pools(model) -> tuple[object | None, list[str]]:
         else:
             nodes.append(helper.make_node("Pad", [n.input[0]], [padded], name=f"{n.name or padded}_edge_pad",
                                           mode="edge", pads=full))
-        a = _pool_attrs(n)
         keep = {k: v for k, v in a.items() if k in ("kernel_shape", "strides", "storage_order")}
         pool = helper.make_node("MaxPool", [padded], list(n.output), name=n.name, **keep)
         nodes.append(pool)
