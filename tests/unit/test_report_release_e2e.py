@@ -152,7 +152,10 @@ def test_a_failed_ab_remeasurement_becomes_a_warning(cli, digits, release, tmp_p
     monkeypatch.setattr(DeviceSession, "measure_ab", failing_ab)
     out = tmp_path / "ab-fails"
     r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--out", out, *MEASURE,
-            "--baseline", release / "report.json", "--remeasure", "--max-latency-regression", "1000")
+            "--baseline", release / "report.json", "--remeasure", "--max-latency-regression", "1000",
+            # the search may ship another near-tied file than the release did (seen in CI: 54 KB -> 189 KB),
+            # which the size/memory checks fail by design; this test is about the A/B failure path only
+            "--max-size-increase", "100", "--max-memory-increase", "100")
     assert r.exit_code == 0, r.stdout + r.stderr
     rep = Report.load(out / "report.json")
     judged = [c.variant for c in rep.gate.checks if c.name == "latency_regression"]

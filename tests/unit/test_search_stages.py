@@ -176,8 +176,11 @@ def test_a_baseline_over_the_size_budget_never_races_a_candidate_out(digits_onnx
     c = _cands(rep)
     assert c["same-size"]["status"] == "dropped" and c["same-size"]["dropped_at"] == "screening"
     assert "model size" in c["same-size"]["reason"], c["same-size"]["reason"]
-    assert c["int8"]["status"] == "selected", c["int8"]
-    assert rep.search["selected"].split("@")[0] == "int8" and rep.gate.passed
+    # int8 ships: as itself or as one of its runtime settings (int8@opt=basic, ...), whose row is then selected
+    # and int8's own row stays a finalist (seen in CI: "the same file runs faster as int8@opt=basic")
+    assert rep.search["selected"].split("@")[0] == "int8" and rep.gate.passed, rep.search["selected"]
+    assert c["int8"]["status"] == ("selected" if rep.search["selected"] == "int8" else "finalist"), c["int8"]
+    assert c[rep.search["selected"]]["status"] == "selected", c[rep.search["selected"]]
 
 
 def test_nothing_inside_the_budgets_selects_and_ships_nothing(digits_onnx, digits, tmp_path):
