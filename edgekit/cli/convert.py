@@ -111,6 +111,9 @@ def convert_cmd(
             for name, p in outs.items():
                 agree = (f"exact {p['exact_agreement']:.1%}" if p.get("exact_agreement") is not None
                          else f"max|err| {p['max_abs_err']:.3g}  cosine {p['cosine']:.6f}")
+                if p.get("top1_agreement") is not None:
+                    agree += f"  top-1 {p['top1_agreement']:.1%}" + (
+                        "" if p.get("top1_held", True) else " (reported, not held: not a class distribution)")
                 out_console.print(f"    output {name}: {agree}", highlight=False, soft_wrap=True)
         for t in m.get("routes_tried") or []:
             out_console.print(f"    (route {t['route']} not kept: {t['error']})", highlight=False, soft_wrap=True)

@@ -118,6 +118,8 @@ class HopParity(_Open):
     top1_agreement: float | None = None
     n: int | None = None
     exact_agreement: float | None = None  # integer/bool outputs: fraction of elements equal
+    # top-1 agreement held to the bar (a model's only output, or a class distribution); else reported only
+    top1_held: bool | None = None
 
 
 class LineageStep(_Open):

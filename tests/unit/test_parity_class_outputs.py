@@ -1,0 +1,77 @@
+"""Parity's top-1 agreement is a classification check (#25): on a multi-output model it is held only on the
+outputs that are class distributions; a regression head's argmax (box offsets, landmarks) is reported, not
+held, while cosine still judges it. Seen on MTCNN's ONet: INT8 landmarks kept cosine 0.99 and "agreed" 0.906."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.convert.parity import compare, compare_outputs, parity_metrics
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _heads(seed=0, n=200):
+    rng = np.random.default_rng(seed)
+    box = rng.normal(0, 0.05, (n, 4))  # small offsets: near-ties everywhere, argmax is noise
+    marks = rng.uniform(0.3, 0.7, (n, 10))
+    logits = rng.normal(0, 3, (n, 2))
+    return box, marks, logits
+
+
+def _int8_like(a, seed, scale):
+    return a + np.random.default_rng(seed).normal(0, scale, a.shape)
+
+
+def test_a_regression_head_of_a_multi_output_model_is_judged_by_cosine_not_argmax():
+    box, marks, logits = _heads()
+    refs = [box, marks, _softmax(logits)]
+    gots = [_int8_like(box, 1, 0.012), _int8_like(marks, 2, 0.01), _softmax(_int8_like(logits, 3, 0.01))]
+    res = compare_outputs(refs, gots, "onnx", ["box", "landmarks", "prob"])
+    # the regression heads' argmax flips on noise (what made ONet's INT8 fail) ...
+    assert res["box"].top1_agreement < 0.9 and res["box"].cosine > 0.95, res["box"]
+    assert not res["box"].top1_held and not res["landmarks"].top1_held
+    # ... and is reported, not held; the class distribution's is held
+    assert res["prob"].distribution and res["prob"].top1_held
+    m = parity_metrics(res, "int8")
+    assert m["parity_violations"] == [], m["parity_violations"]
+    assert m["parity_outputs"]["box"]["top1_held"] is False and m["parity_outputs"]["box"]["top1_agreement"] < 0.9
+
+
+def test_a_class_distribution_that_flips_still_fails_top1():
+    box, marks, logits = _heads()
+    probs = _softmax(logits)
+    swapped = probs[:, ::-1].copy()  # a wrong class order: every confident prediction flips
+    res = compare_outputs([box, probs], [box, swapped], "onnx", ["box", "prob"])
+    assert any("prob: top-1 agreement" in v for v in parity_metrics(res, "int8")["parity_violations"])
+
+
+def test_log_softmax_rows_are_a_distribution_too():
+    _, _, logits = _heads()
+    logp = np.log(_softmax(logits))
+    res = compare_outputs([logits[:, :1] * 0 + 1.0, logp], [logits[:, :1] * 0 + 1.0, logp[:, ::-1]], "onnx",
+                          ["score", "logp"])
+    assert res["logp"].distribution and res["logp"].top1_held
+    assert any("logp: top-1" in v for v in parity_metrics(res, "int8")["parity_violations"])
+
+
+def test_a_single_output_keeps_the_argmax_bar_whatever_its_values():
+    _, _, logits = _heads()
+    flipped = logits[:, ::-1].copy()  # raw logits of a classifier: not a distribution, still its prediction
+    r = compare(logits, flipped, "onnx")
+    assert not r.distribution and r.top1_held
+    res = compare_outputs([logits], [flipped], "onnx", ["logits"])
+    assert any("top-1 agreement" in v for v in parity_metrics(res, "fp32")["parity_violations"])
+
+
+def test_non_negative_rows_that_do_not_sum_to_one_are_not_a_distribution():
+    rng = np.random.default_rng(4)
+    sig = 1 / (1 + np.exp(-rng.normal(0, 2, (100, 5))))  # multi-label sigmoid: argmax is not the prediction
+    res = compare_outputs([sig, _softmax(sig)], [sig[:, ::-1], _softmax(sig)], "onnx", ["tags", "prob"])
+    assert not res["tags"].distribution and not res["tags"].top1_held
+    assert not any("tags: top-1" in v for v in parity_metrics(res, "fp16")["parity_violations"])
+    # cosine still judges it: reversed columns are far off
+    assert any("tags: cosine" in v for v in parity_metrics(res, "fp16")["parity_violations"])
