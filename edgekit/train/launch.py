@@ -177,6 +177,27 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+def _check_devices(cfg: TrainConfig) -> None:
+    """Refuse, before torchrun starts N workers, what the workers would fail on: fp16 or NCCL without a
+    CUDA GPU, and more processes on a node than it has GPUs (each NCCL rank takes a GPU of its own: the
+    extra rank's ``torch.cuda.set_device`` would die with "invalid device ordinal")."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if cfg.backend == "nccl" and not cuda:
+        raise ConfigError("backend nccl needs a CUDA GPU, and this machine has none visible",
+                          hint="use backend auto or gloo (CPU processes)")
+    if cfg.precision == "fp16" and (not cuda or cfg.backend == "gloo"):
+        raise ConfigError("--precision fp16 needs a CUDA GPU (CPU autocast supports bf16 only)",
+                          hint="use --precision bf16 or fp32 on CPU")
+    gpus = torch.cuda.device_count() if cuda and cfg.backend != "gloo" else 0
+    if gpus and cfg.nproc_per_node > gpus:
+        raise ConfigError(f"--nproc-per-node {cfg.nproc_per_node} on a node with {gpus} CUDA GPU(s): training on a GPU "
+                          "runs one process per GPU (NCCL)",
+                          hint=f"pass --nproc-per-node {gpus} or less (a larger --batch-size fills a GPU), or hide "
+                               "the GPUs (CUDA_VISIBLE_DEVICES=) to train CPU processes with gloo")
+
+
 def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check: bool = True,
         force: bool = False) -> TrainResult:
     """Validate, then train with torchrun; returns where the teacher and its metrics were written."""
@@ -185,6 +206,7 @@ def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check
     from . import checkpoint
 
     cfg = _absolute(cfg)
+    _check_devices(cfg)
     if os.getcwd() not in sys.path:  # `edgekit train mypkg.models:teacher` resolves mypkg from here
         sys.path.insert(0, os.getcwd())
     data = load_train_data(cfg.data, x_key=cfg.x_key, y_key=cfg.y_key, input_shape=cfg.input_shape)
@@ -222,12 +244,6 @@ def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check
     if cfg.resume:  # fail here, not in N workers: no checkpoint, or one of another trajectory
         saved = checkpoint.load(cfg.run_dir)
         checkpoint.check_compatible(saved.get("fingerprint", {}), checkpoint.fingerprint(cfg, data.n), ck)
-    if cfg.precision == "fp16" and cfg.backend != "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("--precision fp16 needs a CUDA GPU (CPU autocast supports bf16 only)",
-                              hint="use --precision bf16 or fp32 on CPU")
     shutil.rmtree(cfg.run_dir / "errors", ignore_errors=True)
     (cfg.run_dir / "result.json").unlink(missing_ok=True)
     config_path = cfg.run_dir / "config.json"

@@ -94,8 +94,9 @@ def train_worker(cfg: TrainConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     timeout = timedelta(seconds=cfg.collective_timeout)
+    # device_id: NCCL binds this rank to its GPU (without it every barrier warns that it guesses the device)
     dist.init_process_group(backend, store=_attempt_store(rank, world, timeout), rank=rank, world_size=world,
-                            timeout=timeout)
+                            timeout=timeout, **({"device_id": device} if use_cuda else {}))
     try:
         _train(cfg, rank, world, device, backend, torch, dist, DDP, DistributedSampler)
     finally:

@@ -111,6 +111,21 @@ def test_fp16_on_cpu_is_refused_before_starting(cli, setup):
     assert r.exit_code == 2 and "fp16 needs a CUDA GPU" in r.stderr
 
 
+def test_nccl_without_a_gpu_is_refused_before_starting(setup):
+    import torch
+
+    from edgekit.errors import ConfigError
+    from edgekit.train import train
+
+    if torch.cuda.is_available():
+        pytest.skip("NCCL is valid with a GPU (tests/gpu/test_train_cuda.py checks that machine)")
+    tmp, data, fac = setup
+    with pytest.raises(ConfigError) as ei:
+        train(f"{fac}:small", data, tmp / "t.pt2", backend="nccl")
+    assert ei.value.exit_code == 2 and "backend nccl needs a CUDA GPU" in ei.value.message
+    assert not (tmp / "t.ckpt").exists()  # refused before anything was written or started
+
+
 def test_help_does_not_import_torch():
     import subprocess
 
