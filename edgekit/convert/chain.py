@@ -172,6 +172,23 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+def _refuse_streams(onnx_art: Artifact) -> None:
+    """A model with inputs edgekit feeds itself (--const, --state: edgekit/stateful.py) is not converted to
+    TFLite: every route converts, sizes and checks parity on the data's inputs alone, so such a build failed on
+    a size it did know (Silero VAD: "dynamic sizes ... state (axes [1])", the state being zeros of (2, 1, 128)).
+    Say what is missing instead; onnxruntime runs such a model with its constants and state carried."""
+    from ..stateful import of_artifact
+
+    stream = of_artifact(onnx_art) or {}
+    fed = [s["input"] for s in stream.get("state") or []] + list(stream.get("constants") or {})
+    if fed:
+        raise ConversionError(
+            f"the model's inputs {', '.join(map(repr, fed))} are fed by edgekit (--const/--state), and the TFLite "
+            "routes do not take such inputs yet: they convert, size and check parity on the data's inputs alone",
+            hop="onnx->tflite", hint="its ONNX candidates (onnxruntime, INT8 included) run it with the constants "
+                                     "fed and the state carried")
+
+
 def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *, source=None,
                       calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
                       route: str = "auto") -> Artifact:
@@ -187,6 +204,7 @@ def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfi
     except Exception as exc:  # DecodeError, OSError: not an ONNX file
         raise ConversionError(f"{onnx_art.path} is not a readable ONNX model: {type(exc).__name__}", hop=HOP,
                               hint="re-export the model, or check the file was copied completely") from exc
+    _refuse_streams(onnx_art)
     given = {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()}
     sized = sizes_from_samples(model, parity_inputs or (list(calib.xs) if calib is not None else None), given)
     if sized != given:

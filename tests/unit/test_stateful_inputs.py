@@ -317,6 +317,23 @@ def test_the_search_and_its_host_filter_take_the_stream(acc, tmp_path):
     assert r.variant("fp32").accuracy.value == 0.0
 
 
+def test_tflite_of_a_streaming_model_is_refused_naming_the_fed_inputs(acc, tmp_path):
+    """The TFLite routes convert and check parity on the data's inputs alone: a model with --const/--state inputs
+    is refused by name (Silero VAD's builds failed on 'dynamic sizes ... state (axes [1])', a size edgekit knew)."""
+    from edgekit.convert.chain import convert_to_tflite
+    from edgekit.errors import ConversionError
+    from edgekit.stateful import for_source
+
+    d, x = acc
+    src, _ = _stream(d)
+    for_source(src, {"k": 2}, [("state_out", "state_in")])
+    with pytest.raises(ConversionError) as ei:
+        convert_to_tflite(src.artifact, tmp_path / "acc.tflite", parity_inputs=[x[:4]])
+    msg = str(ei.value)
+    assert "inputs 'state_in', 'k' are fed by edgekit (--const/--state)" in msg and "onnx->tflite" in msg, msg
+    assert "dynamic sizes" not in msg and not (tmp_path / "acc.tflite").exists()
+
+
 # --------------------------------------------------------------------------- edgekit quantize
 def _quantize(cli, d, out, *extra):
     return cli("quantize", d / "acc.onnx", "--calib-data", d / "calib.npz", "--out", out, *extra)
