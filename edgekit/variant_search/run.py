@@ -272,7 +272,8 @@ def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float |
     if RUNTIME_FOR_FORMAT.get(art.format) not in agent.RUNNERS:
         return None
     out = run.art_dir / f".host-{art.sha256[:12]}.npz"
-    req = build_request(variant="host", artifact=art, model_remote=str(art.path), source_io=run.source.artifact.io,
+    req = build_request(variant="host", artifact=art, model_remote=[str(f) for f in art.files],  # with companions
+                        source_io=run.source.artifact.io,
                         measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0),
                         eval_remote=str(eval_file) if isinstance(eval_file, Path) else
                         [{k: str(f) for k, f in sh.items()} for sh in eval_file],

@@ -308,3 +308,20 @@ def test_a_recipe_variant_whose_runtime_the_device_lacks_fails_naming_the_instal
         "install it with `edgekit devices provision pi-4 --runtime openvino`"
     assert "does not list the executorch runtime" in provision_hint(load_target("rpi4"), "pi-4", "executorch")
     assert "npm ci in device_agents/browser" in provision_hint(load_target("browser"), None, "litert")
+
+
+def test_the_search_s_host_check_scores_an_ir_candidate_from_both_files(digits, tmp_path):
+    """The host check ran the agent on the .xml alone, whose hash is not the model's (.xml + .bin): every IR
+    candidate read 'host check skipped: ... (corrupted transfer)' and was never filtered on the host (seen on
+    PP-OCR's recognizer, openvino-auto)."""
+    from edgekit.options import DeployOptions
+    from edgekit.recipe import VariantSpec
+    from edgekit.variant_search import SearchOptions, search
+
+    ov = VariantSpec(name="openvino-fp32", passes=[{"convert": {"to": "openvino", "precision": "fp32"}}])
+    r = search(digits.pt2, eval_data=digits.eval, calib_data=digits.calib, out=tmp_path / "s",
+               options=SearchOptions(candidates=[ov], screening_runs=5, tune_runtime=False, time_budget_s=120),
+               deploy_options=DeployOptions(runs=5, min_seconds=0.0, warmup=1))
+    row = next(c for c in r.search.candidates if c["name"] == "openvino-fp32")
+    assert not (row["reason"] or "").startswith("host check skipped"), row
+    assert row["host_accuracy"] == pytest.approx(r.variant("fp32").accuracy.value, abs=0.5), row
