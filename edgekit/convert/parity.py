@@ -40,6 +40,10 @@ TOLERANCES = {
     "bf16": Tolerance(max_abs_err=None, min_cosine=0.998, min_top1_agreement=0.97),
     "int8": Tolerance(max_abs_err=None, min_cosine=0.95, min_top1_agreement=0.90),
     "mixed": Tolerance(max_abs_err=None, min_cosine=0.95, min_top1_agreement=0.90),
+    # gross breakage only (a wrong layout, a tensor calibrated on -3.4e38: cosines 0.04-0.17 seen), for INT8 files
+    # whose quality a metric judges next (the search's candidates): real INT8 models read 0.93-0.99 here, and
+    # cosine does not rank them (PP-OCR's detector at 0.930 kept its mask IoU, its recognizer at 0.947 lost half)
+    "int8-breakage": Tolerance(max_abs_err=None, min_cosine=0.80, min_top1_agreement=None),
 }
 
 

@@ -75,3 +75,25 @@ def test_non_negative_rows_that_do_not_sum_to_one_are_not_a_distribution():
     assert not any("tags: top-1" in v for v in parity_metrics(res, "fp16")["parity_violations"])
     # cosine still judges it: reversed columns are far off
     assert any("tags: cosine" in v for v in parity_metrics(res, "fp16")["parity_violations"])
+
+
+def test_search_int8_candidates_are_held_to_the_breakage_bar_and_convert_to_the_int8_tolerances():
+    """A search's INT8 TFLite candidates face the host check's metric next, so the converter drops only broken
+    files (cosine < 0.8: the padded-pool breakage read 0.04-0.17); `edgekit convert` (no metric) keeps 0.95.
+    PP-OCR's detector: full INT8 cosine 0.930 with mask IoU 0.77 below fp32, dropped at build before."""
+    from edgekit.convert.onnx_to_tflite import TfliteConfig
+    from edgekit.formats import FORMATS, Format
+
+    spec = next(f for f in FORMATS if f.format == Format.TFLITE)
+    int8 = {c.name: dict(c.passes[0][1]) for c in spec.search_candidates if "int8" in str(c.passes)}
+    assert set(int8) == {"tflite-int8", "tflite-dynamic"} and all(c["parity_bar"] == "breakage" for c in int8.values())
+    assert TfliteConfig().parity_bar == "precision"  # edgekit convert, the recipe's convert step
+
+    rng = np.random.default_rng(5)
+    ref = rng.uniform(0, 1, (8, 1, 16, 16))
+    near = ref + rng.normal(0, 0.22, ref.shape)  # cosine ~0.93, like the detector's INT8
+    broken = rng.uniform(0, 1, ref.shape)  # unrelated values: cosine ~0.75
+    for got, want_precision, want_breakage in ((near, True, False), (broken, True, True)):
+        res = compare_outputs([ref], [got], "onnx", ["map"])
+        assert bool(parity_metrics(res, "int8")["parity_violations"]) is want_precision, res
+        assert bool(parity_metrics(res, "int8-breakage")["parity_violations"]) is want_breakage, res
