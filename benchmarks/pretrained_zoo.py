@@ -45,7 +45,8 @@ def summary(rep: dict) -> dict:
     lost = []
     for c in (rep.get("search") or {}).get("candidates") or []:
         if c["status"] == "dropped":
-            lost.append(f"{c['name']}: dropped at {c.get('dropped_at')}: {' '.join((c.get('reason') or '').split())[:200]}")
+            why = " ".join((c.get("reason") or "").split())[:200]  # one line: reasons may hold a route list
+            lost.append(f"{c['name']}: dropped at {c.get('dropped_at')}: {why}")
         elif c["status"] == "finalist" and c["name"] != ship:
             lost.append(f"{c['name']}: a finalist, not chosen ({(c.get('reason') or 'not the best')[:100]})")
     acc = base.get("accuracy") or {}
@@ -95,7 +96,8 @@ def main() -> int:
     for name, s in rows.items():
         sp = f"{s['speedup']:.2f}x" if s["speedup"] else "n/a"
         drop = f"{s['drop']:+.2f}" if s["drop"] is not None else "n/a"
-        print(f"| {name} | {s['metric']} | {s['fp32']:.2f} | {s['ship']} | {sp} | {drop} | {s['wall_s']:.0f} | {s['exit']} |")
+        print(f"| {name} | {s['metric']} | {s['fp32']:.2f} | {s['ship']} | {sp} | {drop} | {s['wall_s']:.0f} "
+              f"| {s['exit']} |")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if len(rows) == len(a.models.split(",")) else 1

@@ -117,8 +117,8 @@ def _convert(**cfg) -> tuple[tuple[str, dict], ...]:
     return (("convert", cfg),)
 
 
-_TFLITE_OPTIONS = ("quantization", "io", "calibration_samples", "allow_float_fallback", "keep_input_layout", "parity_bar",
-                   "input_shapes", "pseudo_ops")
+_TFLITE_OPTIONS = ("quantization", "io", "calibration_samples", "allow_float_fallback", "keep_input_layout",
+                   "parity_bar", "input_shapes", "pseudo_ops")
 
 FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec(
