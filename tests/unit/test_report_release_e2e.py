@@ -113,9 +113,13 @@ def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_p
     # model (seen in CI: tflite-dynamic at the release, tflite-fp32 now): the release gate then judges file
     # shipped against file shipped (diff.counterpart), and a 3.5x larger file fails max_size_increase, as it
     # is meant to. Nothing else may fail: no latency false alarm whatever the search shipped.
+    # A flip ships another program than the release did: then the A/B may find it truly slower than the released
+    # file in this session (CI: tflite-fp32 against the release's tflite-dynamic@t2), which is the search's noise on
+    # a ~25 us model, not a false alarm of the gate; the latency check must then say so with a CI above 1 (below).
+    # The claim, no false alarm at the default threshold, is about the same file judged again.
     flipped = rep.search["selected"] != old.search["selected"]
     failed = {c.name for c in rep.gate.failed_checks}
-    assert r.exit_code == 0 or (flipped and failed <= {"size_increase", "memory_increase"}), \
+    assert r.exit_code == 0 or (flipped and failed <= {"size_increase", "memory_increase", "latency_regression"}), \
         (r.stdout + r.stderr, rep.search["selected"], old.search["selected"], failed)
     assert rep.compared_with["path"] == str(release / "report.json") and len(rep.compared_with["sha256"]) == 64
     names = {c.name for c in rep.gate.checks}
@@ -131,10 +135,11 @@ def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_p
     for c in lat:
         assert f"by {method}" in c.message and not rep.compared_with.method_detail[c.variant].get("ab_failed"), \
             c.message
-        # the same file: within the threshold both ways; another file (a flip): not slower beyond it
-        assert c.passed and c.limit == default and c.value is not None and \
-            (c.value < default if flipped else abs(c.value) < default), c.message
-        assert c.ratio_ci95 and c.ratio_ci95[0] < 1 + default, c.message
+        assert c.limit == default and c.value is not None and c.ratio_ci95, c.message
+        if not flipped:  # the same file: within the threshold both ways
+            assert c.passed and abs(c.value) < default and c.ratio_ci95[0] < 1 + default, c.message
+        elif not c.passed:  # another file, found slower than the released one: only with the evidence for it
+            assert c.significant and c.ratio_ci95[0] > 1 and c.value > default, c.message
     assert not [w for w in rep.warnings if "A/B re-measurement" in w or "compared across two runs" in w], rep.warnings
     assert rep.variants[1].latency_ms.raw != Report.load(release / "report.json").variants[1].latency_ms.raw
     assert "Compared with the baseline report" in (out / "report.html").read_text()
@@ -266,17 +271,18 @@ def test_missing_or_foreign_baseline_is_refused_before_any_work(cli, digits, tmp
 # `--release-method normalized` divides each variant's p50 by the reference variant (fp32, the same file by
 # sha256 in both runs) of its own run. The baseline below is a real --no-search deploy's report whose
 # timings are then scaled, which is what a release measured on another day looks like to this run:
-# - every variant 4x faster at the release (the machine, not the model, changed): the ratios agree, so the
-#   normalized judgement sees no regression, where the raw timings say 4x slower;
+# - every variant 10x faster at the release (the machine, not the model, changed): the ratios agree, so the
+#   normalized judgement sees no regression, where the raw timings say ~10x slower (4x read as 1.85x once in CI);
 # - only the INT8 variant 20x faster at the release (the model got 20x slower relative to fp32): a
 #   significant regression far above the limit.
 # The limit is 200% (--max-latency-regression 2): two measurements made one after the other on this shared
 # host have been seen to drift apart by up to ~1.7x, and in CI (serial, a quiet 2-core AVX2 host) the INT8
 # variant's ratio to fp32 moved 2.35x between the fixture's run and the test's (+135%, over the 100% limit
-# this test had); 3x stays clear of that noise, below the 4x machine drift the first case removes, and far
+# this test had); 3x stays clear of that noise, below the 10x machine drift the first case removes, and far
 # below the 20x of the second.
 NORMALIZED_LIMIT = "2.0"
-DRIFT = 4.0
+HOST_NOISE = 2.5  # the run-to-run factor of one variant's p50 on this shared host (seen: 2.35x; 1.85x on fp32 in CI)
+DRIFT = 10.0  # the doctored "fast day": far beyond the host's own noise (4x read as 1.85x once in CI)
 
 
 @pytest.fixture(scope="module")
@@ -334,10 +340,10 @@ def test_normalized_release_method_cancels_a_machine_that_was_faster(cli, digits
     assert r.exit_code == 0, (r.stdout + r.stderr, [x.message for x in rep.gate.failed_checks])
     # the raw timings alone say "about 4x slower" (what --release-method direct would judge) ...
     raw = rep.variant("int8-static").latency_ms.p50 / old.variant("int8-static").latency_ms.p50
-    assert raw > DRIFT / 2, raw
+    assert raw > DRIFT / HOST_NOISE, raw
     # ... the reference measured the same drift, and the normalized ratio removes it
     detail = rep.compared_with.method_detail["int8-static"]
-    assert detail["reference"] == "fp32" and detail["reference_ratio_raw"] > DRIFT / 2, detail
+    assert detail["reference"] == "fp32" and detail["reference_ratio_raw"] > DRIFT / HOST_NOISE, detail
     assert c.passed and "by normalized" in c.message, c.message
     assert c.limit == float(NORMALIZED_LIMIT) and abs(c.value) < float(NORMALIZED_LIMIT), c.message
     assert not [w for w in rep.warnings if "compared across two runs directly" in w], rep.warnings
@@ -356,4 +362,4 @@ def test_normalized_release_method_fails_a_variant_slower_against_its_reference(
     assert c.value > float(NORMALIZED_LIMIT) and c.ratio_ci95[0] > 1 + float(NORMALIZED_LIMIT), c.message
     assert f"significant regression above {float(NORMALIZED_LIMIT):.0%}" in c.message
     # the reference itself did not move between the runs beyond this host's drift: the regression is int8's
-    assert rep.compared_with.method_detail["int8-static"]["reference_ratio_raw"] < DRIFT / 2
+    assert rep.compared_with.method_detail["int8-static"]["reference_ratio_raw"] < HOST_NOISE
