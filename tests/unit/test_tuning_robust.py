@@ -201,8 +201,10 @@ def test_a_faster_row_with_a_worse_tail_does_not_ship(data, tmp_path, monkeypatc
         raw = np.asarray(res.result.latency_ms.raw)
         if name == "fp32":  # the last one: its finals, the tuning's reference
             default["raw"] = raw
-        elif name in scale:
-            fast, slow = scale[name]
+        elif name in scale or "@" in name:
+            # every other setting (fp32@t2, ...) flat at 2x: with real timings a 2-thread row raced the doctored
+            # rows and, against a default row measured under load, beat basic's 0.5x (seen in CI)
+            fast, slow = scale.get(name, (2.0, 2.0))
             ref = default["raw"]
             # flat bodies (the p50 CIs never overlap, however loaded the host), the slowest 30% at `slow`
             med = float(np.median(ref))
