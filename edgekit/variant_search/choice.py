@@ -4,7 +4,9 @@
 A :class:`Candidate` is one row of the table (built, dropped at a stage with its reason, finalist,
 selected). :func:`choose` picks among the finalists that pass the gate by the objective: among those
 statistically indistinguishable from the best (overlapping 95% CIs) the smallest file wins, so a
-re-measurement does not flip the choice on noise. :func:`reasons` says why a candidate failed the gate.
+re-measurement does not flip the choice on noise. :func:`keep_release_choice` keeps the variant the
+release (``--baseline``) shipped while it is within the release's latency tolerance of the fastest, so a
+re-deploy does not churn between near-tied files. :func:`reasons` says why a candidate failed the gate.
 """
 
 from __future__ import annotations
@@ -81,3 +83,27 @@ def choose(finalists: list[VariantResult], objective: Objective) -> VariantResul
     lo, hi = best.latency_ms.ci95
     ties = [v for v, _ in scored if v.latency_ms.ci95[0] <= hi and v.latency_ms.ci95[1] >= lo]
     return min(ties, key=lambda v: (v.size_bytes, "@" in v.name, v.name))  # ties: default runtime options
+
+
+def keep_release_choice(chosen: VariantResult, qualified: list[VariantResult], released: str | None,
+                        objective: Objective, tolerance: float) -> tuple[VariantResult, dict[str, Any] | None]:
+    """The release's shipped variant (``released``; a tuned ``name@t2`` counts as ``name``) instead of
+    ``chosen`` when it qualifies and its objective is within ``tolerance`` (the release's
+    --max-latency-regression) of the fastest qualified variant: near-tied files (a ~25 us model's INT8
+    and fp32) would otherwise flip between releases on noise, and every flip fails the release's size
+    check against a file the user did not change. Latency objectives only. Returns the variant to
+    ship and, when the release's choice was kept over a faster one, what was kept and why (for the
+    report); ``None`` when nothing changed."""
+    if released is None or objective not in ("p50", "p99"):
+        return chosen, None
+    base = released.split("@")[0]
+    scored = {v.name: objective_value(v, objective) for v in qualified}
+    kept = next((v for v in qualified if v.name == base and scored[v.name] is not None), None)
+    if kept is None or kept.name == chosen.name:
+        return chosen, None
+    fastest = min((v for v in qualified if scored[v.name] is not None), key=lambda v: (scored[v.name], v.name))
+    ratio = scored[kept.name] / scored[fastest.name] if scored[fastest.name] > 0 else float("inf")
+    if ratio > 1 + tolerance:
+        return chosen, None
+    return kept, {"variant": kept.name, "released": released, "instead_of": chosen.name, "fastest": fastest.name,
+                  "objective": objective, "ratio_to_fastest": round(ratio, 4), "tolerance": tolerance}

@@ -42,6 +42,7 @@ from ..prepare import PreparedRun, prepare_run, target_spec
 from ..recipe import Recipe, VariantSpec
 from ..report.assemble import assemble_report, score
 from ..report.decision import ship_decision
+from ..report.diff import shipped_name
 from ..report.gate import evaluate_gate
 from ..report.model import Check, Decision, Gate, Report, VariantResult
 from ..report.release import release_judgement
@@ -51,7 +52,7 @@ from ..steps import recorded_settings, run_settings
 from ..targets import MeasureDefaults
 from ..timeline import BudgetExceeded, Clock
 from .candidates import candidate_variants
-from .choice import BASE, Candidate, Objective, choose, reasons
+from .choice import BASE, Candidate, Objective, choose, keep_release_choice, reasons
 from .racing import clearly_slower, race_entry
 from .tuning import tune_runtime
 
@@ -140,7 +141,7 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
             base_screen = _screen(session, run, cands, screen_settings, sopts, progress)
         with clock.span("finals"):
             final = _finals(session, run, cands, final_settings, progress)
-            chosen, nogate = _select(run, final, cands, sopts, session.emulation is None)
+            chosen, nogate, kept = _select(run, final, cands, sopts, session.emulation is None)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
             with clock.span("tuning"):
@@ -157,15 +158,16 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
                              final_settings, {chosen.name: chosen_settings} if chosen else None)
     with clock.span("report"):
         return _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen,
-                       screen_settings, final_settings, clock, ht)
+                       screen_settings, final_settings, clock, ht, kept)
 
 
 def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen, screen_settings,
-            final_settings, clock, ht) -> Report:
+            final_settings, clock, ht, kept=None) -> Report:
     ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact, run.source.artifact.io) if chosen is not None else None
     timeline = clock.to_dict()
     section = {"mode": "quick" if sopts.quick else "full", "objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
                "seconds": timeline["wall_s"], "time_budget_s": sopts.time_budget_s,
+               **({"kept_release_choice": kept} if kept else {}),
                "timeline": timeline, "host": ht.to_dict(),
                "candidates": [{"name": BASE, "status": "selected" if chosen and chosen.name == BASE else "baseline",
                                "format": run.fp32.format.value, "precision": "fp32", "size_bytes": run.fp32.size_bytes,
@@ -212,7 +214,14 @@ def _decision(report: Report, cands: list[Candidate], chosen) -> Decision:
             f"{v.name} p50 {v.latency_ms.p50:.4g} ms" if v.latency_ms else f"{v.name} not measured" for v in others))
     if chosen is None:
         return Decision(ship=None, reason="no variant passes the gate (the fp32 baseline included)", lost=lost)
-    return ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
+    decision = ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
+    kept = getattr(report.search, "kept_release_choice", None)
+    if kept:  # what the baseline's sentence says (nothing faster passes) is not so: say why it ships instead
+        why = (f"the release's choice, kept: {kept['ratio_to_fastest']:.3g}x the {kept['objective']} of the fastest "
+               f"finalist ({kept['fastest']}), within the release's {kept['tolerance']:.0%} latency tolerance")
+        decision.reason = (f"{chosen.name} (the baseline): {why}" if chosen.name.split("@")[0] == BASE
+                           else f"{decision.reason}; {why}")
+    return decision
 
 
 def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_report, metric, eval_samples):
@@ -431,18 +440,28 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
     if sopts.objective == "energy" and qualified and all(v.energy_mj_per_inference is None for v in qualified):
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({qualified[0].energy_reason})", hint="use --objective p50, or add an energy source")
-    chosen = choose(qualified, sopts.objective)
+    chosen, kept = choose(qualified, sopts.objective), None
+    if chosen is not None and run.previous is not None:  # a release's choice stays while it is near the fastest
+        chosen, kept = keep_release_choice(chosen, qualified, shipped_name(run.previous), sopts.objective,
+                                           run.gate.max_latency_regression or 0.0)
+    if kept:
+        other = next((c for c in cands if c.name == kept["instead_of"]), None)
+        if other is not None:
+            other.reason = (f"the release's choice {kept['variant']} ships instead: its {kept['objective']} is "
+                            f"{kept['ratio_to_fastest']:.3g}x the fastest finalist's ({kept['fastest']}), within the "
+                            f"release's latency tolerance ({kept['tolerance']:.0%}), so a re-deploy does not churn "
+                            "between near-tied files")
     if chosen is not None:
         chosen.selected = True
         for c in cands:
             if c.name == chosen.name:
                 c.status = "selected"
-        return chosen, None
+        return chosen, None, kept
     msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets (fp32 included)"
     msg += "".join(f"; {n}: {w}" for n, w in why_not.items())
     # the checks each finalist failed come with it: CI's test view names the budget that was missed
     return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
-                                                  message=msg), *failed_checks])
+                                                  message=msg), *failed_checks]), None
 
 
 __all__ = ["SearchOptions", "search"]

@@ -117,7 +117,15 @@ def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_p
     # file in this session (CI: tflite-fp32 against the release's tflite-dynamic@t2), which is the search's noise on
     # a ~25 us model, not a false alarm of the gate; the latency check must then say so with a CI above 1 (below).
     # The claim, no false alarm at the default threshold, is about the same file judged again.
-    flipped = rep.search["selected"] != old.search["selected"]
+    # With the release's choice kept while it is near the fastest (choice.keep_release_choice), a flip now
+    # needs the released file to be a finalist no more, or more than 10% slower than the fastest one
+    flipped = rep.search["selected"].split("@")[0] != old.search["selected"].split("@")[0]
+    if flipped:
+        released = old.search["selected"].split("@")[0]
+        finalists = {c["name"]: rep.variant(c["name"]).latency_ms.p50 for c in rep.search["candidates"]
+                     if c["status"] in ("finalist", "selected", "baseline") and "@" not in c["name"]}
+        assert rep.search.get("kept_release_choice") is None
+        assert released not in finalists or finalists[released] > (1 + default) * min(finalists.values()), finalists
     failed = {c.name for c in rep.gate.failed_checks}
     assert r.exit_code == 0 or (flipped and failed <= {"size_increase", "memory_increase", "latency_regression"}), \
         (r.stdout + r.stderr, rep.search["selected"], old.search["selected"], failed)
@@ -183,6 +191,37 @@ def test_a_failed_ab_remeasurement_becomes_a_warning(cli, digits, release, tmp_p
     assert "A/B re-measurement of the baseline&#x27;s model failed" in (out / "report.html").read_text() \
         or "A/B re-measurement of the baseline's model failed" in (out / "report.html").read_text()
     assert "A/B re-measurement of the baseline's model failed" in (out / "report.md").read_text()
+
+
+def test_a_re_deploy_keeps_the_release_s_choice_inside_the_latency_tolerance(cli, digits, release, tmp_path):
+    """The release's shipped variant ships again while it is within --max-latency-regression of the fastest
+    finalist (variant_search/choice.keep_release_choice). Here the release is said to have shipped fp32 (its
+    report doctored) and the tolerance is 100x, so fp32 must ship; the faster finalist it replaced says why."""
+    import json
+
+    doc = json.loads((release / "report.json").read_text())
+    doc["search"]["selected"] = "fp32"
+    doctored = release / "report-shipped-fp32.json"
+    doctored.write_text(json.dumps(doc))
+    out = tmp_path / "keeps"
+    r = cli("deploy", digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--out", out, *MEASURE,
+            "--baseline", doctored, "--max-latency-regression", "100")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    rep = Report.load(out / "report.json")
+    assert rep.search["selected"].split("@")[0] == "fp32", rep.search["selected"]
+    kept = rep.search.get("kept_release_choice")
+    finalists = [c["name"] for c in rep.search["candidates"] if c["status"] in ("finalist", "selected")
+                 and c["name"] != "fp32" and "@" not in c["name"]]
+    if kept is None:  # only when fp32 was the search's own choice: no finalist faster than it
+        fp32 = rep.variant("fp32").latency_ms.ci95
+        assert all(rep.variant(n).latency_ms.ci95[0] > fp32[1] for n in finalists), finalists
+        return
+    assert kept["variant"] == "fp32" and kept["released"] == "fp32" and kept["tolerance"] == 100.0
+    assert kept["instead_of"] in finalists and kept["ratio_to_fastest"] <= 101, kept
+    other = next(c for c in rep.search["candidates"] if c["name"] == kept["instead_of"])
+    assert other["reason"].startswith("the release's choice fp32 ships instead"), other
+    assert "the release's choice, kept" in rep.decision.reason, rep.decision.reason
+    assert rep.decision.lost[kept["instead_of"]] == other["reason"]
 
 
 @pytest.mark.slow  # a full search with a baseline (~50 s): the default step keeps the unchanged-model pass
