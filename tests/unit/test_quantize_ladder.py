@@ -196,6 +196,30 @@ def test_registry_search_candidates_are_the_ladder_rungs_and_few():
     assert not any("fp16" in n for n in names)  # the CPU EP runs fp16 slowly on x86
 
 
+def test_sensitivity_in_groups_of_switches_measures_what_one_graph_measures(cnn, tmp_path, monkeypatch):
+    """The units are switched in groups, one graph per group (a graph computes every switched
+    quantize-dequantize on every run): each unit's error is the one it has in a graph that switches all."""
+    from edgekit.passes import sensitivity
+    from edgekit.passes.quantize_accuracy_aware import quantizable_ops
+
+    art, cal, ev = cnn
+    ctx = PassContext(workdir=tmp_path, calib=cal, eval=ev)
+    q = get_pass("quantize")(art, {"activation_type": "uint8", "per_channel": False, "preprocess": False}, ctx,
+                             out_name="q")
+    cands = {n.name for n in onnx.load(str(art.path)).graph.node if n.op_type in quantizable_ops()}
+    monkeypatch.setattr(sensitivity, "GROUP", 10_000)
+    one = sensitivity.measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=4)
+    monkeypatch.setattr(sensitivity, "GROUP", 7)  # 118 units: 17 graphs, the last one part-full
+    grouped = sensitivity.measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=4)
+    a = {u.tensor: u.error for u in one.units}
+    b = {u.tensor: u.error for u in grouped.units}
+    assert len(a) > 7 * 10 and a.keys() == b.keys()
+    for t in a:  # the same error, up to the float rounding of differently fused graphs
+        assert b[t] == pytest.approx(a[t], rel=1e-3, abs=1e-9 + 1e-3 * one.all_quantized_error), t
+    assert [u.tensor for u in one.units[:5]] == [u.tensor for u in grouped.units[:5]]
+    assert grouped.all_quantized_error == pytest.approx(one.all_quantized_error, rel=1e-6)
+
+
 @pytest.mark.serial  # two timings compared: the budget comes from one run, the step times another
 def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
     """One run per quantized tensor took ~50 min on PP-OCRv4's recognizer (558 tensors x 5 s) inside a
@@ -216,8 +240,11 @@ def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
     with clock.deadline_scope(time.perf_counter() + 0.05, "the build of x"):
         with pytest.raises(BudgetExceeded, match="layer sensitivity not started: .* quantized tensors x 4 samples"):
             measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=16)
-    # room for about 6 of the 16 samples a tensor (half the time left, by a run timed above): fewer samples
-    per_sample = full.seconds / ((len(full.units) + 2) * 16)
-    with clock.deadline_scope(time.perf_counter() + 2 * 6 * per_sample * len(full.units), "the build of x"):
+    # room for about 8 of the 16 samples a tensor in half the time left: the fixed part of a measurement (the
+    # group graphs' builds) and its part per sample, from the runs at 16 samples above and at 4 here
+    four = measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=4)
+    per_sample = (full.seconds - four.seconds) / 12
+    fixed = max(0.0, four.seconds - 4 * per_sample)
+    with clock.deadline_scope(time.perf_counter() + 2 * (fixed + 8 * per_sample), "the build of x"):
         fewer = measure(Path(art.path), q.path, list(ev.xs), cands, tmp_path, samples=16)
     assert 4 <= fewer.samples < 16, fewer.samples
