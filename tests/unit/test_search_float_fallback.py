@@ -67,6 +67,9 @@ def test_where_int8_misses_the_short_search_races_openvino_at_the_cpu_s_default_
 def test_where_int8_keeps_the_accuracy_the_fallback_is_not_built(cli, tmp_path):
     _linear(tmp_path, outlier=False)
     rep, cands = _deploy(cli, tmp_path)
-    kept = [n for n in ("tflite-int8", "tflite-dynamic", "ort-int8-qdq-u8s8") if cands[n]["dropped_at"] is None]
-    assert kept, cands  # INT8 serves this one
+    # INT8 serves this one: kept the accuracy on the host (which decides the fallback); it may still lose the
+    # race to a float file (CI, on a loaded host: every INT8 file dropped at racing behind tflite-fp32)
+    kept = [n for n in ("tflite-int8", "tflite-dynamic", "ort-int8-qdq-u8s8")
+            if cands[n]["status"] != "skipped" and cands[n]["dropped_at"] not in ("build", "host")]
+    assert kept, {n: (c["status"], c["dropped_at"], c["reason"]) for n, c in cands.items()}
     assert cands["openvino-auto"]["status"] == "skipped" and "joined" not in cands["openvino-auto"], cands["openvino-auto"]
