@@ -293,7 +293,8 @@ def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: 
         if fit < min(MIN_SAMPLES, len(xs[0]) if xs else 0):
             raise budget_exceeded(f"layer sensitivity not started: {k} quantized tensors x {MIN_SAMPLES} samples "
                                   f"would take ~{builds + (runs * per_sample + 2 * full_s) * MIN_SAMPLES:.0f} s, "
-                                  f"{left:.0f} s are left")
+                                  f"and it may take half of the {left:.0f} s left (the ladder's trials and the "
+                                  "search's device stages need the rest)")
         if xs and fit < len(xs[0]):
             xs = [x[:fit] for x in xs]
     for gi, (a, b) in enumerate(spans):

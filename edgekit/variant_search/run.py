@@ -51,7 +51,7 @@ from ..ship import write_ship
 from ..steps import recorded_settings, run_settings
 from ..targets import MeasureDefaults
 from ..timeline import BudgetExceeded, Clock
-from .candidates import candidate_variants
+from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, Objective, choose, keep_release_choice, reasons
 from .racing import clearly_slower, race_entry
 from .tuning import tune_runtime
@@ -241,6 +241,13 @@ def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_r
     return opts, recipe
 
 
+def parity_failure(art: Artifact) -> str | None:
+    """The gate's parity check for the artifact's hops, as the gate words it (``parity[hop]: ...``), or None."""
+    bad = [f"parity[{s.name}]: {'; '.join(s.metrics['parity_violations'])}" for s in art.lineage
+           if s.kind == "convert" and s.metrics.get("parity_violations")]
+    return bad[0] if bad else None
+
+
 def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> None:
     """Every candidate's passes (through the pass cache), inside the first BUILD_SHARE of the time
     budget: a build is not started after it, and a running one is stopped there (the long passes check
@@ -269,6 +276,10 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
                     art = run.cache.run(p, art, step.config, ctx, stem) if run.cache else \
                         p(art, step.config, ctx, out_name=stem)
                 c.artifact, c.status = art, "built"
+                if run.gate.check_parity and (bad := parity_failure(art)):
+                    # known on the host now: it must not race (and knock out a file that ships) and then
+                    # fail the gate's parity check in the finals (seen on PP-OCRv4's recognizer)
+                    c.drop("build", f"{bad}: the gate's parity check would fail it")
             except BudgetExceeded as exc:
                 c.drop("build", f"cut by the time budget: {exc.message}; {ht.describe()}")
             except EdgekitError as exc:
@@ -321,13 +332,20 @@ def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
                            f"{metric.worse_by(base, c.host_accuracy):.4g} > tolerance {tol:g} (+{sopts.host_slack:g} slack)")
 
 
+def full_int8_kept(cands: list[Candidate]) -> bool:
+    """Whether a full-INT8 candidate (calibrated activations) is still in the search after the host check: a
+    dynamic-range one keeping the accuracy does not spare the float fallback (it is no faster than fp32 on x86)."""
+    return any(c.status == "built" and c.artifact is not None and c.artifact.precision == "int8"
+               and calibrated(c.name) for c in cands)
+
+
 def _float_fallback(run: PreparedRun, spec, cands: list[Candidate], skipped, sopts: SearchOptions, clock, ht,
                     progress) -> list[tuple[str, str]]:
     """When no full-INT8 candidate of the short search kept the accuracy on the host, its float fallbacks
     (``candidate_variants(fallback=True)``: OpenVINO at the CPU's default precision) are built, checked and raced too, so a
     model INT8 cannot serve does not ship a slower float file than the one that needs no calibration.
     Returns the skipped list without them."""
-    int8_kept = any(c.status == "built" and c.artifact is not None and c.artifact.precision == "int8" for c in cands)
+    int8_kept = full_int8_kept(cands)
     have = {c.name for c in cands}
     more = [] if int8_kept else [Candidate(v) for v in candidate_variants(
         spec, has_calib=run.calib_ds is not None, fallback=True)[0] if v.name not in have]

@@ -325,3 +325,46 @@ def test_the_search_s_host_check_scores_an_ir_candidate_from_both_files(digits, 
     row = next(c for c in r.search.candidates if c["name"] == "openvino-fp32")
     assert not (row["reason"] or "").startswith("host check skipped"), row
     assert row["host_accuracy"] == pytest.approx(r.variant("fp32").accuracy.value, abs=0.5), row
+
+
+def test_an_ir_out_of_its_parity_bar_is_dropped_at_build_and_never_races(digits, tmp_path, monkeypatch):
+    """PP-OCRv4's recognizer (AMX host): openvino-auto's bf16 IR missed its parity bar at conversion, raced anyway,
+    knocked tflite-fp32 out ('clearly slower than openvino-auto'), and the gate's parity check dropped it in the
+    finals: the search shipped fp32. The hop's parity is known at build, so the candidate is dropped there."""
+    from edgekit.convert import onnx_to_openvino, parity
+    from edgekit.options import DeployOptions
+    from edgekit.recipe import VariantSpec
+    from edgekit.variant_search import SearchOptions, search
+
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))  # no cached IR from another test's bar
+    monkeypatch.setitem(parity.TOLERANCES, "unreachable", parity.Tolerance(None, 1.5, None))
+    monkeypatch.setitem(onnx_to_openvino._PARITY_ROW, "f32", "unreachable")
+    ov = VariantSpec(name="openvino-fp32", passes=[{"convert": {"to": "openvino", "precision": "fp32"}}])
+    r = search(digits.pt2, eval_data=digits.eval, calib_data=digits.calib, out=tmp_path / "s",
+               options=SearchOptions(candidates=[ov], screening_runs=5, tune_runtime=False, time_budget_s=120),
+               deploy_options=DeployOptions(runs=5, min_seconds=0.0, warmup=1))
+    row = next(c for c in r.search.candidates if c["name"] == "openvino-fp32")
+    assert row["dropped_at"] == "build" and row["reason"].startswith("parity[onnx->openvino]: cosine"), row
+    assert not row["screening"] and row["host_accuracy"] is None, row  # never measured
+    assert r.decision.ship == "fp32" and r.gate.passed, r.decision
+
+
+def test_the_search_s_reduced_precision_irs_face_the_breakage_bar_convert_keeps_the_precision_s(digits, digits_onnx,
+                                                                                                 tmp_path):
+    """The search's openvino-auto and -int8 are judged by the host check's metric next (the recognizer's bf16
+    CTC logits read cosine 0.9969 < 0.998 with every string as in fp32): the hop holds them to gross breakage
+    only; `edgekit convert` and a recipe's convert step keep the precision's bar; fp32 always keeps its own."""
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
+    from edgekit.formats import format_spec
+    from edgekit.passes.convert import ConvertConfig
+
+    bars = {c.name: dict(c.passes[0][1]).get("parity_bar") for c in format_spec(Format.OPENVINO).search_candidates}
+    assert bars == {"openvino-fp32": None, "openvino-auto": "breakage", "openvino-int8": "breakage"}, bars
+    assert OpenvinoConfig().parity_bar == "precision" and ConvertConfig(to="openvino").parity_bar == "precision"
+    ConvertConfig(to="openvino", precision="auto", parity_bar="breakage")  # the step takes it for openvino
+    with pytest.raises(ValueError, match=r"parity_bar apply to to: tflite \| openvino only"):
+        ConvertConfig(to="ncnn", parity_bar="breakage")
+    art = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(precision="auto", parity_bar="breakage"),
+                           parity_inputs=_xs(digits.eval))
+    m = art.lineage[-1].metrics
+    assert m["parity_tolerance"] == ("fp32" if m["inference_precision"] == "f32" else "breakage"), m

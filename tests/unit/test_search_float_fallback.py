@@ -73,3 +73,22 @@ def test_where_int8_keeps_the_accuracy_the_fallback_is_not_built(cli, tmp_path):
             if cands[n]["status"] != "skipped" and cands[n]["dropped_at"] not in ("build", "host")]
     assert kept, {n: (c["status"], c["dropped_at"], c["reason"]) for n, c in cands.items()}
     assert cands["openvino-auto"]["status"] == "skipped" and "joined" not in cands["openvino-auto"], cands["openvino-auto"]
+
+
+def test_a_dynamic_range_int8_file_that_keeps_the_accuracy_does_not_spare_the_fallback():
+    """Found on PP-OCRv4's recognizer (VNNI/AMX host): static INT8 lost 40-100 points on the host, tflite-dynamic
+    kept the accuracy (and ran 2.8x slower than tflite-fp32), and the float fallback was not built."""
+    from edgekit.artifact import Artifact
+    from edgekit.recipe import VariantSpec
+    from edgekit.variant_search.choice import Candidate
+    from edgekit.variant_search.run import full_int8_kept
+
+    def cand(name, status="built", precision="int8"):
+        c = Candidate(VariantSpec(name=name, passes=[]), status=status)
+        c.artifact = Artifact.model_construct(precision=precision)
+        return c
+
+    static_lost = [cand("tflite-int8", "dropped"), cand("ort-int8-qdq-u8s8", "dropped"), cand("tflite-fp32", precision="fp32")]
+    assert not full_int8_kept([*static_lost, cand("tflite-dynamic"), cand("ort-int8-dynamic")])
+    assert full_int8_kept([*static_lost, cand("ort-int8-qdq-s8s8")])
+    assert full_int8_kept([cand("tflite-int8"), cand("tflite-dynamic", "dropped")])
