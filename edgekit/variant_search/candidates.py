@@ -32,6 +32,22 @@ TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
     (c.name, dict(c.passes[0][1]), c.needs_calib) for c in format_spec(Format.TFLITE).search_candidates]
 
 
+def cpu_flags() -> set[str]:
+    """This host's CPU flags (/proc/cpuinfo), empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        return set()
+    return set(line.split(":", 1)[1].split()) if ":" in line else set()
+
+
+def quick_here(target: TargetSpec, cand: Candidate) -> bool:
+    """Whether ``cand`` joins the short search because the device is this host and its CPU has one of the
+    candidate's ``quick_on_cpu`` flags (a remote board names its winners in its target file: short_search)."""
+    return bool(cand.quick_on_cpu) and target.transport == "local" and bool(cpu_flags() & set(cand.quick_on_cpu))
+
+
 def calibrated(name: str) -> bool:
     """Whether the registry's search candidate ``name`` is full INT8: its activations are quantized from the
     calibration set (``needs_calib``). Dynamic-range INT8 (``*-dynamic``: INT8 weights, float activations) is
@@ -60,7 +76,7 @@ def candidate_variants(target: TargetSpec, *, has_calib: bool, quick: bool = Fal
         for cand in row.search_candidates:
             if fallback and not cand.fallback:
                 continue
-            if quick and not (cand.quick or cand.name in target.short_search):
+            if quick and not (cand.quick or cand.name in target.short_search or quick_here(target, cand)):
                 skipped.append((cand.name, "not in the default deploy's short search (--search tries it)"))
                 continue
             if any(name not in known for name, _ in cand.passes):
