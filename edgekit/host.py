@@ -64,6 +64,17 @@ def _parse(value, where: str) -> int:
     return n
 
 
+def cpu_flags() -> set[str]:
+    """This host's CPU flags (/proc/cpuinfo's flags, or Features on ARM), empty where it cannot be read: what
+    the host-side choices that hinge on the ISA read (VNNI for ORT's INT8 encodings, AMX for OpenVINO's bf16)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        return set()
+    return set(line.split(":", 1)[1].split()) if ":" in line else set()
+
+
 def host_threads(override: int | None = None) -> HostThreads:
     """Threads for host-side work now: ``override`` (--host-threads), else $EDGEKIT_HOST_THREADS, else
     the free CPU (affinity and cgroup quota less the run queue, at least 1)."""

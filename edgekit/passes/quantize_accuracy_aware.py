@@ -42,6 +42,7 @@ import numpy as np
 from pydantic import Field
 
 from ..artifact import Artifact
+from ..host import cpu_flags
 from ..errors import DataError, PassError
 from ..formats import Format
 from ..logs import quiet
@@ -127,11 +128,7 @@ def host_device() -> str:
     """This CPU's row of ``ENCODINGS`` (x86 with VNNI, x86 without, or arm64)."""
     if platform.machine().lower() in ("aarch64", "arm64"):
         return "arm64"
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    return "x86-vnni" if ("avx512_vnni" in flags or "avx_vnni" in flags) else "x86-avx2"
+    return "x86-vnni" if cpu_flags() & {"avx512_vnni", "avx_vnni"} else "x86-avx2"
 
 
 def encodings_for(config: AccuracyAwareConfig) -> tuple[str, list[OrtQuantizeConfig]]:

@@ -16,6 +16,7 @@ with float I/O, and dynamic-range INT8. Both lists are rows of the format regist
 from __future__ import annotations
 
 from ..formats import FORMATS, Candidate, Format, format_spec, spec_for_runtime
+from ..host import cpu_flags
 from ..passes.registry import known_passes
 from ..recipe import PassStep, VariantSpec
 from ..targets import TargetSpec
@@ -30,16 +31,6 @@ ORT_CANDIDATES: list[tuple[str, list[PassStep], bool]] = [
     (c.name, _steps(c), c.needs_calib) for c in format_spec(Format.ONNX).search_candidates]
 TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
     (c.name, dict(c.passes[0][1]), c.needs_calib) for c in format_spec(Format.TFLITE).search_candidates]
-
-
-def cpu_flags() -> set[str]:
-    """This host's CPU flags (/proc/cpuinfo), empty where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
-    except OSError:
-        return set()
-    return set(line.split(":", 1)[1].split()) if ":" in line else set()
 
 
 def quick_here(target: TargetSpec, cand: Candidate) -> bool:
