@@ -172,15 +172,20 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+def stream_fed(onnx_art: Artifact) -> list[str]:
+    """The model inputs edgekit feeds itself (a stream's state and constants), not the data."""
+    from ..stateful import of_artifact
+
+    stream = of_artifact(onnx_art) or {}
+    return [s["input"] for s in stream.get("state") or []] + list(stream.get("constants") or {})
+
+
 def _refuse_streams(onnx_art: Artifact) -> None:
     """A model with inputs edgekit feeds itself (--const, --state: edgekit/stateful.py) is not converted to
     TFLite: every route converts, sizes and checks parity on the data's inputs alone, so such a build failed on
     a size it did know (Silero VAD: "dynamic sizes ... state (axes [1])", the state being zeros of (2, 1, 128)).
     Say what is missing instead; onnxruntime runs such a model with its constants and state carried."""
-    from ..stateful import of_artifact
-
-    stream = of_artifact(onnx_art) or {}
-    fed = [s["input"] for s in stream.get("state") or []] + list(stream.get("constants") or {})
+    fed = stream_fed(onnx_art)
     if fed:
         raise ConversionError(
             f"the model's inputs {', '.join(map(repr, fed))} are fed by edgekit (--const/--state), and the TFLite "
@@ -206,7 +211,8 @@ def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfi
                               hint="re-export the model, or check the file was copied completely") from exc
     _refuse_streams(onnx_art)
     given = {k: tuple(v) for k, v in (cfg.input_shapes or {}).items()}
-    sized = sizes_from_samples(model, parity_inputs or (list(calib.xs) if calib is not None else None), given)
+    sized = sizes_from_samples(model, parity_inputs or (list(calib.xs) if calib is not None else None), given,
+                               fed=set(stream_fed(onnx_art)))
     if sized != given:
         cfg = cfg.model_copy(update={"input_shapes": {k: list(v) for k, v in sized.items()},
                                      "input_shapes_from": "data"})

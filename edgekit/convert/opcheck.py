@@ -110,17 +110,21 @@ def dynamic_dims(model) -> dict[str, list[int]]:
     return out
 
 
-def sizes_from_samples(model, xs: list[np.ndarray] | None,
-                       given: dict[str, tuple[int, ...]] | None = None) -> dict[str, tuple[int, ...]]:
-    """Fixed sizes for the dynamic inputs that ``given`` does not size, read from sample inputs in the
-    model's input order (the eval or calibration data: the shapes the model is used at). The batch
-    axis becomes 1 when it is dynamic; an input whose samples' rank differs is left out (the
-    converter's own check then names it)."""
+def sizes_from_samples(model, xs: list[np.ndarray] | None, given: dict[str, tuple[int, ...]] | None = None,
+                       *, fed: set[str] | frozenset[str] = frozenset()) -> dict[str, tuple[int, ...]]:
+    """Fixed sizes for the dynamic inputs that ``given`` does not size, read from sample inputs (the
+    eval or calibration data: the shapes the model is used at). The samples are the inputs the data
+    feeds, in the model's order: every input but ``fed`` (a stream's constants and state, which
+    edgekit feeds itself), so they pair by name, never by position among all inputs; a count that does
+    not match sizes nothing (the converter's own check then names the input). The batch axis becomes
+    1 when it is dynamic; an input whose samples' rank differs is left out."""
     given = dict(given or {})
     if not xs:
         return given
     init = {i.name for i in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in init]
+    inputs = [v for v in model.graph.input if v.name not in init and v.name not in fed]
+    if len(inputs) != len(xs):
+        return given
     dyn = dynamic_dims(model)
     for v, x in zip(inputs, xs):
         if v.name in given and tuple(given[v.name][1:]) != tuple(np.shape(x)[1:]):

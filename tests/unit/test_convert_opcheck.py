@@ -52,3 +52,23 @@ def test_dynamic_sizes_ask_for_input_shape():
     with pytest.raises(ConversionError, match="--input-shape"):
         require_static_shapes(m, "onnx->tflite")
     require_static_shapes(m, "onnx->tflite", {"x": (1, 3, 8, 8)})  # given: no error
+
+
+def test_data_sizes_pair_with_the_inputs_the_data_feeds_by_name():
+    """A streaming model's state input comes first (Silero VAD: ``state`` before ``input``); the data holds
+    only ``input``'s samples. They size ``input``, never ``state`` by position."""
+    import numpy as np
+
+    from edgekit.convert.opcheck import sizes_from_samples
+
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "B", 128])
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", "T"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Relu", ["input"], ["y"])], "g", [state, x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    samples = [np.zeros((5, 512), np.float32)]
+    assert sizes_from_samples(m, samples, fed={"state"}) == {"input": (1, 512)}
+    # without naming what the stream feeds, one array for two inputs sizes nothing (no positional guess)
+    assert sizes_from_samples(m, samples) == {}
+    both = [np.zeros((2, 1, 128), np.float32), np.zeros((5, 512), np.float32)]
+    assert sizes_from_samples(m, both) == {"state": (2, 1, 128), "input": (1, 512)}
