@@ -174,6 +174,7 @@ def load_shards(p: Path, *, x_key, y_key, require_labels: bool, role: str) -> Da
         lens = {k: len(arrays[k][i]) for k in keys}
         if len(set(lens.values())) != 1:
             raise DataError(f"{role} data {p}: shard {shard_ids[i]} has different sample counts {lens}")
+    _refuse_mixed_shapes(arrays, shard_ids, p, role, y_key)
     joined = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in arrays.items()}
     y = np.asarray(joined[y_key]) if y_key and y_key in joined else None
     if y is None and require_labels:
@@ -183,6 +184,26 @@ def load_shards(p: Path, *, x_key, y_key, require_labels: bool, role: str) -> Da
     if len(xs[0]) == 0:
         raise DataError(f"{role} data {p}: array {x_keys[0]!r} holds no samples")
     return Dataset(p.resolve(), xs, y, tuple(x_keys), y_key if y is not None else None, by_name, shards=shards)
+
+
+def _refuse_mixed_shapes(arrays: dict[str, list[np.ndarray]], shard_ids: list[int], p: Path, role: str,
+                         y_key: str | None) -> None:
+    """Shards whose samples differ in shape (text lines of several widths, an image pyramid) are one set at
+    several shapes, which edgekit does not evaluate yet (every input is one array of one shape): say so,
+    naming the shards, instead of failing in numpy's concatenate."""
+    for k, parts in arrays.items():
+        shapes = {i: tuple(a.shape[1:]) for i, a in zip(shard_ids, parts)}
+        first = shard_ids[0]
+        other = next((i for i in shard_ids if shapes[i] != shapes[first]), None)
+        if other is None:
+            continue
+        what = "labels" if k == y_key else "samples"
+        raise DataError(
+            f"{role} data {p}: array {k!r} has {what} of shape {shapes[first]} in shard {first} and {shapes[other]} "
+            f"in shard {other}; {role} data at several shapes (shape buckets) is not supported yet: every shard must "
+            "hold arrays of one shape",
+            hint="pad the labels to one length (ctc_accuracy reads label sequences padded at the end with -1)"
+            if k == y_key else "pad or resize the samples to one shape, or deploy once per shape (a folder per shape)")
 
 
 def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = True) -> Dataset:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -215,3 +217,30 @@ def test_a_folder_of_npy_shards_gives_the_same_metric_and_is_not_resent(cli, els
     (d / "y.00002.npy").unlink()
     bad = cli("deploy", "text.pt2", "--eval-data", "shards", "--out", "sh3", *FAST)
     assert bad.exit_code == 2 and "different shards" in bad.stderr
+
+
+def test_shards_at_several_shapes_are_refused_by_name_and_nothing_is_written(cli, elsewhere, models):
+    """Text lines of two lengths as two shards (shape buckets) are not evaluated yet: exit 2 naming the array,
+    both shapes and both shards, before any build or device time; no partial output folder."""
+    ev = np.load(models / "text-eval.npz")
+    d = elsewhere / "buckets"
+    d.mkdir()
+    for i, (sl, width) in enumerate(((slice(0, 32), None), (slice(32, 64), 4))):
+        for k in ("input_ids", "attention_mask", "y"):
+            a = ev[k][sl]
+            np.save(d / f"{k}.{i:05d}.npy", a[:, :width] if width and k != "y" else a)
+    bad = cli("deploy", "text.pt2", "--eval-data", "buckets", "--out", "bk1", *FAST)
+    want = ev["input_ids"].shape[1:]
+    assert bad.exit_code == 2, bad.stderr
+    assert re.search(rf"array '(input_ids|attention_mask)' has samples of shape \({want[0]},\) in shard 0 and \(4,\) "
+                     "in shard 1", bad.stderr), bad.stderr
+    assert "shape buckets" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (elsewhere / "bk1" / "report.json").exists()
+    # labels of two lengths (padded per shard) are named as labels
+    for i, n in ((0, 3), (1, 5)):
+        np.save(d / f"input_ids.{i:05d}.npy", ev["input_ids"][:4])
+        np.save(d / f"attention_mask.{i:05d}.npy", ev["attention_mask"][:4])
+        np.save(d / f"y.{i:05d}.npy", -np.ones((4, n), np.int64))
+    bad = cli("deploy", "text.pt2", "--eval-data", "buckets", "--out", "bk2", *FAST)
+    assert bad.exit_code == 2 and "array 'y' has labels of shape (3,) in shard 0 and (5,) in shard 1" in bad.stderr
+    assert "pad the labels to one length" in bad.stderr
