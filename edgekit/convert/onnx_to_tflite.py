@@ -96,10 +96,12 @@ class TfliteConfig(BaseModel):
                                "tensors whose C, H and W are equal and that feed a padded Conv, which its "
                                "shape-based layout guessing gets wrong (see layout_hints)")
     parity_bar: Literal["precision", "breakage"] = Field(
-        "precision", description="int8: 'precision' holds the file to the INT8 parity tolerances (edgekit convert, "
-        "which has no metric); 'breakage' only to the gross-breakage bar (parity.TOLERANCES['int8-breakage'])"
-        ", leaving its quality to the metric that the search's host check and the gate judge next (PP-OCR's "
-        "detector: INT8 cosine 0.930, mask IoU 0.77 points below fp32; its recognizer: cosine 0.947, 50 points)")
+        "precision", description="int8 and fp16: 'precision' holds the file to its precision's parity tolerances "
+        "(edgekit convert, which has no metric); 'breakage' only to the gross-breakage bar "
+        "(parity.TOLERANCES['int8-breakage'] / ['breakage']), leaving its quality to the metric that the search's "
+        "host check and the gate judge next (PP-OCR's detector: INT8 cosine 0.930, mask IoU 0.77 points below "
+        "fp32; its recognizer: INT8 cosine 0.947, 50 points; fp16 max abs error 0.94 on its CTC probabilities at "
+        "cosine 0.9989). fp32 keeps the fp32 bar: a float file has no precision to lose")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -639,6 +641,12 @@ def _first_samples(xs: list[np.ndarray], k: int) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------- the hop
+def breakage_bar(precision: str) -> str:
+    """The parity bar of a reduced-precision file judged by its metric next: INT8 (full or mixed) and fp16 face
+    gross breakage only; fp32 keeps its own bar."""
+    return {"int8": "int8-breakage", "mixed": "int8-breakage", "fp16": "breakage"}.get(precision, precision)
+
+
 def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None = None, *,
                    calib: Dataset | None = None, parity_inputs: list[np.ndarray] | None = None,
                    chain_reference: Callable | None = None, chain_reference_name: str | None = None,
@@ -796,9 +804,10 @@ def onnx_to_tflite(art: Artifact, out_path: str | Path, cfg: TfliteConfig | None
         seconds = time.perf_counter() - start
         gots = run_tflite_all(final, io, probe)
         names = [s.name for s in art.io.outputs]
-        bar = "int8-breakage" if cfg.parity_bar == "breakage" and precision in ("int8", "mixed") else precision
+        bar = breakage_bar(precision) if cfg.parity_bar == "breakage" else precision
         metrics: dict = {**parity_metrics(compare_outputs(onnx_ref(probe), gots, "onnx", names), bar),
-                         "route": "onnx2tf", "precision": cfg.label, "convert_seconds": round(seconds, 3)}
+                         "route": "onnx2tf", "precision": cfg.label, "parity_tolerance": bar,
+                         "convert_seconds": round(seconds, 3)}
         if reused:  # onnx2tf's output of an identical input, from an earlier build in this process
             metrics["onnx2tf_reused"] = True
         if simplified is not None:  # constant shape computations folded before onnx2tf (see simplify)

@@ -40,7 +40,7 @@ class ConvertConfig(BaseModel):
     keep_input_layout: bool = False
     input_shapes: dict[str, list[int]] | None = None
     pseudo_ops: list[str] = Field(default_factory=list)
-    parity_bar: Literal["precision", "breakage"] = "precision"  # the search's INT8, OpenVINO auto: "breakage"
+    parity_bar: Literal["precision", "breakage"] = "precision"  # the search's INT8 and fp16, OpenVINO auto: "breakage"
 
     @model_validator(mode="after")
     def _fits_target(self):

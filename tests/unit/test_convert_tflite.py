@@ -198,3 +198,36 @@ def test_candidates_from_one_onnx_file_run_onnx2tf_once_and_get_the_same_files(m
     shifted = dataclasses.replace(calib, xs=tuple(x + 0.5 for x in calib.xs))
     _, fourth = build("fp32-other.tflite", TfliteConfig(), shifted)
     assert "onnx2tf_reused" not in fourth
+
+
+def test_fp16_faces_the_breakage_bar_only_when_asked(tmp_path):
+    """An fp16 file whose outputs are large (hundreds) misses the fp16 tolerance's absolute bound (0.05) by
+    weight rounding alone while its cosine is ~1 (PP-OCR's recognizer: max abs error 0.94 at cosine 0.9989):
+    `edgekit convert` (no metric) keeps the fp16 bar, the search's candidate (parity_bar: breakage) is left to
+    its metric, and fp32 keeps the fp32 bar whatever it asks."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit.convert.onnx_to_tflite import TfliteConfig, onnx_to_tflite
+    from edgekit.source import load_source
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(0, 40, (32, 8)).astype(np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "big", [x], [y], initializer=[w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "big.onnx"))
+    src = load_source(tmp_path / "big.onnx", workdir=tmp_path)
+    xs = [rng.normal(0, 1, (16, 32)).astype(np.float32)]
+
+    def build(name, **kw):
+        m = onnx_to_tflite(src.artifact, tmp_path / name, TfliteConfig(**kw), parity_inputs=xs).lineage[-1].metrics
+        return m["parity_violations"], {**m["parity"], "bar": m["parity_tolerance"]}
+
+    strict, p16 = build("a.tflite", precision="fp16")
+    assert any("max abs error" in v for v in strict), strict  # the absolute bound, not the shape of the output
+    assert p16["cosine"] > 0.9999 and p16["max_abs_err"] > 0.05 and p16["bar"] == "fp16"
+    loose, b16 = build("b.tflite", precision="fp16", parity_bar="breakage")
+    assert loose == [] and b16["bar"] == "breakage"
+    f32, p32 = build("c.tflite", precision="fp32", parity_bar="breakage")
+    assert f32 == [] and p32["max_abs_err"] < 1e-3 and p32["bar"] == "fp32"

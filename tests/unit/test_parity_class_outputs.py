@@ -87,6 +87,8 @@ def test_search_int8_candidates_are_held_to_the_breakage_bar_and_convert_to_the_
     spec = next(f for f in FORMATS if f.format == Format.TFLITE)
     int8 = {c.name: dict(c.passes[0][1]) for c in spec.search_candidates if "int8" in str(c.passes)}
     assert set(int8) == {"tflite-int8", "tflite-dynamic"} and all(c["parity_bar"] == "breakage" for c in int8.values())
+    floats = {c.name: dict(c.passes[0][1]).get("parity_bar") for c in spec.search_candidates if "int8" not in str(c.passes)}
+    assert floats == {"tflite-fp32": None, "tflite-fp16": "breakage"}  # fp32 keeps the fp32 bar
     assert TfliteConfig().parity_bar == "precision"  # edgekit convert, the recipe's convert step
 
     rng = np.random.default_rng(5)
