@@ -78,6 +78,30 @@ def run_ncnn_all(path: Path, io: IOSpec, xs: list[np.ndarray], fp16: str) -> lis
     return run_batched(lambda feed: runner.run([agent._prepare(np, x, s) for x, s in zip(feed, ins)]), list(xs), 1)
 
 
+def unknown_layers(param: Path) -> dict[str, int]:
+    """Layer types in an NCNN .param that this NCNN has no layer for, with their counts: ops pnnx could not
+    translate stay in the graph under their PyTorch names (``nn.InstanceNorm1d``), and NCNN then refuses the
+    whole file with a line on stderr that names only the first."""
+    import ncnn
+
+    lines = param.read_text(errors="replace").splitlines()[2:]  # the magic number, then the layer/blob counts
+    found: dict[str, int] = {}
+    for line in lines:
+        kind = line.split(maxsplit=1)[0] if line.strip() else None
+        if kind and ncnn.layer_to_index(kind) < 0:
+            found[kind] = found.get(kind, 0) + 1
+    return found
+
+
+def _refuse_unknown_layers(param: Path) -> None:
+    unknown = unknown_layers(param)
+    if unknown:
+        ops = ", ".join(f"{k} (x{n})" if n > 1 else k for k, n in sorted(unknown.items()))
+        raise ConversionError(f"pnnx left op(s) that NCNN has no layer for: {ops}", hop=HOP,
+                              hint="keep this model on onnxruntime, LiteRT or OpenVINO, or export it without "
+                                   "those ops")
+
+
 def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity_inputs: list[np.ndarray],
                  parity_samples: int = 64) -> Artifact:
     """The ONNX artifact as an NCNN model at ``out_path`` (``.param``; the ``.bin`` beside it), parity-checked."""
@@ -120,6 +144,7 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
             raise ConversionError(f"pnnx could not convert the model (exit {proc.returncode}): {tail}", hop=HOP,
                                   hint="an op above has no NCNN layer; keep this model on another runtime")
         seconds = time.perf_counter() - start
+        _refuse_unknown_layers(param)
         probe = [np.asarray(x[:parity_samples]) for x in parity_inputs]
         io = IOSpec(inputs=tuple(TensorSpec(name=s.name, shape=tuple(1 if d is None else d for d in s.shape),
                                             dtype=s.dtype, layout=s.layout) for s in art.io.inputs),

@@ -116,3 +116,33 @@ def test_a_model_never_overwrites_the_weights_of_another_formats_model(digits, d
 
     assert Artifact.from_file(ir.path, ir.format, ir.io).sha256 == ir.sha256  # the IR and its weights untouched
     assert not (tmp_path / "m.param").exists()
+
+
+def test_an_op_pnnx_leaves_untranslated_is_named(tmp_path):
+    """Wav2Vec2's feature encoder normalizes each channel over time (GroupNorm with a group per channel, ONNX
+    InstanceNormalization on a 3-D tensor): pnnx keeps it as ``nn.InstanceNorm1d``, which NCNN has no layer
+    for, and NCNN then refused the file with "cannot load" and a stderr line. The error names the op(s)."""
+    import torch
+
+    from edgekit.convert.onnx_to_ncnn import NcnnConfig, onnx_to_ncnn
+    from edgekit.convert.torch_to_onnx import export_onnx
+    from edgekit.errors import ConversionError
+    from edgekit.source import load_source
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(1, 8, 5, stride=2)
+            self.norm = torch.nn.GroupNorm(8, 8)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.norm(self.conv(x)))
+
+    x = np.random.default_rng(0).normal(size=(4, 1, 64)).astype(np.float32)
+    ep = torch.export.export(Encoder().eval(), (torch.from_numpy(x[:1]),))
+    torch.export.save(ep, tmp_path / "enc.pt2")
+    src = load_source(tmp_path / "enc.pt2", workdir=tmp_path)
+    onnx_art = export_onnx(src, tmp_path / "enc.onnx", [x[:1]])
+    with pytest.raises(ConversionError, match=r"pnnx left op\(s\) that NCNN has no layer for: nn\.InstanceNorm1d"):
+        onnx_to_ncnn(onnx_art, tmp_path / "enc.param", NcnnConfig(), parity_inputs=[x[:1]])
+    assert not (tmp_path / "enc.param").exists() and not (tmp_path / "enc.bin").exists()
