@@ -322,3 +322,9 @@ def recorded(art: Artifact, stream: Stream) -> Artifact:
 def of_artifact(art: Artifact) -> dict | None:
     """The stream settings recorded in ``art``'s lineage (:func:`recorded`), or None."""
     return next((s.config["stream"] for s in art.lineage if s.kind == "source" and s.config.get("stream")), None)
+
+
+def stream_of(art: Artifact) -> Stream | None:
+    """The :class:`Stream` recorded in ``art``'s lineage, in the names of ``art.io`` (the ONNX model it was
+    resolved against), or None: what a converter feeds its parity runs with."""
+    return from_interface(of_artifact(art) or {}, art.io)

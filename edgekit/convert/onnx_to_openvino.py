@@ -35,6 +35,9 @@ from ..errors import ConversionError, MissingExtraError
 from ..formats import Format, companion_clash
 from ..fsutil import publish_files
 from ..logs import quiet
+from ..stateful import Stream, feeds, stream_of
+from ..stateful import run as run_stream
+from .fold_stream import fold_stream
 from .parity import compare_outputs, parity_metrics
 
 HOP = "onnx->openvino"
@@ -81,12 +84,21 @@ def no_telemetry() -> None:
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  (import raises ImportError)
 
 
-def _nncf_dataset(calib: list[np.ndarray], names: list[str], batch: int | None, samples: int):
-    """NNCF's dataset: the first ``samples`` calibration samples in the model's batch (1 when dynamic)."""
+def _nncf_dataset(calib: list[np.ndarray], names: list[str], batch: int | None, samples: int,
+                  stream: Stream | None = None, onnx_path: Path | None = None):
+    """NNCF's dataset: the first ``samples`` calibration samples in the model's batch (1 when dynamic). With a
+    ``stream``, each sample's whole feed: the constants beside it and, for a stateful model, the state the
+    float ONNX model carried to it (calibrated on the state in use, not on zeros)."""
     import nncf
 
     n = min(samples, len(calib[0]))
     size = batch or 1
+    if stream is not None:
+        from ..source import ort_once
+
+        once = ort_once(onnx_path)[0]
+        items = [dict(zip(names, feed)) for feed in feeds(once, [np.asarray(x[:n]) for x in calib], stream)]
+        return nncf.Dataset(items), len(items)
     items = []
     for k in range(0, n - n % size if n >= size else 0, size):
         items.append({name: np.ascontiguousarray(x[k:k + size]) for name, x in zip(names, calib)})
@@ -96,9 +108,11 @@ def _nncf_dataset(calib: list[np.ndarray], names: list[str], batch: int | None, 
     return nncf.Dataset(items), len(items) * size
 
 
-def run_ir_all(path: Path, io, xs: list[np.ndarray], threads: int = 1) -> tuple[list[np.ndarray], str]:
+def run_ir_all(path: Path, io, xs: list[np.ndarray], threads: int = 1, *, stream: Stream | None = None
+               ) -> tuple[list[np.ndarray], str]:
     """Every output of the IR on ``xs`` in ``io.outputs`` order, through the agent's OpenVINORunner (in
-    chunks of its batch), and the precision the plugin ran at."""
+    chunks of its batch), and the precision the plugin ran at. With a ``stream``, ``xs`` are the data's
+    inputs, fed beside the constants and the carried state as the agent feeds them."""
     from ..agent.inprocess import load_agent
     from ..source import run_batched
 
@@ -114,6 +128,8 @@ def run_ir_all(path: Path, io, xs: list[np.ndarray], threads: int = 1) -> tuple[
         got = runner.run([agent._prepare(np, x, s) for x, s in zip(feed, ins)])
         return [agent._restore_output(np, y, s) for y, s in zip(got, outs)]
 
+    if stream is not None:
+        return run_stream(once, list(xs), stream), runner.options["inference_precision"]
     return run_batched(once, list(xs), runner.static_batch()), runner.options["inference_precision"]
 
 
@@ -139,23 +155,31 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
     no_telemetry()
     import openvino as ov
 
-    from ..source import model_batch, ort_reference_all
+    from ..source import model_batch, ort_once, ort_reference_all
 
     start = time.perf_counter()
-    try:
-        model = ov.Core().read_model(str(art.path))
-    except Exception as exc:  # the ONNX frontend names the op it has no translation for
-        raise ConversionError(f"OpenVINO cannot read the ONNX model: {str(exc).strip().splitlines()[-1][:300]}",
-                              hop=HOP, hint="an op above has no OpenVINO translation; keep this model on "
-                              "onnxruntime") from exc
+    stream = stream_of(art)
     config = {"precision": cfg.precision, "converter": "openvino", "openvino": ov.__version__}
     metrics: dict = {}
+    with tempfile.TemporaryDirectory(prefix="edgekit-ov-fold-") as fold_dir:
+        read_from = art.path
+        if stream is not None and stream.constants:  # a branch on a constant input (Silero's sample rate)
+            folded = fold_stream(art.path, stream, list(parity_inputs), Path(fold_dir) / "folded.onnx")
+            config["fold_stream"] = folded
+            if "skipped" not in folded:
+                read_from = Path(fold_dir) / "folded.onnx"
+        try:
+            model = ov.Core().read_model(str(read_from))
+        except Exception as exc:  # the ONNX frontend names the op it has no translation for
+            raise ConversionError(f"OpenVINO cannot read the ONNX model: {str(exc).strip().splitlines()[-1][:300]}",
+                                  hop=HOP, hint="an op above has no OpenVINO translation; keep this model on "
+                                  "onnxruntime") from exc
     if cfg.precision == "int8":
         import nncf
 
         names = [s.name for s in art.io.inputs]
         batch = model_batch([s.shape for s in art.io.inputs])
-        dataset, used = _nncf_dataset(list(calib), names, batch, cfg.calibration_samples)
+        dataset, used = _nncf_dataset(list(calib), names, batch, cfg.calibration_samples, stream, art.path)
         scope = nncf.IgnoredScope(names=list(cfg.ignored_scope), validate=True) if cfg.ignored_scope else None
         try:
             with quiet("nncf", "openvino"):
@@ -176,8 +200,8 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
     try:  # both files written and checked aside, then moved in: the .bin first, the .xml (the model) last
         tmp_xml = tmp / out_path.name
         ov.save_model(model, str(tmp_xml), compress_to_fp16=False)  # fp32 weights: the precision is the hint's
-        gots, ran_at = run_ir_all(tmp_xml, art.io, probe)
-        refs = ort_reference_all(art.path)(probe)
+        gots, ran_at = run_ir_all(tmp_xml, art.io, probe, stream=stream)
+        refs = ort_reference_all(art.path)(probe) if stream is None else run_stream(ort_once(art.path)[0], probe, stream)
         results = compare_outputs(refs, gots, "onnxruntime (the ONNX model)", [o.name for o in art.io.outputs])
         row = "int8" if cfg.precision == "int8" else _PARITY_ROW.get(ran_at, "fp32")
         if cfg.parity_bar == "breakage" and row != "fp32":  # an IR that runs at f32 still matches fp32's bar
@@ -200,7 +224,8 @@ def openvino_hop(h) -> Artifact:
 
     cfg = h.config if h.config is not None else OpenvinoConfig(precision=h.precision)
     calib = list(h.calib.xs) if h.calib is not None else None
-    xs = h.parity_inputs or calib or synthetic_inputs(h.artifact.io)
+    stream = stream_of(h.artifact)
+    xs = h.parity_inputs or calib or synthetic_inputs(h.artifact.io if stream is None else stream.data_io(h.artifact.io))
     h.progress(f"converting ONNX -> OpenVINO IR ({cfg.label})")
     return onnx_to_openvino(h.artifact, h.out, cfg, parity_inputs=list(xs), calib=calib)
 

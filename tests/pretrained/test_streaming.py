@@ -137,3 +137,50 @@ def test_without_the_state_the_deploy_refuses_naming_it(cli, in_vad):
     assert r.exit_code == 2, r.stdout + r.stderr
     assert "no array for model input(s) ['state']" in r.stderr and "--state OUTPUT:state" in r.stderr
     assert "stateN" in r.stderr and not (in_vad / "out-nostate" / "report.json").exists()
+
+
+OV_RECIPE = """baseline: fp32
+variants:
+  - name: openvino-fp32
+    passes:
+      - convert: {to: openvino, precision: fp32}
+  - name: openvino-auto
+    passes:
+      - convert: {to: openvino, precision: auto, parity_bar: breakage}
+gate: {max_accuracy_drop: 3.0}
+"""
+
+
+def test_openvino_reads_silero_with_its_sample_rate_folded_and_scores_it_with_the_state_carried(cli, in_vad):
+    """OpenVINO's ONNX frontend cannot read Silero as shipped (its graph is an If on ``sr``, with Ifs on the
+    input's sizes inside: "Conversion is failed for: If-16"); with ``--const sr=16000`` the run feeds one
+    value, so the hop folds it and the sizes the stream runs at (onnxslim), keeps ``sr`` in the interface,
+    and checks parity with the state carried. Both IRs are scored on the device with the state carried, to
+    the value onnxruntime gives by hand, and ``edgekit run ship/`` feeds the shipped one as the agent did."""
+    pytest.importorskip("openvino")
+    (in_vad / "ov.yaml").write_text(OV_RECIPE)
+    r = cli("deploy", "vad/model.onnx", "--eval-data", "vad/eval.npz", "--metric", "frame_accuracy", *STREAM,
+            "--recipe", "ov.yaml", "--out", "out-ov", *FAST)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    rep = json.loads((in_vad / "out-ov" / "report.json").read_text())
+    v = {v["name"]: v for v in rep["variants"]}
+    x, y = _eval()
+    carried = frame_accuracy(by_hand("vad/model.onnx", x), y)
+    assert v["fp32"]["accuracy"]["value"] == pytest.approx(carried, abs=1e-6)
+    for name in ("openvino-fp32", "openvino-auto"):
+        hop = v[name]["lineage"][-1]
+        assert hop["config"]["fold_stream"]["constants_folded"] == {"sr": 16000}, hop["config"]
+        assert hop["config"]["fold_stream"]["input_shapes"]["state"] == [2, 1, 128]
+        assert hop["metrics"]["parity_violations"] == [], hop["metrics"]
+    # fp32 computes what onnxruntime does, sample by sample with the state carried
+    assert v["openvino-fp32"]["accuracy"]["value"] == pytest.approx(carried, abs=1e-6)
+    assert abs(v["openvino-auto"]["accuracy"]["value"] - carried) <= 3.0
+    face = json.loads((in_vad / "out-ov" / "ship" / "ship.json").read_text())["interface"]
+    assert face["constants"] == {"sr": 16000} and face["batch"] == 1
+    from edgekit.metrics import get_metric
+    from edgekit.run_shipped import run_shipped
+
+    shipped = v[rep["decision"]["ship"]]
+    ys = run_shipped(in_vad / "out-ov" / "ship", {"input": x})
+    assert get_metric("frame_accuracy").evaluate([ys["output"]], y).value == pytest.approx(
+        shipped["accuracy"]["value"], abs=1e-6)

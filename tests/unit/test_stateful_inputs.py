@@ -396,3 +396,63 @@ def test_layer_sensitivity_carries_the_state_through_the_switched_model(acc, tmp
     assert all(np.isfinite(e) and e >= 0 for e in errs) and max(errs) > 0, errs
     with pytest.raises(Exception):
         sens.measure(src.artifact.path, q.path, [x], {"mul", "add"}, tmp_path, samples=16)
+
+
+def branching_accumulator(path):
+    """out = x * 2 + state_in when k == 2, else x * 3 + state_in: the whole graph an If on the constant input,
+    as Silero VAD branches on its sample rate."""
+    def branch(name, factor):
+        c = helper.make_node("Constant", [], [f"f{name}"], value=helper.make_tensor(f"v{name}", TensorProto.FLOAT, [],
+                                                                                     [factor]))
+        mul = helper.make_node("Mul", ["x", f"f{name}"], [f"xk{name}"])
+        add = helper.make_node("Add", [f"xk{name}", "state_in"], [f"out{name}"])
+        return helper.make_graph([c, mul, add], name, [],
+                                 [helper.make_tensor_value_info(f"out{name}", TensorProto.FLOAT, ["n", 4])])
+
+    nodes = [helper.make_node("Constant", [], ["two"], value=helper.make_tensor("t", TensorProto.INT64, [], [2])),
+             helper.make_node("Equal", ["k", "two"], ["is2"]),
+             helper.make_node("If", ["is2"], ["out"], then_branch=branch("a", 2.0), else_branch=branch("b", 3.0)),
+             helper.make_node("Identity", ["out"], ["state_out"])]
+    graph = helper.make_graph(
+        nodes, "branching",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("k", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_openvino_converts_a_stream_model_with_its_constant_folded_and_its_state_carried(tmp_path):
+    """The OpenVINO hop folds the recorded constant into the graph (the If on it disappears, the input stays in
+    the interface, unread), fixes the sizes the stream runs at, and checks parity as the agent feeds the file:
+    the constant beside each sample and the state carried (out = cumsum(2x) exactly, not 2x per sample). The
+    IR's lineage says what was folded."""
+    pytest.importorskip("openvino")
+    import openvino as ov
+
+    from edgekit.convert.fold_stream import fold_stream
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino, run_ir_all
+    from edgekit.source import load_source
+    from edgekit.stateful import for_source
+
+    branching_accumulator(tmp_path / "br.onnx")
+    src = load_source(tmp_path / "br.onnx", workdir=tmp_path)
+    stream = for_source(src, {"k": 2}, [("state_out", "state_in")])
+    x = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
+
+    info = fold_stream(src.artifact.path, stream, [x], tmp_path / "folded.onnx")
+    assert info["constants_folded"] == {"k": 2} and info["input_shapes"] == {"x": [1, 4], "state_in": [1, 4]}
+    folded = onnx.load(str(tmp_path / "folded.onnx"))
+    assert "If" not in {n.op_type for n in folded.graph.node}
+    assert [i.name for i in folded.graph.input] == ["x", "state_in", "k"]  # the source's interface, in order
+
+    art = onnx_to_openvino(src.artifact, tmp_path / "br.xml", OpenvinoConfig(precision="fp32"), parity_inputs=[x])
+    step = art.lineage[-1]
+    assert step.config["fold_stream"]["constants_folded"] == {"k": 2} and step.metrics["parity_violations"] == []
+    assert [i.get_any_name() for i in ov.Core().read_model(str(art.path)).inputs] == ["x", "state_in", "k"]
+    outs, _ = run_ir_all(art.path, art.io, [x], stream=stream)
+    np.testing.assert_allclose(outs[0], carried(x, 2.0), rtol=1e-6, atol=1e-6)
