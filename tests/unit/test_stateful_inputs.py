@@ -27,8 +27,13 @@ def accumulator(path, k_type=TensorProto.FLOAT):
              helper.make_node("Mul", ["x", "kf"], ["xk"], name="mul"),
              helper.make_node("Add", ["xk", "state_in"], ["out"], name="add"),
              helper.make_node("Identity", ["out"], ["state_out"], name="state")]
+    return _save_stream_model(path, nodes, "accumulator", k_type)
+
+
+def _save_stream_model(path, nodes, name, k_type):
+    """The accumulators' interface: x [n, 4], state_in [1, 4], k (0-d) in; out [n, 4], state_out [1, 4] out."""
     graph = helper.make_graph(
-        nodes, "accumulator",
+        nodes, name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
          helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [1, 4]),
          helper.make_tensor_value_info("k", k_type, [])],
@@ -413,17 +418,7 @@ def branching_accumulator(path):
              helper.make_node("Equal", ["k", "two"], ["is2"]),
              helper.make_node("If", ["is2"], ["out"], then_branch=branch("a", 2.0), else_branch=branch("b", 3.0)),
              helper.make_node("Identity", ["out"], ["state_out"])]
-    graph = helper.make_graph(
-        nodes, "branching",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
-         helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info("k", TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 4]),
-         helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return _save_stream_model(path, nodes, "branching", TensorProto.INT64)
 
 
 def test_openvino_converts_a_stream_model_with_its_constant_folded_and_its_state_carried(tmp_path):
