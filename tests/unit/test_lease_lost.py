@@ -44,17 +44,27 @@ def _steal_on_first_measure(monkeypatch, seen: dict):
             assert lease is not None and lease.lost is None, "the session holds a live lease before the take-over"
             seen["own_token"] = lease.owner["token"]
             path = self.transport.remote_path(LEASE_FILE)
-            now = time.time()
-            with open(path + ".tmp-thief", "w") as f:  # atomically, as the lease snippet writes
-                json.dump({**THIEF, "acquired": now, "renewed": now, "expires": now + 3600}, f)
+            import fcntl
             import os
 
-            os.replace(path + ".tmp-thief", path)
+            # under the device's guard flock and atomically, as another host's lease snippet writes: without the
+            # guard, a renewal that read the old record just before could write it back over the thief's (seen
+            # once in CI: no loss noticed in 60 s)
+            guard = os.open(path + ".guard", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(guard, fcntl.LOCK_EX)
+                now = time.time()
+                with open(path + ".tmp-thief", "w") as f:
+                    json.dump({**THIEF, "acquired": now, "renewed": now, "expires": now + 3600}, f)
+                os.replace(path + ".tmp-thief", path)
+            finally:
+                os.close(guard)  # releases the flock
             seen["stolen"] = name
             deadline = time.monotonic() + 60  # a renewal round on a busy host: no timing is asserted
             while lease.lost is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             seen["lost"] = lease.lost
+            seen["last_error"] = lease.last_error  # why renewals failed, if they did (for a failure's message)
         return real(self, name, art, settings, *a, **kw)
 
     monkeypatch.setattr(DeviceSession, "measure", measure)
