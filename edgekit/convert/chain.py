@@ -173,11 +173,11 @@ def _remove(p: Path) -> None:
 
 
 def stream_fed(onnx_art: Artifact) -> list[str]:
-    """The model inputs edgekit feeds itself (a stream's state and constants), not the data."""
-    from ..stateful import of_artifact
+    """The model inputs edgekit feeds itself (a stream's state and constants), not the data, in the model's order."""
+    from ..stateful import stream_of
 
-    stream = of_artifact(onnx_art) or {}
-    return [s["input"] for s in stream.get("state") or []] + list(stream.get("constants") or {})
+    stream = stream_of(onnx_art)
+    return [] if stream is None else [n for n in stream.inputs if n in stream.fed]
 
 
 def _refuse_streams(onnx_art: Artifact) -> None:
