@@ -2186,6 +2186,51 @@ def eval_outputs(np, runner, shards, in_specs, out_specs, bs, static, plan=None)
     return [np.concatenate(parts, axis=0) for parts in per_output or []]
 
 
+def bucket_groups(shards, counts, plan):
+    """The eval shards split into shape buckets (``counts``: shards per bucket, in order), or None for
+    data of one shape."""
+    if not counts:
+        return None
+    if sum(counts) != len(shards) or any(c < 1 for c in counts):
+        raise AgentFailure("bad_data", f"eval buckets {counts} do not add up to the {len(shards)} shards",
+                           EXIT_BAD_REQUEST)
+    if plan is not None and plan["state"]:
+        raise AgentFailure("bad_data", "a stateful stream cannot run over eval data at several shapes",
+                           EXIT_BAD_REQUEST)
+    out, at = [], 0
+    for c in counts:
+        out.append(shards[at:at + c])
+        at += c
+    return out
+
+
+def bucket_latency(np, runner, groups, raw0, batch, plan, in_specs, req):
+    """Latency per shape bucket: bucket 0's are the main timed runs (``raw0``); every other bucket's
+    first chunk is timed after a few untimed runs, as many runs as bucket 0 had (at most 200, at least 5)."""
+    runs = max(5, min(len(raw0), 200))
+    warm = min(int(req.get("warmup", 10)), 10)
+    out = []
+    for j, g in enumerate(groups):
+        samples = sum(len(sh[0]) for sh in g)
+        shapes = [list(x.shape[1:]) for x in g[0]]
+        if j == 0:
+            ms = raw0
+        else:
+            chunk = [_pad(np, np.asarray(x[0:batch["timed"]]), batch["timed"]) for x in g[0]]
+            feeds = [_prepare(np, x, s) for x, s in zip(assemble(plan, chunk, zero_state(np, plan, in_specs)),
+                                                        in_specs)]
+            for _ in range(warm):
+                runner.run(feeds)
+            ms = []
+            for _ in range(runs):
+                a = time.perf_counter_ns()
+                runner.run(feeds)
+                ms.append((time.perf_counter_ns() - a) / 1e6)
+        st = summarize(ms)
+        out.append({"shapes": shapes, "samples": samples, "runs": st["runs"], "p50": st["p50"], "mean": st["mean"]})
+    return out
+
+
 # --------------------------------------------------------------------------- measurement
 def measure(req):
     import numpy as np
@@ -2215,9 +2260,10 @@ def measure(req):
     if ev:
         xs = load_eval(np, ev, data_specs(plan, in_specs))
         n = sum(len(sh[0]) for sh in xs)
+        groups = bucket_groups(xs, ev.get("buckets"), plan)
         sample = [_pad(np, np.asarray(x[0:batch["timed"]]), batch["timed"]) for x in xs[0]]
     else:
-        xs, n = None, 0
+        xs, n, groups = None, 0, None
         sample = synthetic_inputs(np, data_specs(plan, in_specs))
     # the timed runs: one chunk, with the constants and a zero state
     feeds = [_prepare(np, x, s) for x, s in zip(assemble(plan, sample, zero_state(np, plan, in_specs)), in_specs)]
@@ -2237,6 +2283,13 @@ def measure(req):
     except Exception as exc:
         raise AgentFailure("inference_failed", f"{runtime} failed to run the model: {exc}", EXIT_RUNTIME) from exc
     runs_done = len(raw)
+    by_bucket = None
+    if groups is not None:  # the other shapes: one chunk each, timed after the main runs (bucket 0's)
+        try:
+            by_bucket = bucket_latency(np, runner, groups, raw, batch, plan, in_specs, req)
+        except Exception as exc:
+            raise AgentFailure("inference_failed", f"{runtime} failed on the eval data's other sample shapes: "
+                               f"{exc}", EXIT_RUNTIME) from exc
     raw, decimation = decimate(raw, int(req.get("max_raw", 200000)))
     _, peak_mb, mem_source = memory_mb()
     pss = pss_mb()
@@ -2258,13 +2311,19 @@ def measure(req):
         t_eval = time.perf_counter()
         if plan is not None and plan["state"]:
             outs = stream_outputs(np, runner, xs, in_specs, out_specs, plan)
+            named = {f"output_{i}": o for i, o in enumerate(outs)}
+        elif groups is not None:  # one set of outputs per shape bucket: they cannot be stacked
+            named = {f"bucket_{j}_output_{i}": o for j, g in enumerate(groups)
+                     for i, o in enumerate(eval_outputs(np, runner, g, in_specs, out_specs, batch["eval"],
+                                                        batch["static"], plan))}
         else:
             outs = eval_outputs(np, runner, xs, in_specs, out_specs, batch["eval"], batch["static"], plan)
+            named = {f"output_{i}": o for i, o in enumerate(outs)}
         eval_s = time.perf_counter() - t_eval  # the eval pass alone: what a sharded fleet divides
         if outputs_path:
             os.makedirs(os.path.dirname(outputs_path) or ".", exist_ok=True)
             tmp = outputs_path + ".partial.npz"
-            np.savez(tmp, **{f"output_{i}": o for i, o in enumerate(outs)})
+            np.savez(tmp, **named)
             os.replace(tmp, outputs_path)
 
     return {
@@ -2278,7 +2337,8 @@ def measure(req):
                     "delegate": getattr(runner, "delegate", None),
                     **({"options": runner.options} if getattr(runner, "options", None) else {})},
         "load_ms": load_ms,
-        "latency_ms": dict(warm, runs=runs_done, raw=raw, raw_decimation=decimation),
+        "latency_ms": dict(warm, runs=runs_done, raw=raw, raw_decimation=decimation,
+                           **({"buckets": by_bucket} if by_bucket is not None else {})),
         "sustained": sustained,
         "memory": {
             "peak_rss_mb": peak_mb,

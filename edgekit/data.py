@@ -40,10 +40,38 @@ class Dataset:
     # how the model's other inputs are fed besides these arrays (constants, carried state): a
     # stateful.Stream, set by prepare_run once the model is known; None: the data feeds every input
     stream: Any = None
+    # shards at several sample shapes (text lines of several widths): one Bucket per shape, the most
+    # common first; ``xs``/``y`` are then bucket 0's (what calibration, export and parity run on), and
+    # the eval pass scores every bucket (edgekit/metrics/evaluate.py). None: one shape.
+    buckets: tuple["Bucket", ...] | None = None
+
+    @property
+    def n(self) -> int:
+        """Samples in ``xs`` (bucket 0's when the data has several shapes: see :attr:`total`)."""
+        return len(self.xs[0])
+
+    @property
+    def total(self) -> int:
+        """Every sample of the set, all shape buckets together."""
+        return sum(b.n for b in self.buckets) if self.buckets else self.n
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The shards of an eval set whose samples share one shape (per input)."""
+
+    shapes: tuple[tuple[int, ...], ...]  # per input, the sample shape (no batch axis)
+    shard_ids: tuple[int, ...]
+    xs: tuple[np.ndarray, ...]
+    y: np.ndarray | None
+    shards: tuple[dict[str, Path], ...]
 
     @property
     def n(self) -> int:
         return len(self.xs[0])
+
+    def describe(self) -> str:
+        return " ".join(str(s) for s in self.shapes) + f" ({self.n} samples)"
 
 
 def parse_keys(x_key: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...] | None:
@@ -174,36 +202,51 @@ def load_shards(p: Path, *, x_key, y_key, require_labels: bool, role: str) -> Da
         lens = {k: len(arrays[k][i]) for k in keys}
         if len(set(lens.values())) != 1:
             raise DataError(f"{role} data {p}: shard {shard_ids[i]} has different sample counts {lens}")
-    _refuse_mixed_shapes(arrays, shard_ids, p, role, y_key)
-    joined = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in arrays.items()}
-    y = np.asarray(joined[y_key]) if y_key and y_key in joined else None
-    if y is None and require_labels:
+    y_in = y_key if y_key and y_key in arrays else None
+    if y_in is None and require_labels:
         raise DataError(f"{role} data {p} has no labels {y_key!r}.npy (it has {files})",
                         hint=f"add {y_key}.npy, or pass --y-key with one of {files}")
-    xs = tuple(joined[k] for k in x_keys)
-    if len(xs[0]) == 0:
+    groups: dict[tuple, list[int]] = {}  # sample shapes of every input -> shard positions, in shard order
+    for i in range(len(shards)):
+        groups.setdefault(tuple(tuple(arrays[k][i].shape[1:]) for k in x_keys), []).append(i)
+    if len(groups) > 1 and role != "eval":
+        first, other = list(groups)[:2]
+        k = next(k for j, k in enumerate(x_keys) if first[j] != other[j])
+        raise DataError(f"{role} data {p}: array {k!r} has samples of shape {first[x_keys.index(k)]} in shard "
+                        f"{shard_ids[groups[first][0]]} and {other[x_keys.index(k)]} in shard "
+                        f"{shard_ids[groups[other][0]]}; {role} data must hold one shape (only eval data may hold "
+                        "several: shape buckets)", hint="pad or resize the samples to one shape, or use the shards "
+                        "of one shape")
+    buckets = []
+    for shapes, pos in sorted(groups.items(), key=lambda kv: -sum(len(arrays[x_keys[0]][i]) for i in kv[1])):
+        part = {k: [arrays[k][i] for i in pos] for k in keys}
+        _refuse_mixed_shapes(part, [shard_ids[i] for i in pos], p, role, y_in)
+        joined = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in part.items()}
+        buckets.append(Bucket(shapes=shapes, shard_ids=tuple(shard_ids[i] for i in pos),
+                              xs=tuple(joined[k] for k in x_keys),
+                              y=np.asarray(joined[y_in]) if y_in else None, shards=tuple(shards[i] for i in pos)))
+    b0 = buckets[0]
+    if b0.n == 0:
         raise DataError(f"{role} data {p}: array {x_keys[0]!r} holds no samples")
-    return Dataset(p.resolve(), xs, y, tuple(x_keys), y_key if y is not None else None, by_name, shards=shards)
+    return Dataset(p.resolve(), b0.xs, b0.y, tuple(x_keys), y_in, by_name,
+                   shards=shards if len(buckets) == 1 else tuple(sh for b in buckets for sh in b.shards),
+                   buckets=tuple(buckets) if len(buckets) > 1 else None)
 
 
 def _refuse_mixed_shapes(arrays: dict[str, list[np.ndarray]], shard_ids: list[int], p: Path, role: str,
                          y_key: str | None) -> None:
-    """Shards whose samples differ in shape (text lines of several widths, an image pyramid) are one set at
-    several shapes, which edgekit does not evaluate yet (every input is one array of one shape): say so,
-    naming the shards, instead of failing in numpy's concatenate."""
+    """Within one shape bucket (shards whose inputs share a shape) the labels must share one shape too:
+    say so, naming the shards, instead of failing in numpy's concatenate."""
     for k, parts in arrays.items():
         shapes = {i: tuple(a.shape[1:]) for i, a in zip(shard_ids, parts)}
         first = shard_ids[0]
         other = next((i for i in shard_ids if shapes[i] != shapes[first]), None)
         if other is None:
             continue
-        what = "labels" if k == y_key else "samples"
         raise DataError(
-            f"{role} data {p}: array {k!r} has {what} of shape {shapes[first]} in shard {first} and {shapes[other]} "
-            f"in shard {other}; {role} data at several shapes (shape buckets) is not supported yet: every shard must "
-            "hold arrays of one shape",
-            hint="pad the labels to one length (ctc_accuracy reads label sequences padded at the end with -1)"
-            if k == y_key else "pad or resize the samples to one shape, or deploy once per shape (a folder per shape)")
+            f"{role} data {p}: array {k!r} has labels of shape {shapes[first]} in shard {first} and {shapes[other]} "
+            f"in shard {other}, whose samples have one shape; the labels of one shape bucket must share a shape",
+            hint="pad the labels to one length (ctc_accuracy reads label sequences padded at the end with -1)")
 
 
 def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = True) -> Dataset:
@@ -215,7 +258,10 @@ def align_to_model(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool
         return ds
     by_key = dict(zip(ds.x_keys, ds.xs))
     if all(n in by_key for n in names):
-        return replace(ds, xs=tuple(by_key[n] for n in names), x_keys=tuple(names))
+        pick = [list(ds.x_keys).index(n) for n in names]
+        buckets = None if not ds.buckets else tuple(
+            replace(b, xs=tuple(b.xs[i] for i in pick), shapes=tuple(b.shapes[i] for i in pick)) for b in ds.buckets)
+        return replace(ds, xs=tuple(by_key[n] for n in names), x_keys=tuple(names), buckets=buckets)
     if len(ds.xs) == len(names) and not ds.by_name:
         return ds  # the user's order (--x-key) is the model's
     if ds.by_name:
@@ -237,8 +283,13 @@ def take_subset(ds: Dataset, n: int | None, seed: int = 0, *, contiguous: bool =
     """A fixed, seeded subset of ``n`` samples (``--eval-samples``), stratified by class when the
     labels are class indices (N,), so a small subset keeps the class mix. Indices stay in file order.
     ``contiguous``: the first ``n`` samples (a stateful model's stream must stay unbroken)."""
-    if n is None or n >= ds.n:
+    if n is None or n >= ds.total:
         return ds
+    if ds.buckets:
+        raise DataError(f"--eval-samples {n}: the eval data {ds.path.name} holds several sample shapes "
+                        f"({len(ds.buckets)} shape buckets: {'; '.join(b.describe() for b in ds.buckets)}), and a "
+                        "subset of shape buckets is not taken yet", hint="drop --eval-samples, or pass a folder "
+                        "that holds fewer shards")
     if n < 1:
         raise DataError(f"--eval-samples {n}: take at least one sample")
     if contiguous:
@@ -268,15 +319,26 @@ def check_fits(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = T
         raise DataError(f"{role} data {ds.path.name} has {len(ds.xs)} input array(s) {list(ds.x_keys)}; the model "
                         f"takes {len(io.inputs)} ({', '.join(i.name for i in io.inputs)})",
                         hint="pass --x-key a,b (the data's array names, in the model's input order)")
-    for x, spec in zip(ds.xs, io.inputs):
+    for b in ds.buckets or ():
+        _check_shapes(ds, b.xs, io, role, b)
+    _check_shapes(ds, ds.xs, io, role)
+    return ds
+
+
+def _check_shapes(ds: Dataset, xs, io: IOSpec, role: str, bucket: Bucket | None = None) -> None:
+    for x, spec in zip(xs, io.inputs):
         want = tuple(spec.shape[1:])
         got = tuple(x.shape[1:])
         if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
+            where = "" if bucket is None else (
+                f" (shards {', '.join(map(str, bucket.shard_ids))}, one of {len(ds.buckets)} shape buckets: "
+                f"{'; '.join(b.describe() for b in ds.buckets)})")
             raise DataError(
-                f"{role} data {ds.path.name}: samples have shape {got}, the model input '{spec.name}' takes "
+                f"{role} data {ds.path.name}: samples have shape {got}{where}, the model input '{spec.name}' takes "
                 f"{tuple('?' if w is None else w for w in want)} (batch axis first: {tuple(spec.shape)})",
-                hint="reshape the data to the model's input layout, e.g. x.reshape(-1, *shape)",
-            )
+                hint="reshape the data to the model's input layout, e.g. x.reshape(-1, *shape)" if bucket is None else
+                "a model that takes several shapes has dynamic axes (torch.export's dynamic_shapes, an ONNX file with "
+                "symbolic dimensions); or deploy once per shape (a folder of shards per shape)")
         if np.dtype(spec.dtype) != x.dtype:
             if x.dtype.kind == np.dtype(spec.dtype).kind and x.dtype.kind in "fiu":
                 continue  # float64 data for a float32 input, int32 for int64...: the agent casts
@@ -284,7 +346,26 @@ def check_fits(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = T
                 continue
             raise DataError(f"{role} data {ds.path.name}: dtype {x.dtype}, model input '{spec.name}' takes {spec.dtype}",
                             hint=f"cast it: x.astype('{spec.dtype}')")
-    return ds
+
+
+def fixed_shape_misfit(art, ds: Dataset) -> str | None:
+    """Why a file (an Artifact) cannot score eval data held at several sample shapes, or None: a file
+    whose input takes one fixed shape (static in the file, or sized by the data when it was converted:
+    a TFLite file from a dynamic ONNX) scores only one of them."""
+    if not ds.buckets:
+        return None
+    from .ship import fixed_shapes
+
+    sized = fixed_shapes(art)
+    for k, spec in enumerate(art.io.inputs[: len(ds.x_keys)]):
+        shapes = {b.shapes[k] for b in ds.buckets}
+        shape = tuple(sized[spec.name][0]) if spec.name in sized else tuple(spec.shape)
+        if len(shapes) > 1 and shape and all(isinstance(d, int) and d > 0 for d in shape[1:]):
+            return (f"input '{spec.name}' takes one fixed shape {shape}, and the eval data holds "
+                    f"{ds.x_keys[k]!r} at {len(shapes)} shapes ({'; '.join(b.describe() for b in ds.buckets)}): a "
+                    "fixed-shape file scores only one of them (deploy once per shape, or use a runtime that takes "
+                    "dynamic shapes: onnxruntime, openvino)")
+    return None
 
 
 def eval_bundle(ds: Dataset, art_dir: Path) -> Path | list[dict[str, Path]]:

@@ -182,6 +182,7 @@ class DeviceSession:
         self._remotes: dict[Path, str] = {}
         self._eval_bundle = None
         self._eval_keys: tuple[str, ...] = ()
+        self._eval_buckets = None
         self._stream = None
 
     # --- lifetime --------------------------------------------------------------------------------
@@ -243,10 +244,12 @@ class DeviceSession:
     # --- delivery --------------------------------------------------------------------------------
     def use_eval(self, ds: Dataset, art_dir: Path) -> None:
         """Deliver the eval set (by content) that every measurement with ``with_eval`` reads."""
+        from .agent.protocol import eval_buckets
         from .data import eval_bundle
 
         self._eval_bundle = eval_bundle(ds, art_dir)
         self._eval_keys = ds.x_keys
+        self._eval_buckets = eval_buckets(ds)  # shards per shape bucket, or None
         self._stream = ds.stream  # constant/state inputs (edgekit/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
@@ -284,7 +287,8 @@ class DeviceSession:
             measure=settings.measure, eval_remote=self._eval_remote() if with_eval else None, x_keys=self._eval_keys,
             outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
             energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options,
-            runtime_options=settings.runtime_options, stream=self._stream)
+            runtime_options=settings.runtime_options, stream=self._stream,
+            eval_buckets=self._eval_buckets if with_eval else None)
 
     def run(self, req: AgentRequest, settings: RunSettings) -> AgentResult | MeasureFailure:
         """One agent run (or its cached result). A variant's own failure is returned; a broken
@@ -440,6 +444,7 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
         size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
         load_ms=doc.load_ms,
         latency_ms={"warmup": lat.warmup, "runs": lat.runs, "raw": lat.raw, **stats.to_dict(), **doc.warmup_fields(),
+                    **bucket_latency(lat.model_extra or {}),
                     **doc.timer_fields(), **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {})},
         peak_memory_mb=doc.memory.get("peak_rss_mb"), memory=doc.memory,
         energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"), energy_source=doc.energy.get("source"),
@@ -448,6 +453,19 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
         parity_outputs=parity_outputs if parity_outputs and len(parity_outputs) > 1 else None,
         device_state=doc.device_state,
     )
+
+
+def bucket_latency(extra: dict) -> dict:
+    """An eval set at several sample shapes: the agent timed one chunk per shape bucket (bucket 0's are
+    the main timed runs, which the statistics above describe); the sample-weighted mean and p50 say
+    what a sample of the set costs on average."""
+    buckets = extra.get("buckets")
+    if not buckets:
+        return {}
+    n = sum(b["samples"] for b in buckets)
+    return {"buckets": buckets, "at_shapes": buckets[0]["shapes"],
+            "weighted_mean": sum(b["mean"] * b["samples"] for b in buckets) / n,
+            "weighted_p50": sum(b["p50"] * b["samples"] for b in buckets) / n}
 
 
 def platform_facts(before: dict | None, after: dict | None) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .artifact import Artifact
-from .data import Dataset, check_fits, load_npz, take_subset
+from .data import Dataset, check_fits, fixed_shape_misfit, load_npz, take_subset
 from .errors import BadInputError
 from .formats import Format
 from .fsutil import ensure_writable_dir
@@ -104,6 +104,9 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
 
     cache = default_cache() if opts.use_cache else None
     fp32 = _fp32_onnx(source, eval_ds, art_dir, cache, progress)
+    if misfit := fixed_shape_misfit(fp32, eval_ds):  # the float model itself takes one shape
+        raise BadInputError(f"the model's {misfit}", hint="export the model with dynamic axes for the sizes that vary "
+                            "(torch.export's dynamic_shapes, or an ONNX file with symbolic dimensions)")
     return PreparedRun(model=model, target=target, recipe=recipe, measure=measure, gate=gate_cfg, out_dir=out_dir,
                        art_dir=art_dir, eval_ds=eval_ds, calib_ds=calib_ds, train_ds=train_ds, previous=previous,
                        previous_path=Path(opts.baseline_report) if opts.baseline_report is not None else None,

@@ -41,7 +41,8 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec
             "interface": interface(art, source_io),
             "lineage": art.lineage_dicts(),
             "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
-                         "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop}}
+                         "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
+                         **_by_shape(v)}}
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
     # what the application must set for the measured speed: the runtime, its threads and options,
     # and the runtime API settings they stand for (every one spelled out, defaults included)
@@ -73,7 +74,7 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
     model's constant inputs (``constants``: fed unchanged with every call) and state (``state``: the input
     starts as zeros of ``shape`` and takes the named output after each call, one sample a call, in order)
     come from the run's --const/--state, recorded in the lineage (edgekit/stateful.py)."""
-    fixed = _fixed_shapes(art)
+    fixed = fixed_shapes(art)
     stream = of_artifact(art) or {}
     roles = {**{k: "constant" for k in stream.get("constants") or {}},
              **{s["input"]: "state" for s in stream.get("state") or []}}
@@ -99,7 +100,17 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
     return face
 
 
-def _fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
+def _by_shape(v: VariantResult) -> dict:
+    """Eval data at several sample shapes: the shapes the file was scored and timed at (per input,
+    no batch axis), each bucket's sample count and p50, and the sample-weighted p50."""
+    extra = (v.latency_ms.model_extra or {}) if v.latency_ms else {}
+    if not extra.get("buckets"):
+        return {}
+    return {"weighted_p50_ms": extra.get("weighted_p50"),
+            "by_shape": [{"shapes": b["shapes"], "samples": b["samples"], "p50_ms": b["p50"]} for b in extra["buckets"]]}
+
+
+def fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
     """Input name -> (static shape, "user" | "data") from the last hop that fixed a dynamic model's sizes."""
     for step in reversed(art.lineage):
         shapes = step.config.get("input_shapes") if step.kind == "convert" else None

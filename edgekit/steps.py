@@ -15,7 +15,8 @@ from .artifact import Artifact
 from .cache import data_fingerprint, key_for
 from .convert.torch_to_coreml import set_aside_coreml
 from .device_session import DeviceSession, Measured, MeasureFailure, RunSettings
-from .errors import DeviceError, PassError
+from .data import fixed_shape_misfit
+from .errors import BadInputError, DeviceError, PassError
 from .formats import Format
 from .host import current
 from .measure.request import measure_options
@@ -90,6 +91,10 @@ def build_recipe(run: PreparedRun, progress: Progress) -> tuple[dict[str, Artifa
     started = time.perf_counter()
     variants = build_variants(run.fp32, run.recipe, ctx, progress, source=run.source, cache=run.cache)
     variants, coreml_notes = set_aside_coreml(variants, run.target)  # Core ML prediction needs macOS
+    for name, art in variants.items():
+        if misfit := fixed_shape_misfit(art, run.eval_ds):
+            raise BadInputError(f"variant {name}: {misfit}", hint="leave this variant out of the recipe, or deploy "
+                                "it with the eval shards of one shape")
     return variants, round(time.perf_counter() - started, 3), list(coreml_notes)
 
 

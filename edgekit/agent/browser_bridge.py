@@ -231,6 +231,9 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         static = _static_batch(data_specs)
         ev = req.get("eval")
         bs = static or int((ev or {}).get("batch_size", 64))
+        if ev and ev.get("buckets"):
+            raise _Refused("bad_data", "the page scores eval data of one sample shape; this eval set holds "
+                                 f"{len(ev['buckets'])} shape buckets (deploy the page once per shape)")
         if ev:
             shards = agent.load_eval(np, ev, data_specs)
             sample = [agent._pad(np, np.asarray(x[0:static or 1]), static or 1) for x in shards[0]]

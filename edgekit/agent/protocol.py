@@ -47,6 +47,9 @@ class EvalRequest(_Strict):
     shards: list[dict[str, str]] | None = None  # or remote .npy shards: array name -> path
     x_keys: list[str]
     batch_size: int = 64
+    # shards at several sample shapes, grouped: shards per shape bucket, in order (edgekit.data.Bucket);
+    # the agent writes each bucket's outputs apart and times one chunk of each
+    buckets: list[int] | None = None
 
 
 class ConstantInput(_Strict):
@@ -165,20 +168,27 @@ def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]
     return ins, outs
 
 
-def eval_request(eval_remote, x_keys) -> EvalRequest | None:
-    """``eval_remote``: the remote .npz, or a list of shards (array name -> remote .npy)."""
+def eval_request(eval_remote, x_keys, buckets=None) -> EvalRequest | None:
+    """``eval_remote``: the remote .npz, or a list of shards (array name -> remote .npy); ``buckets``:
+    the number of shards in each shape bucket (:func:`eval_buckets`), None for one shape."""
     if not eval_remote:
         return None
     if isinstance(eval_remote, str):
         return EvalRequest(path=eval_remote, x_keys=list(x_keys))
-    return EvalRequest(shards=[{k: sh[k] for k in x_keys} for sh in eval_remote], x_keys=list(x_keys))
+    return EvalRequest(shards=[{k: sh[k] for k in x_keys} for sh in eval_remote], x_keys=list(x_keys),
+                       buckets=list(buckets) if buckets else None)
+
+
+def eval_buckets(ds) -> list[int] | None:
+    """Shards per shape bucket of an eval Dataset (its shards are in bucket order), or None."""
+    return [len(b.shards) for b in ds.buckets] if ds.buckets else None
 
 
 def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[str], source_io,
                   measure: MeasureDefaults,
                   eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
                   options: MeasureOptions | None = None, runtime: str | None = None,
-                  runtime_options: dict | None = None, stream=None) -> AgentRequest:
+                  runtime_options: dict | None = None, stream=None, eval_buckets=None) -> AgentRequest:
     """``stream``: the run's edgekit.stateful.Stream (constant and state inputs), or None."""
     from ..measure.sustained import request_fields
 
@@ -195,7 +205,7 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[
         format=artifact.format.value,
         runtime=runtime or RUNTIME_FOR_FORMAT[artifact.format], threads=measure.threads, warmup=measure.warmup,
         runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs, max_seconds=max_seconds,
-        inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys), outputs_path=outputs_remote,
+        inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys, eval_buckets), outputs_path=outputs_remote,
         energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
         warmup_mode=o.warmup_mode, runtime_options={**artifact.runtime_options, **(runtime_options or {})} or None,
         sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
@@ -314,12 +324,35 @@ def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: flo
     return AgentResult(variant=request.variant, doc=doc, outputs=outputs)
 
 
+class BucketOutputs(list):
+    """The outputs of an eval set at several sample shapes: per shape bucket, the list of the model's
+    outputs (edgekit.metrics.evaluate.EvalPlan scores them bucket by bucket)."""
+
+
+def save_outputs(path: Path, outputs) -> None:
+    """Write outputs as the agent does (what :func:`load_outputs` reads back): ``output_K``, or
+    ``bucket_J_output_K`` for a BucketOutputs."""
+    import numpy as np
+
+    if isinstance(outputs, BucketOutputs):
+        named = {f"bucket_{j}_output_{i}": np.asarray(o) for j, b in enumerate(outputs) for i, o in enumerate(b)}
+    else:
+        named = {f"output_{i}": np.asarray(o) for i, o in enumerate(outputs)}
+    np.savez(path, **named)
+
+
 def load_outputs(path: Path) -> list:
     """The agent's outputs file (``output_0``, ``output_1``...) as a list of arrays, in output order."""
     import numpy as np
 
     try:
         with np.load(path, allow_pickle=False) as z:
+            if any(k.startswith("bucket_") for k in z.files):  # bucket_J_output_K: one list per shape bucket
+                per: dict[int, dict[int, Any]] = {}
+                for k in z.files:
+                    _, j, _, i = k.split("_")
+                    per.setdefault(int(j), {})[int(i)] = z[k]
+                return BucketOutputs([[per[j][i] for i in sorted(per[j])] for j in sorted(per)])
             keys = sorted((k for k in z.files if k.startswith("output_")), key=lambda k: int(k.split("_")[1]))
             return [z[k] for k in keys]
     except (OSError, ValueError) as exc:

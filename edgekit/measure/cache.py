@@ -93,7 +93,7 @@ class MeasureCache:
         return Cached(doc=doc, outputs=outputs, measured_at=meta["measured_at"], key=key)
 
     def put(self, key: str, doc: dict, outputs: Any) -> None:
-        import numpy as np
+        from ..agent.protocol import save_outputs
 
         entry = self._entry(key)
         tmp = None
@@ -102,7 +102,7 @@ class MeasureCache:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:8]}.", dir=entry.parent))
             (tmp / "doc.json").write_text(json.dumps(doc), encoding="utf-8")
             if outputs is not None:
-                np.savez(tmp / "outputs.npz", **{f"output_{i}": np.asarray(o) for i, o in enumerate(outputs)})
+                save_outputs(tmp / "outputs.npz", outputs)
             now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "measured_at": now,
                                                        "outputs": outputs is not None}), encoding="utf-8")

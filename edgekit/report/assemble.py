@@ -46,6 +46,9 @@ def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: b
             v.accuracy_drop = round(plan.metric.worse_by(base.accuracy.value, v.accuracy.value), 6) + 0.0
         if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
             v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
+            w, bw = (getattr(x.latency_ms, "weighted_p50", None) for x in (v, base))
+            if w and bw:  # eval data at several shapes: the speed-up of an average sample of the set
+                v.speedup_weighted = round(bw / w, 3)
     return [w for m in measured.values() for w in m.score_warnings]
 
 
@@ -92,7 +95,10 @@ def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session
         model=run.model_facts(),
         settings={"measure": run.measure.model_dump(), "gate": run.gate.model_dump(),
                   "recipe": run.recipe.model_dump(mode="json"), "metric": metric_settings(run.plan),
-                  "eval_data": str(ds.path), "eval_samples": ds.n, "eval_inputs": list(ds.x_keys),
+                  "eval_data": str(ds.path), "eval_samples": ds.total, "eval_inputs": list(ds.x_keys),
+                  **({"eval_shape_buckets": [{"shapes": [list(x) for x in b.shapes], "samples": b.n,
+                                              "shards": list(b.shard_ids)} for b in ds.buckets]}
+                     if ds.buckets else {}),
                   "eval_subset": ds.sample, "calib_data": str(run.calib_ds.path) if run.calib_ds else None,
                   "train_data": str(run.train_ds.path) if run.train_ds else None,
                   "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,

@@ -266,6 +266,8 @@ class VariantResult(_Open):
     accuracy_stats: dict[str, Any] | None = None
     # baseline p50 / this variant's p50, both measured on the device (> 1 = faster); None when unmeasured
     speedup_vs_baseline: float | None = None
+    # eval data at several sample shapes: the baseline's sample-weighted p50 over this variant's (latency_ms.buckets)
+    speedup_weighted: float | None = None
     parity: Parity | None = None  # the first output's (the contract field)
     parity_outputs: dict[str, Parity] | None = None  # every output's, by name
     selected: bool = False

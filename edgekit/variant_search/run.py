@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.inprocess import load_agent
-from ..agent.protocol import build_request, load_outputs
+from ..agent.protocol import build_request, eval_buckets, load_outputs
 from ..artifact import Artifact
-from ..data import eval_bundle
+from ..data import eval_bundle, fixed_shape_misfit
 from ..device_session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
@@ -276,7 +276,9 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
                     art = run.cache.run(p, art, step.config, ctx, stem) if run.cache else \
                         p(art, step.config, ctx, out_name=stem)
                 c.artifact, c.status = art, "built"
-                if run.gate.check_parity and (bad := parity_failure(art)):
+                if misfit := fixed_shape_misfit(art, run.eval_ds):  # eval data at several shapes
+                    c.drop("build", misfit)
+                elif run.gate.check_parity and (bad := parity_failure(art)):
                     # known on the host now: it must not race (and knock out a file that ships) and then
                     # fail the gate's parity check in the finals (seen on PP-OCRv4's recognizer)
                     c.drop("build", f"{bad}: the gate's parity check would fail it")
@@ -297,7 +299,8 @@ def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float |
                         measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0),
                         eval_remote=str(eval_file) if isinstance(eval_file, Path) else
                         [{k: str(f) for k, f in sh.items()} for sh in eval_file],
-                        x_keys=run.eval_ds.x_keys, outputs_remote=str(out), stream=run.eval_ds.stream)
+                        x_keys=run.eval_ds.x_keys, outputs_remote=str(out), stream=run.eval_ds.stream,
+                        eval_buckets=eval_buckets(run.eval_ds))
     try:
         agent.measure(req.wire())
         return run.plan.score(load_outputs(out)).value

@@ -239,6 +239,40 @@ def _rec_input(text: str, font, size: int, h: int = 48, w: int = 320) -> np.ndar
     return out
 
 
+def _line_width(text: str, font, size: int, h: int = 48) -> int:
+    """The width a text line's crop takes at height ``h`` (as :func:`_rec_input` resizes it)."""
+    from PIL import Image, ImageDraw
+
+    box = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=_font(font, size))
+    return round((box[2] - box[0] + 8) * h / (box[3] - box[1] + 8))
+
+
+def ocr_rec_lines(where: Path, n: int = 48, seed: int = 3, widths: tuple[int, ...] = (320, 160)) -> Path:
+    """Text lines at several widths, as PaddleOCR batches them: each line resized to height 48 and padded
+    to the narrowest of ``widths`` that holds it; one shard per width (``where/lines/x.0000K.npy`` with
+    ``y.0000K.npy``, labels padded with -1 to the longest string of that width). Returns the folder."""
+    alphabet = rec_alphabet(model_file("ocr_rec"))
+    index = {c: i for i, c in enumerate(alphabet) if i}
+    rng = np.random.default_rng(seed)
+    fonts = _fonts()
+    by_width: dict[int, tuple[list, list]] = {w: ([], []) for w in widths}
+    for i in range(n):
+        text = WORDS[rng.integers(len(WORDS))]
+        font, size = fonts[i % len(fonts)], int(rng.integers(26, 32))
+        w = min((w for w in widths if w >= _line_width(text, font, size)), default=max(widths))
+        by_width[w][0].append(_rec_input(text, font, size, w=w))
+        by_width[w][1].append([index[c] for c in text])
+    d = where / "lines"
+    d.mkdir(parents=True, exist_ok=True)
+    for k, (w, (xs, labels)) in enumerate((w, v) for w, v in by_width.items() if v[0]):
+        y = np.full((len(labels), max(map(len, labels))), -1, np.int64)
+        for i, lab in enumerate(labels):
+            y[i, :len(lab)] = lab
+        np.save(d / f"x.{k:05d}.npy", np.stack(xs))
+        np.save(d / f"y.{k:05d}.npy", y)
+    return d
+
+
 def ocr_rec_data(n: int, seed: int, model: Path) -> dict[str, np.ndarray]:
     """Known strings rendered at 48x320; labels their symbol indices, padded with -1."""
     alphabet = rec_alphabet(model)

@@ -82,3 +82,55 @@ def test_default_deploy_ends_in_budget_and_the_shipped_file_scores_the_report_fr
     ys = run_shipped(in_models / out / "ship", {face["inputs"][0]["source_name"]: x})
     rescored = get_metric(m.metric).evaluate([ys[face["outputs"][0]["source_name"]]], y).value
     assert rescored == pytest.approx(shipped["accuracy"]["value"], abs=1e-3), (ship, rescored, shipped["accuracy"])
+
+
+LINES_RECIPE = """baseline: fp32
+variants:
+  - name: int8-dynamic
+    passes:
+      - quantize: {mode: dynamic}
+"""
+
+
+def test_the_recognizer_reads_text_lines_at_two_widths_as_shape_buckets(cli, in_models):
+    """PP-OCRv4's recognizer takes any width; text lines come at the width they need (160 or 320 here, as
+    PaddleOCR pads them), one shard per width. The deploy scores every line (the metric's per-sample
+    statistics joined over both widths), times each width and weights by line count, and the shipped file
+    re-scores the report from ship/ alone, width by width."""
+    from edgekit.metrics import get_metric
+    from edgekit.run_shipped import run_shipped
+    import onnxruntime as ort
+
+    lines = pretrained.ocr_rec_lines(in_models / "ocr_rec")
+    (in_models / "lines.yaml").write_text(LINES_RECIPE)
+    r = cli("deploy", "ocr_rec/model.onnx", "--target", "local", "--eval-data", "ocr_rec/lines", "--metric",
+            "ctc_accuracy", "--recipe", "lines.yaml", "--out", "out-lines", *FAST)
+    assert r.exit_code in (0, 1), r.stdout + r.stderr
+    rep = json.loads((in_models / "out-lines" / "report.json").read_text())
+    shards = [(np.load(lines / f"x.{k:05d}.npy"), np.load(lines / f"y.{k:05d}.npy")) for k in range(2)]
+    widths = {x.shape[-1]: len(x) for x, _ in shards}
+    assert set(widths) == {160, 320} and sum(widths.values()) == 48, widths
+    buckets = rep["settings"]["eval_shape_buckets"]
+    assert sorted((b["shapes"][0][-1], b["samples"]) for b in buckets) == sorted(widths.items())
+    metric = get_metric("ctc_accuracy")
+
+    def joined(run) -> float:
+        st = np.concatenate([metric.stats([run(x)], y) for x, y in shards])
+        return float(metric.reduce(st.sum(0)))
+
+    sess = ort.InferenceSession(str(in_models / "ocr_rec/model.onnx"), providers=["CPUExecutionProvider"])
+    by_hand = joined(lambda x: sess.run(None, {"x": x})[0])
+    v = {v["name"]: v for v in rep["variants"]}
+    assert v["fp32"]["accuracy"]["n"] == 48 and v["fp32"]["accuracy"]["value"] == pytest.approx(by_hand, abs=1e-6)
+    assert by_hand >= pretrained.MODELS["ocr_rec"].fp32_floor, by_hand  # the lines are readable at both widths
+    for name in ("fp32", "int8-dynamic"):
+        lat = v[name]["latency_ms"]
+        assert sorted((b["shapes"][0][-1], b["samples"]) for b in lat["buckets"]) == sorted(widths.items())
+        assert min(b["p50"] for b in lat["buckets"]) <= lat["weighted_p50"] <= max(b["p50"] for b in lat["buckets"])
+    assert v["int8-dynamic"]["accuracy_stats"]["n"] == 48
+    ship = rep["decision"]["ship"]
+    assert ship is not None, rep["decision"]
+    face = json.loads((in_models / "out-lines" / "ship" / "ship.json").read_text())["interface"]
+    name_in, name_out = face["inputs"][0]["source_name"], face["outputs"][0]["source_name"]
+    rescored = joined(lambda x: run_shipped(in_models / "out-lines" / "ship", {name_in: x})[name_out])
+    assert rescored == pytest.approx(v[ship]["accuracy"]["value"], abs=1e-6), (ship, rescored)
