@@ -247,9 +247,9 @@ def _line_width(text: str, font, size: int, h: int = 48) -> int:
     return round((box[2] - box[0] + 8) * h / (box[3] - box[1] + 8))
 
 
-def ocr_rec_lines(where: Path, n: int = 48, seed: int = 3, widths: tuple[int, ...] = (320, 160)) -> Path:
+def ocr_rec_lines(where: Path, n: int = 48, seed: int = 3, widths: tuple[int, ...] = (320, 272, 160)) -> Path:
     """Text lines at several widths, as PaddleOCR batches them: each line resized to height 48 and padded
-    to the narrowest of ``widths`` that holds it; one shard per width (``where/lines/x.0000K.npy`` with
+    to the narrowest of ``widths`` that holds it (a longer one squeezed to the widest); one shard per width (``where/lines/x.0000K.npy`` with
     ``y.0000K.npy``, labels padded with -1 to the longest string of that width). Returns the folder."""
     alphabet = rec_alphabet(model_file("ocr_rec"))
     index = {c: i for i, c in enumerate(alphabet) if i}

@@ -78,6 +78,8 @@ def test_eval_data_at_two_widths_is_scored_per_bucket_timed_per_bucket_and_reshi
     p50s = [b["p50"] for b in lat["buckets"]]
     assert lat["weighted_p50"] == pytest.approx((40 * p50s[0] + 24 * p50s[1]) / 64)
     assert lat["buckets"][0]["p50"] == pytest.approx(lat["p50"])  # bucket 0's are the main timed runs
+    b0, b1 = lat["buckets"]  # bucket 1 timed on its own (its timings equal bucket 0's only if copied)
+    assert (b1["p50"], b1["mean"]) != (b0["p50"], b0["mean"])
     assert fp32["parity"]["n"] == 64 and fp32["parity"]["buckets"] == 2
     # a file sized to one shape cannot score both: dropped at build, naming the shapes
     cands = {c["name"]: c for c in rep["search"]["candidates"]}
