@@ -348,18 +348,22 @@ def _check_shapes(ds: Dataset, xs, io: IOSpec, role: str, bucket: Bucket | None 
                             hint=f"cast it: x.astype('{spec.dtype}')")
 
 
-def fixed_shape_misfit(art, ds: Dataset) -> str | None:
-    """Why a file (an Artifact) cannot score eval data held at several sample shapes, or None: a file
-    whose input takes one fixed shape (static in the file, or sized by the data when it was converted:
-    a TFLite file from a dynamic ONNX) scores only one of them."""
+def fixed_shape_misfit(art, ds: Dataset, source_io: IOSpec | None = None) -> str | None:
+    """Why a file (an Artifact of the model ``source_io`` describes) cannot score eval data held at several
+    sample shapes, or None: a file whose input takes one fixed shape (static in the file, or sized by the
+    data when it was converted: a TFLite file from a dynamic ONNX) scores only one of them."""
     if not ds.buckets:
         return None
     from .ship import fixed_shapes
 
     sized = fixed_shapes(art)
-    for k, spec in enumerate(art.io.inputs[: len(ds.x_keys)]):
+    src_io = source_io or art.io
+    # the inputs the data feeds (not a stream's constants), by position: a converted file renames its inputs
+    keep = [k for k, s in enumerate(src_io.inputs) if ds.stream is None or s.name not in ds.stream.fed]
+    pairs = [(art.io.inputs[k], src_io.inputs[k].name) for k in keep if k < len(art.io.inputs)]
+    for k, (spec, src) in enumerate(pairs[: len(ds.x_keys)]):
         shapes = {b.shapes[k] for b in ds.buckets}
-        shape = tuple(sized[spec.name][0]) if spec.name in sized else tuple(spec.shape)
+        shape = tuple(sized[src][0]) if src in sized else tuple(spec.shape)
         if len(shapes) > 1 and shape and all(isinstance(d, int) and d > 0 for d in shape[1:]):
             return (f"input '{spec.name}' takes one fixed shape {shape}, and the eval data holds "
                     f"{ds.x_keys[k]!r} at {len(shapes)} shapes ({'; '.join(b.describe() for b in ds.buckets)}): a "

@@ -104,7 +104,7 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
 
     cache = default_cache() if opts.use_cache else None
     fp32 = _fp32_onnx(source, eval_ds, art_dir, cache, progress)
-    if misfit := fixed_shape_misfit(fp32, eval_ds):  # the float model itself takes one shape
+    if misfit := fixed_shape_misfit(fp32, eval_ds, source.artifact.io):  # the float model itself takes one shape
         raise BadInputError(f"the model's {misfit}", hint="export the model with dynamic axes for the sizes that vary "
                             "(torch.export's dynamic_shapes, or an ONNX file with symbolic dimensions)")
     return PreparedRun(model=model, target=target, recipe=recipe, measure=measure, gate=gate_cfg, out_dir=out_dir,

@@ -92,7 +92,7 @@ def build_recipe(run: PreparedRun, progress: Progress) -> tuple[dict[str, Artifa
     variants = build_variants(run.fp32, run.recipe, ctx, progress, source=run.source, cache=run.cache)
     variants, coreml_notes = set_aside_coreml(variants, run.target)  # Core ML prediction needs macOS
     for name, art in variants.items():
-        if misfit := fixed_shape_misfit(art, run.eval_ds):
+        if misfit := fixed_shape_misfit(art, run.eval_ds, run.source.artifact.io):
             raise BadInputError(f"variant {name}: {misfit}", hint="leave this variant out of the recipe, or deploy "
                                 "it with the eval shards of one shape")
     return variants, round(time.perf_counter() - started, 3), list(coreml_notes)

@@ -276,7 +276,7 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
                     art = run.cache.run(p, art, step.config, ctx, stem) if run.cache else \
                         p(art, step.config, ctx, out_name=stem)
                 c.artifact, c.status = art, "built"
-                if misfit := fixed_shape_misfit(art, run.eval_ds):  # eval data at several shapes
+                if misfit := fixed_shape_misfit(art, run.eval_ds, run.source.artifact.io):  # eval data at several shapes
                     c.drop("build", misfit)
                 elif run.gate.check_parity and (bad := parity_failure(art)):
                     # known on the host now: it must not race (and knock out a file that ships) and then
