@@ -126,3 +126,20 @@ def test_a_recipe_asking_for_a_fixed_shape_file_is_refused_before_the_device(cli
               "--out", "o3", *FAST)
     assert bad.exit_code == 2 and "variant tfl: input 'x' takes one fixed shape" in bad.stderr, bad.stderr
     assert not (lines / "o3/report.json").exists()
+
+
+def test_a_measurement_reused_from_the_cache_keeps_every_bucket(cli, lines, monkeypatch):
+    """The measurement cache stores a bucketed run's outputs per bucket: a re-deploy reuses them and scores
+    the same 64 samples to the same value."""
+    monkeypatch.setenv("EDGEKIT_NO_MEASURE_CACHE", "0")
+    monkeypatch.setenv("EDGEKIT_HOME", str(lines / "home"))  # a cache of this test's own
+    reps = []
+    for out in ("c1", "c2"):
+        r = cli("deploy", "model.onnx", "--target", "local", "--eval-data", "lines", "--no-search", "--out", out, *FAST)
+        assert r.exit_code in (0, 1), r.stdout + r.stderr
+        reps.append({v["name"]: v for v in json.loads((lines / out / "report.json").read_text())["variants"]})
+    first, again = reps
+    assert again["fp32"]["measurement"]["reused"] is True, again["fp32"].get("measurement")
+    for name, v in again.items():
+        assert v["accuracy"]["n"] == 64 and v["accuracy"]["value"] == first[name]["accuracy"]["value"], name
+        assert [b["samples"] for b in v["latency_ms"]["buckets"]] == [40, 24]
