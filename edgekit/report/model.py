@@ -617,7 +617,17 @@ class Report(_Open):
         return (f"metric: {name} ({direction} is better) on {n if n is not None else '?'} eval samples, against "
                 f"{'the labels' if against == 'labels' else 'the float model outputs (no labels)'}"
                 + (f", reading output(s) {', '.join(outs)}" if outs else "")
-                + (f"; model inputs {', '.join(self.settings.get('eval_inputs'))}" if self.settings.get("eval_inputs") else ""))
+                + (f"; model inputs {', '.join(self.settings.get('eval_inputs'))}" if self.settings.get("eval_inputs") else "")
+                + self._buckets_clause())
+
+    def _buckets_clause(self) -> str:
+        """Eval data at several shapes: which shape the latency columns are at, and where the rest is."""
+        buckets = (self.settings or {}).get("eval_shape_buckets")
+        if not buckets:
+            return ""
+        shapes = "; ".join(f"{' '.join(str(tuple(s)) for s in b['shapes'])} x{b['samples']}" for b in buckets)
+        return (f"; {len(buckets)} sample shapes ({shapes}): every sample scored, latency columns at the first "
+                "(each shape's p50 and the sample-weighted p50: latency_ms.buckets, weighted_p50 in report.json)")
 
     def variant(self, name: str) -> VariantResult:
         for v in self.variants:

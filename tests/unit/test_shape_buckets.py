@@ -68,6 +68,8 @@ def test_eval_data_at_two_widths_is_scored_per_bucket_timed_per_bucket_and_reshi
     assert [(b["shapes"], b["samples"], b["shards"]) for b in buckets] == [([[1, 4, 16]], 40, [0, 2]),
                                                                           ([[1, 4, 8]], 24, [1])]
     assert rep["settings"]["eval_samples"] == 64
+    said = " ".join((r.stdout + r.stderr).split())  # the summary says which shape the latency columns are at
+    assert "2 sample shapes ((1, 4, 16) x40; (1, 4, 8) x24): every sample scored, latency columns at the first" in said
     sess = ort.InferenceSession(str(lines / "model.onnx"))
     want, n = _by_hand(lines, lambda x: sess.run(None, {"x": x})[0])
     fp32 = next(v for v in rep["variants"] if v["name"] == "fp32")
