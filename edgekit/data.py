@@ -51,6 +51,11 @@ class Dataset:
         return len(self.xs[0])
 
     @property
+    def shards_per_bucket(self) -> list[int] | None:
+        """How many of ``shards`` (in bucket order) each shape bucket holds; None for one shape."""
+        return [len(b.shards) for b in self.buckets] if self.buckets else None
+
+    @property
     def total(self) -> int:
         """Every sample of the set, all shape buckets together."""
         return sum(b.n for b in self.buckets) if self.buckets else self.n
@@ -319,9 +324,10 @@ def check_fits(ds: Dataset, io: IOSpec, role: str = "eval", *, streams: bool = T
         raise DataError(f"{role} data {ds.path.name} has {len(ds.xs)} input array(s) {list(ds.x_keys)}; the model "
                         f"takes {len(io.inputs)} ({', '.join(i.name for i in io.inputs)})",
                         hint="pass --x-key a,b (the data's array names, in the model's input order)")
-    for b in ds.buckets or ():
+    for b in ds.buckets or ():  # bucket 0's arrays are ds.xs
         _check_shapes(ds, b.xs, io, role, b)
-    _check_shapes(ds, ds.xs, io, role)
+    if not ds.buckets:
+        _check_shapes(ds, ds.xs, io, role)
     return ds
 
 

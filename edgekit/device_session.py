@@ -244,12 +244,11 @@ class DeviceSession:
     # --- delivery --------------------------------------------------------------------------------
     def use_eval(self, ds: Dataset, art_dir: Path) -> None:
         """Deliver the eval set (by content) that every measurement with ``with_eval`` reads."""
-        from .agent.protocol import eval_buckets
         from .data import eval_bundle
 
         self._eval_bundle = eval_bundle(ds, art_dir)
         self._eval_keys = ds.x_keys
-        self._eval_buckets = eval_buckets(ds)  # shards per shape bucket, or None
+        self._eval_buckets = ds.shards_per_bucket  # or None: one shape
         self._stream = ds.stream  # constant/state inputs (edgekit/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
@@ -444,7 +443,7 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
         size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
         load_ms=doc.load_ms,
         latency_ms={"warmup": lat.warmup, "runs": lat.runs, "raw": lat.raw, **stats.to_dict(), **doc.warmup_fields(),
-                    **bucket_latency(lat.model_extra or {}),
+                    **weighted_latency(lat.model_extra or {}),
                     **doc.timer_fields(), **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {})},
         peak_memory_mb=doc.memory.get("peak_rss_mb"), memory=doc.memory,
         energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"), energy_source=doc.energy.get("source"),
@@ -455,7 +454,7 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
     )
 
 
-def bucket_latency(extra: dict) -> dict:
+def weighted_latency(extra: dict) -> dict:
     """An eval set at several sample shapes: the agent timed one chunk per shape bucket (bucket 0's are
     the main timed runs, which the statistics above describe); the sample-weighted mean and p50 say
     what a sample of the set costs on average."""
@@ -463,7 +462,7 @@ def bucket_latency(extra: dict) -> dict:
     if not buckets:
         return {}
     n = sum(b["samples"] for b in buckets)
-    return {"buckets": buckets, "at_shapes": buckets[0]["shapes"],
+    return {"buckets": buckets,
             "weighted_mean": sum(b["mean"] * b["samples"] for b in buckets) / n,
             "weighted_p50": sum(b["p50"] * b["samples"] for b in buckets) / n}
 

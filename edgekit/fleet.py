@@ -98,12 +98,12 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
     rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
-    variants, passes_seconds, warnings = build_recipe(run, progress)
-    settings = run_settings(run, opts)
-    if opts.shard_eval and run.eval_ds.buckets:
+    if opts.shard_eval and run.eval_ds.buckets:  # before any build
         raise BadInputError(f"--shard-eval splits the eval set into contiguous slices, and eval data "
                             f"{run.eval_ds.path.name} holds {len(run.eval_ds.buckets)} shape buckets",
                             hint="drop --shard-eval (every unit scores all of it), or deploy once per shape")
+    variants, passes_seconds, warnings = build_recipe(run, progress)
+    settings = run_settings(run, opts)
     bounds = shard_bounds(run.eval_ds.n, m) if opts.shard_eval else [None] * m
     units = [Unit(e.name, shard=b) for e, b in zip(entries, bounds)]
     judged = [n for n in variants if n != rec.baseline] or [rec.baseline]

@@ -170,7 +170,7 @@ def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]
 
 def eval_request(eval_remote, x_keys, buckets=None) -> EvalRequest | None:
     """``eval_remote``: the remote .npz, or a list of shards (array name -> remote .npy); ``buckets``:
-    the number of shards in each shape bucket (:func:`eval_buckets`), None for one shape."""
+    the number of shards in each shape bucket (``Dataset.shards_per_bucket``), None for one shape."""
     if not eval_remote:
         return None
     if isinstance(eval_remote, str):
@@ -178,10 +178,6 @@ def eval_request(eval_remote, x_keys, buckets=None) -> EvalRequest | None:
     return EvalRequest(shards=[{k: sh[k] for k in x_keys} for sh in eval_remote], x_keys=list(x_keys),
                        buckets=list(buckets) if buckets else None)
 
-
-def eval_buckets(ds) -> list[int] | None:
-    """Shards per shape bucket of an eval Dataset (its shards are in bucket order), or None."""
-    return [len(b.shards) for b in ds.buckets] if ds.buckets else None
 
 
 def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[str], source_io,

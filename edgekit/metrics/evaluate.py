@@ -170,7 +170,8 @@ def _bucket_refs(plan: EvalPlan, source, eval_ds, ref0) -> list[BucketRef]:
     if plan.metric.stats(plan.picked(ref0), plan.targets()) is None:
         raise MetricError(f"metric {plan.metric.label()} is not scored per sample, and eval data {eval_ds.path.name} "
                           f"holds samples at several shapes ({shapes}), which are scored bucket by bucket and joined",
-                          hint="deploy once per shape, or use a metric with per-sample statistics")
+                          hint="deploy once per shape, or use a metric with per-sample statistics (a user metric "
+                          "may return one score per sample)")
     out = [BucketRef(shapes=eval_ds.buckets[0].shapes, n=eval_ds.buckets[0].n, labels=eval_ds.y, reference=ref0)]
     for b in eval_ds.buckets[1:]:
         out.append(BucketRef(shapes=b.shapes, n=b.n, labels=b.y,
@@ -189,24 +190,20 @@ def score_drops(variants: list, outputs: dict[str, list[np.ndarray]], plan: Eval
     if base is None or base.accuracy is None or baseline not in outputs:
         return []
     warnings: list[str] = []
-    if plan.buckets:  # several shapes: the paired statistics read the per-sample rows of every bucket
-        base_stats = plan.stats(outputs[baseline])
-        base_out, targets = [base_stats], None
-    else:
-        base_out = plan.picked(outputs[baseline])
-        targets = plan.targets()
-        base_stats = plan.metric.stats(base_out, targets)
+    # per-sample statistics over every shape bucket; the outputs themselves only for a metric without them
+    # (re-scored per resample), which eval_plan refuses for data at several shapes
+    base_stats = plan.stats(outputs[baseline])
+    targets = plan.targets()
+    base_out = None if plan.buckets else plan.picked(outputs[baseline])
     for v in variants:
         if v.accuracy is None or v.name not in outputs:
             continue
         v.accuracy_drop = round(plan.metric.worse_by(base.accuracy.value, v.accuracy.value), 6) + 0.0
         if v is base:
             continue
-        if plan.buckets:
-            var_stats = plan.stats(outputs[v.name])
-            st = paired_drop(plan.metric, base_out, [var_stats], None, base_stats=base_stats, var_stats=var_stats)
-        else:
-            st = paired_drop(plan.metric, base_out, plan.picked(outputs[v.name]), targets, base_stats=base_stats)
+        var_stats = plan.stats(outputs[v.name]) if base_stats is not None else None
+        st = paired_drop(plan.metric, base_out, None if plan.buckets else plan.picked(outputs[v.name]), targets,
+                         base_stats=base_stats, var_stats=var_stats)
         v.accuracy_stats = st.to_dict()
         if tolerance is not None and st.resolution is not None and st.resolution > tolerance:
             v.accuracy_stats["resolves_tolerance"] = False

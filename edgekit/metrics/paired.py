@@ -50,12 +50,13 @@ def _mcnemar(base_hit: np.ndarray, var_hit: np.ndarray) -> float:
     return float(binomtest(min(b, c), b + c, 0.5).pvalue)
 
 
-def paired_drop(metric: Metric, base_outputs: list[np.ndarray], var_outputs: list[np.ndarray],
+def paired_drop(metric: Metric, base_outputs: list[np.ndarray] | None, var_outputs: list[np.ndarray] | None,
                 labels: np.ndarray | None, *, base_stats: np.ndarray | None = None,
                 var_stats: np.ndarray | None = None, alpha: float = 0.05, seed: int = 0,
                 resamples: int | None = None) -> PairedDrop:
     rng = np.random.default_rng(seed)
-    n = len(base_outputs[0])
+    # the outputs may be left out when both sides' per-sample statistics are given (data at several shapes)
+    n = len(base_stats) if base_stats is not None else len(base_outputs[0])
     sign = 1.0 if metric.direction == "higher" else -1.0
     if base_stats is None:
         base_stats = metric.stats(base_outputs, labels)

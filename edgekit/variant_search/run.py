@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.inprocess import load_agent
-from ..agent.protocol import build_request, eval_buckets, load_outputs
+from ..agent.protocol import build_request, load_outputs
 from ..artifact import Artifact
 from ..data import eval_bundle, fixed_shape_misfit
 from ..device_session import DeviceSession, Measured, MeasureFailure, RunSettings
@@ -300,7 +300,7 @@ def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float |
                         eval_remote=str(eval_file) if isinstance(eval_file, Path) else
                         [{k: str(f) for k, f in sh.items()} for sh in eval_file],
                         x_keys=run.eval_ds.x_keys, outputs_remote=str(out), stream=run.eval_ds.stream,
-                        eval_buckets=eval_buckets(run.eval_ds))
+                        eval_buckets=run.eval_ds.shards_per_bucket)
     try:
         agent.measure(req.wire())
         return run.plan.score(load_outputs(out)).value

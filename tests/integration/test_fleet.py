@@ -174,6 +174,26 @@ def test_a_unit_killed_mid_run_is_reported_and_the_others_finish(three, mlp, tmp
     assert r2.gate.passed and r2.fleet.judged_unit == "u2", r2.gate
 
 
+def test_shard_eval_refuses_eval_data_at_several_shapes_before_any_build(three, tmp_path):
+    """Contiguous slices of a set held in shape buckets would cut across shapes: refused by name (exit 2's
+    BadInputError), before any variant is built or measured."""
+    from edgekit.errors import BadInputError
+    from tests.unit.test_shape_buckets import _model
+
+    _model(tmp_path / "lines.onnx")
+    d = tmp_path / "lines"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for shard, width in enumerate((16, 8)):
+        np.save(d / f"x.{shard:05d}.npy", rng.standard_normal((12, 1, 4, width)).astype(np.float32))
+        np.save(d / f"y.{shard:05d}.npy", rng.integers(0, 5, 12))
+    with pytest.raises(BadInputError, match="--shard-eval splits the eval set .* holds 2 shape buckets"):
+        edgekit.deploy(tmp_path / "lines.onnx", eval_data=d, target="local", pool="local:lab", shard_eval=True,
+                       out=tmp_path / "o", **FAST)
+    assert not (tmp_path / "o" / "report.json").exists()
+    assert not list((tmp_path / "o" / "artifacts").iterdir())  # nothing built (the default recipe's INT8 file)
+
+
 def test_fleet_refuses_a_bad_pool_before_any_work(home, cli, mlp, tmp_path):
     r = cli("deploy", mlp[0], "--eval-data", mlp[1], "--pool", "local:nowhere", "--out", tmp_path / "o")
     assert r.exit_code == 2 and "pool 'local:nowhere' is empty" in r.stderr, r.stderr

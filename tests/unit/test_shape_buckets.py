@@ -17,15 +17,21 @@ FAST = ("--runs", "5", "--min-seconds", "0", "--warmup", "1")
 WIDTHS = {16: 40, 8: 24}  # width -> samples: width 16 is the most common shape (bucket 0)
 
 
-def _model(path) -> None:
-    """x (N, 1, 4, W), W dynamic -> Conv (kernel 4x3) -> mean over W -> logits (N, 5)."""
+def _model(path, state: bool = False) -> None:
+    """x (N, 1, 4, W), W dynamic -> Conv (kernel 4x3) -> mean over W -> logits (N, 5); ``state``: also an
+    input ``state`` (1, 5) and an output ``stateN`` = state + logits (a stream's state)."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((5, 1, 4, 3)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b")
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[0, 1, 0, 1]),
              helper.make_node("ReduceMean", ["c"], ["logits"], axes=[2, 3], keepdims=0)]
-    g = helper.make_graph(nodes, "lines", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 4, "width"])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 5])], [w, b])
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 4, "width"])]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 5])]
+    if state:
+        nodes.append(helper.make_node("Add", ["state", "logits"], ["stateN"]))
+        ins.append(helper.make_tensor_value_info("state", TensorProto.FLOAT, [1, 5]))
+        outs.append(helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [1, 5]))
+    g = helper.make_graph(nodes, "lines", ins, outs, [w, b])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.checker.check_model(m)
@@ -119,6 +125,23 @@ def test_what_cannot_take_several_shapes_is_refused_by_name(cli, lines):
         bad.stderr
     assert not (lines / "o1/report.json").exists() and not (lines / "o2/report.json").exists()
     assert "Traceback" not in bad.stderr
+
+
+def test_a_metric_without_per_sample_scores_and_a_stream_are_refused_by_name(cli, lines):
+    """Shapes are scored bucket by bucket and joined per sample: a user metric that returns one float cannot be
+    joined, and a state carried sample to sample cannot cross shapes. Both exit 2 before any build."""
+    (lines / "mymetric.py").write_text("import numpy as np\n\ndef acc(outputs, labels):\n"
+                                       "    return float((outputs[0].argmax(1) == labels).mean())\n")
+    bad = cli("deploy", "model.onnx", "--target", "local", "--eval-data", "lines", "--metric", "mymetric.py:acc",
+              "--out", "o4", *FAST)
+    assert bad.exit_code == 2 and "is not scored per sample" in bad.stderr and "one score per sample" in bad.stderr, \
+        bad.stderr
+    _model(lines / "stream.onnx", state=True)
+    bad = cli("deploy", "stream.onnx", "--target", "local", "--eval-data", "lines", "--state", "stateN:state",
+              "--out", "o5", *FAST)
+    assert bad.exit_code == 2 and "a stream runs at one shape" in bad.stderr, bad.stderr
+    assert not (lines / "o4/report.json").exists()
+    assert not (lines / "o5/report.json").exists() and "Traceback" not in bad.stderr
 
 
 def test_a_recipe_asking_for_a_fixed_shape_file_is_refused_before_the_device(cli, lines):
