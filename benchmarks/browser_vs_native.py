@@ -105,7 +105,7 @@ def main(argv=None) -> None:
                 for (name, fmt), model in models.items():
                     for threads in (1, 2):
                         req = _request(model, Path(td), threads)
-                        native = agent.measure(json.loads(req.read_text()))
+                        native = agent.measure.measure(json.loads(req.read_text()))
                         web, code = measure_in_page(t.page, str(req), timeout=600)
                         if code != 0:
                             raise SystemExit(f"{name} ({fmt}) t{threads} in the browser: {web['error']}")

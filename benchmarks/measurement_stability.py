@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-AGENT = ROOT / "device_agents" / "edgekit_agent.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
@@ -69,7 +68,9 @@ def agent_profile(model: Path, shape: list[int], args, workdir: Path, energy_roo
         req["energy"] = {"sources": ["rapl"], "sysfs_root": str(energy_root), "baseline_seconds": 0.2, "sample_hz": 50}
     rp = workdir / "req.json"
     rp.write_text(json.dumps(req))
-    out = subprocess.run([sys.executable, str(AGENT), str(rp)], capture_output=True, text=True, timeout=600)
+    from edgekit.agent.package import agent_pyz
+
+    out = subprocess.run([sys.executable, str(agent_pyz()), str(rp)], capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise SystemExit(f"agent failed: {out.stderr[-800:]}")
     doc = json.loads(out.stdout)

@@ -6,7 +6,7 @@ taking a ``convert.hops.HopInput``) and from which format, the precisions and ho
 the variants it adds to a target's recipe and to the search, the pip extra and packages doctor checks,
 and the loader when edgekit can start from such a file. ``SUFFIXES``, ``RUNTIME_FOR_FORMAT`` and
 the rest are derived from it. Adding a runtime = a ``Format`` member and a row here, the agent's
-runner (``device_agents/edgekit_agent.py``) and the hop module.
+runner (``device_agents/edgekit_agent/runners/``) and the hop module.
 
 This module imports nothing heavy (the hops and loaders are named, imported when used).
 """

@@ -80,7 +80,7 @@ def host_threads(override: int | None = None) -> HostThreads:
     the free CPU (affinity and cgroup quota less the run queue, at least 1)."""
     from .agent.inprocess import load_agent
 
-    cpu = load_agent().cpu_budget()
+    cpu = load_agent().device.cpu_budget()
     if override is not None:
         return HostThreads(_parse(override, "--host-threads"), "--host-threads", cpu)
     if os.environ.get(ENV, "").strip():

@@ -109,7 +109,7 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
     # checked against it: ONNX Runtime Web against onnxruntime, LiteRT.js against the LiteRT interpreter)
     runtime = NATIVE_OF_WEB.get(rt.get("runtime"), rt.get("runtime"))
     agent = load_agent()
-    if runtime not in agent.RUNNERS:  # checked first: a Core ML package is not even hashed here
+    if runtime not in agent.runners.RUNNERS:  # checked first: a Core ML package is not even hashed here
         row = spec_for_runtime(str(runtime))
         raise BadInputError(f"{rt.get('file')} is a {row.label if row else str(runtime)} model: it runs on "
                             f"{runtime}, which edgekit's agent does not run on this host",
@@ -126,7 +126,7 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
                             eval_remote=str(x_path), x_keys=list(feed), outputs_remote=str(y_path), runtime=runtime,
                             runtime_options=rt.get("options") or None, stream=stream)
         try:
-            agent.measure(req.wire())
+            agent.measure.measure(req.wire())
         except agent.AgentFailure as exc:
             hint = ("install the runtime (edgekit doctor names its package)" if exc.kind == "runtime_missing" else
                     "check the inputs' shapes and dtypes against ship.json's interface")

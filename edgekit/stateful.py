@@ -11,7 +11,7 @@
 :class:`Stream` assembles each run's feed (the data's arrays, the constants, the state, in the model's
 input order); :func:`run` runs a one-feed function over the data that way (the host's reference
 outputs), :func:`feeds` yields the feeds in order (static INT8 calibration). The agent does the same
-from the request's ``stream`` (``device_agents/edgekit_agent.py`` ``stream_plan``); both join the
+from the request's ``stream`` (``device_agents/edgekit_agent/streams.py`` ``stream_plan``); both join the
 per-sample outputs alike (:func:`join_samples`).
 """
 

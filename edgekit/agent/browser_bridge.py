@@ -1,7 +1,7 @@
 """The host half of the browser agent: an agent request in, the agent's answer out, the page measuring.
 
-The data handling is the device agent's own code (``device_agents/edgekit_agent.py``, loaded in process:
-``load_eval``, ``_prepare``/``_restore_output``, the stream plan, padding a fixed batch), so the page sees
+The data handling is the device agent's own code (``device_agents/edgekit_agent/``, loaded in process:
+its ``tensors`` and ``streams`` modules: the eval shards, layout and dtype, the stream plan, padding a fixed batch), so the page sees
 exactly the tensors the Python agent would feed its runner. The page (``device_agents/browser/agent.js``)
 loads the model with ONNX Runtime Web, warms up, times the runs and the eval pass; its outputs come back
 by upload and are written as the agent's outputs file. What the page cannot measure is null with its
@@ -53,7 +53,7 @@ def _fail(kind: str, message: str) -> tuple[dict, int]:
 
 
 def _facts(page, hello: dict) -> dict:
-    facts = dict(load_agent().device_facts(), arch="wasm32", os="browser", host_arch=platform.machine(),
+    facts = dict(load_agent().device.device_facts(), arch="wasm32", os="browser", host_arch=platform.machine(),
                  browser=f"Chromium {page.version}" if page.version else "Chromium", user_agent=hello.get("user_agent"))
     facts.pop("python", None)  # the page runs no Python
     facts["wasm"] = _features(hello)
@@ -75,7 +75,7 @@ def probe_page(page) -> tuple[dict, int]:
     hello = page.open(page.threads or 1)
     agent = load_agent()
     return {"protocol": agent.PROTOCOL, "agent_version": agent.AGENT_VERSION, "ok": True, "device": _facts(page, hello),
-            "device_state": agent.device_state(),
+            "device_state": agent.device.device_state(),
             "runtimes": {"onnxruntime": hello.get("ort_version"), **({"litert": page.litert_version} if page.litert else {})},
             "features": _features(hello)}, 0
 
@@ -115,8 +115,8 @@ def _litert_keys(agent, model: str, in_specs: list[dict], out_specs: list[dict])
 
         it = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
         graph_in, graph_out = it.get_input_details(), it.get_output_details()
-        ins = agent.LiteRTRunner._in_spec_order(graph_in, in_specs)
-        outs = agent.LiteRTRunner._in_spec_order(graph_out, out_specs)
+        ins = agent.runners.LiteRTRunner.in_spec_order(graph_in, in_specs)
+        outs = agent.runners.LiteRTRunner.in_spec_order(graph_out, out_specs)
         sigs = it.get_signature_list()
         if sigs:
             runner = it.get_signature_runner(next(iter(sigs)))
@@ -221,13 +221,13 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
     try:
         opts = _check(req, page)
         model = req["model"]
-        if req.get("model_sha256") and agent.model_sha256(model, req.get("companions")) != req["model_sha256"]:
+        if req.get("model_sha256") and agent.hashing.model_sha256(model, req.get("companions")) != req["model_sha256"]:
             raise _Refused("integrity", f"model file {model} does not match its sha256 (corrupted transfer)")
         in_specs, out_specs = req["inputs"], req.get("outputs") or []
         runtime = req["runtime"]
         keys, out_keys = _litert_keys(agent, model, in_specs, out_specs) if runtime == "litert" else (None, None)
-        plan = agent.stream_plan(np, req, in_specs, out_specs)
-        data_specs = agent.data_specs(plan, in_specs)
+        plan = agent.streams.stream_plan(req, in_specs, out_specs)
+        data_specs = agent.streams.data_specs(plan, in_specs)
         static = _static_batch(data_specs)
         ev = req.get("eval")
         bs = static or int((ev or {}).get("batch_size", 64))
@@ -235,14 +235,14 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
             raise _Refused("bad_data", "the page scores eval data of one sample shape; this eval set holds "
                                  f"{len(ev['buckets'])} shape buckets (deploy the page once per shape)")
         if ev:
-            shards = agent.load_eval(np, ev, data_specs)
-            sample = [agent._pad(np, np.asarray(x[0:static or 1]), static or 1) for x in shards[0]]
+            shards = agent.tensors.load_eval(ev, data_specs)
+            sample = [agent.tensors.pad(np.asarray(x[0:static or 1]), static or 1) for x in shards[0]]
         else:
-            shards, sample = [], agent.synthetic_inputs(np, data_specs)
+            shards, sample = [], agent.tensors.synthetic_inputs(data_specs)
 
         def feed(chunk):
-            xs = agent.assemble(plan, chunk, agent.zero_state(np, plan, in_specs))
-            return [tensors.spec(s["name"], agent._prepare(np, x, s), keys[i] if keys else None)
+            xs = agent.streams.assemble(plan, chunk, agent.streams.zero_state(plan, in_specs))
+            return [tensors.spec(s["name"], agent.tensors.prepare(x, s), keys[i] if keys else None)
                     for i, (x, s) in enumerate(zip(xs, in_specs))]
 
         batches, kept = [], []
@@ -250,7 +250,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
             for i in range(0, len(xs[0]), bs):
                 chunk = [np.asarray(x[i:i + bs]) for x in xs]
                 kept.append(len(chunk[0]))
-                batches.append(feed([agent._pad(np, c, static) for c in chunk] if static else chunk))
+                batches.append(feed([agent.tensors.pad(c, static) for c in chunk] if static else chunk))
         threads = int(req.get("threads", 1))
         hello = page.open(threads)
         job = {"kind": "measure", "id": uuid.uuid4().hex, "variant": req.get("variant"), "runtime": runtime,
@@ -262,8 +262,8 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
                "max_seconds": float(req.get("max_seconds", 120.0)), "timed_inputs": feed(sample),
                "eval_batches": batches, "min_sample_ms": THROTTLED_SAMPLE_MS if page.emulation_applied else 0}
         job["upload_url"] = f"/upload/{job['id']}"
-        state_before = agent.device_state()
-        busy, browser0 = agent.BusyMeter(), _browser_cpu_s(page)
+        state_before = agent.device.device_state()
+        busy, browser0 = agent.device.BusyMeter(), _browser_cpu_s(page)
         _reset_peaks(page)
         got = page.run_job(job, timeout)
         other_cpu = _others(busy, _browser_cpu_s(page) - browser0)
@@ -284,7 +284,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         return _fail(exc.kind, exc.message)
     finally:
         tensors.drop()
-    warnings = agent.state_warnings(state_before, agent.device_state(), other_cpu)
+    warnings = agent.device.state_warnings(state_before, agent.device.device_state(), other_cpu)
     # what the page says it set (it reads the count from its URL once per load), not what was asked
     eff_threads = int(hello.get("threads") or 1) if hello.get("wasm_threads") else 1
     if eff_threads != threads:
@@ -295,7 +295,7 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
     doc = {
         "protocol": agent.PROTOCOL, "agent_version": agent.AGENT_VERSION, "ok": True, "variant": req.get("variant"),
         "device": _facts(page, hello),
-        "device_state": {"before": state_before, "after": agent.device_state(), "other_cpu_fraction": other_cpu},
+        "device_state": {"before": state_before, "after": agent.device.device_state(), "other_cpu_fraction": other_cpu},
         "runtime": {"name": PAGE_RUNTIMES[runtime][1], "version": hello.get("ort_version") if runtime == "onnxruntime"
                     else page.litert_version, "threads": eff_threads, "delegate": "wasm",
                     **({"options": opts} if opts else {}), "features": _features(hello)},
@@ -307,14 +307,14 @@ def measure_in_page(page, request_path: str, timeout: float) -> tuple[dict, int]
         "memory": {"peak_rss_mb": peak_mb, "source": "renderer VmHWM" if peak_mb is not None else None,
                    "reason": peak_reason, "pss_mb": None, "arena_mb": None,
                    "arena_reason": f"{PAGE_RUNTIMES[runtime][1]} does not expose its arena size", **mem},
-        "energy": agent.no_energy(["not readable from a browser page"], (req.get("energy") or {}).get("sources")),
+        "energy": agent.energy.no_energy(["not readable from a browser page"], (req.get("energy") or {}).get("sources")),
         "warnings": warnings,
         "eval": {"samples": n, "batch_size": bs, "static_batch": static,
                  "seconds": got.get("eval_seconds")} if shards else None,
         "outputs_path": outputs_path if shards else None,
     }
     if req.get("profile"):
-        doc["op_profile"] = agent.no_op_profile(f"{PAGE_RUNTIMES[runtime][1]} has no per-op profiler the page can read")
+        doc["op_profile"] = agent.runners.base.no_op_profile(f"{PAGE_RUNTIMES[runtime][1]} has no per-op profiler the page can read")
     return doc, 0
 
 
@@ -328,6 +328,6 @@ def _outputs(np, agent, page, jid, n_batches, got, out_specs, kept, static) -> l
                 raise _Refused("inference_failed", f"the page did not return output {o} of eval batch {b}")
             dtype, shape, body = up
             y = np.frombuffer(body, dtype=_NP_OF_WEB.get(dtype, "float32")).reshape(shape)
-            y = agent._restore_output(np, y, out_specs[o] if o < len(out_specs) else None)
+            y = agent.tensors.restore_output(y, out_specs[o] if o < len(out_specs) else None)
             per_output[o].append(y[:kept[b]] if static and y.ndim and len(y) == static else y)
     return [np.concatenate(parts, axis=0) for parts in per_output]

@@ -14,21 +14,13 @@ from pathlib import Path
 from ..errors import AgentError, TransportError
 from ..fsutil import sha256_file
 from ..transport.base import Transport
+from .package import agent_pyz
 
-AGENT_FILE = "edgekit_agent.py"
 
 
 def agent_source() -> Path:
-    """device_agents/edgekit_agent.py from the source tree, or the copy shipped in the wheel."""
-    src = Path(__file__).resolve().parents[2] / "device_agents" / AGENT_FILE
-    if src.is_file():
-        return src
-    from importlib.resources import files
-
-    shipped = Path(str(files("edgekit._device_agents"))) / AGENT_FILE
-    if shipped.is_file():
-        return shipped
-    raise FileNotFoundError("edgekit's device agent is missing from this installation; reinstall edgekit")
+    """The device agent as one file: the deterministic zipapp built from device_agents/edgekit_agent/."""
+    return agent_pyz()
 
 
 @dataclass
@@ -67,7 +59,7 @@ class BundleDeployer:
         replaced, never run."""
         src = agent_source()
         digest = sha256_file(src)
-        remote = self.t.remote_path(f"agent/edgekit_agent-{digest[:16]}.py")
+        remote = self.t.remote_path(f"agent/edgekit_agent-{digest[:16]}.pyz")
         if self._self_hash(remote) == digest:
             self.stats.files_reused += 1
             return remote
@@ -89,7 +81,7 @@ class BundleDeployer:
         raise AgentError(
             f"the agent does not start on the device with '{self.t.python}' (exit {res.returncode}): "
             f"{(res.stderr or res.stdout).strip()[-400:]}",
-            hint="the device needs Python 3.8+; set the device's python command in the inventory")
+            hint="the device needs Python 3.9+; set the device's python command in the inventory")
 
     def remote_hashes(self, remotes: list[str]) -> dict[str, str | None]:
         res = self.t.run([self.t.python, self.agent, "--sha256", *remotes], timeout=self.timeout)

@@ -80,7 +80,7 @@ class SustainedRequest(_Strict):
 
 
 class AgentRequest(_Strict):
-    """What the agent reads (device_agents/edgekit_agent.py ``measure``)."""
+    """What the agent reads (device_agents/edgekit_agent/measure.py)."""
 
     protocol: int = PROTOCOL
     variant: str

@@ -72,10 +72,10 @@ def run_ncnn_all(path: Path, io: IOSpec, xs: list[np.ndarray], fp16: str) -> lis
     ins = [s.model_dump(mode="json") for s in io.inputs]
     outs = [s.model_dump(mode="json") for s in io.outputs]
     try:
-        runner = agent.RUNNERS["ncnn"](str(path), 1, ins, outs, runtime_options={"fp16": fp16})
+        runner = agent.runners.RUNNERS["ncnn"](str(path), 1, ins, outs, runtime_options={"fp16": fp16})
     except agent.AgentFailure as exc:
         raise ConversionError(f"the model does not load in NCNN: {exc}", hop=HOP) from exc
-    return run_batched(lambda feed: runner.run([agent._prepare(np, x, s) for x, s in zip(feed, ins)]), list(xs), 1)
+    return run_batched(lambda feed: runner.run([agent.tensors.prepare(x, s) for x, s in zip(feed, ins)]), list(xs), 1)
 
 
 def unknown_layers(param: Path) -> dict[str, int]:

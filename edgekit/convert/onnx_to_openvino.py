@@ -120,13 +120,13 @@ def run_ir_all(path: Path, io, xs: list[np.ndarray], threads: int = 1, *, stream
     ins = [s.model_dump(mode="json") for s in io.inputs]
     outs = [s.model_dump(mode="json") for s in io.outputs]
     try:
-        runner = agent.RUNNERS["openvino"](str(path), threads, ins, outs)
+        runner = agent.runners.RUNNERS["openvino"](str(path), threads, ins, outs)
     except agent.AgentFailure as exc:
         raise ConversionError(f"the IR does not load in OpenVINO's CPU plugin: {exc}", hop=HOP) from exc
 
     def once(feed: list[np.ndarray]) -> list[np.ndarray]:
-        got = runner.run([agent._prepare(np, x, s) for x, s in zip(feed, ins)])
-        return [agent._restore_output(np, y, s) for y, s in zip(got, outs)]
+        got = runner.run([agent.tensors.prepare(x, s) for x, s in zip(feed, ins)])
+        return [agent.tensors.restore_output(y, s) for y, s in zip(got, outs)]
 
     if stream is not None:
         return run_stream(once, list(xs), stream), runner.options["inference_precision"]

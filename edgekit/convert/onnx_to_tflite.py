@@ -171,7 +171,7 @@ def _offline_onnx2tf(sample_path: Path) -> Iterator[None]:
 
 def _agent():
     """The device agent module, loaded once in this process (``agent/inprocess.py``): parity on the
-    host runs the very code the device runs (LiteRTRunner, _prepare, _restore_output)."""
+    host runs the very code the device runs (LiteRTRunner, tensors.prepare, tensors.restore_output)."""
     from ..agent.inprocess import load_agent
 
     return load_agent()
@@ -233,7 +233,7 @@ def _litert_runner(path: Path, threads: int = 1, input_specs=None):
     agent = _agent()
     probe_litert(path)
     try:
-        return agent.LiteRTRunner(str(path), threads, input_specs=input_specs)
+        return agent.runners.LiteRTRunner(str(path), threads, input_specs=input_specs)
     except agent.AgentFailure as exc:
         raise ConversionError(exc.message, hop=HOP,
                               hint="a model that needs TensorFlow Flex ops cannot run on a device's LiteRT "
@@ -255,7 +255,7 @@ def run_tflite_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 
     batch = model_batch([tuple(int(v) for v in d["shape"]) for d in runner.inputs]) or 1
 
     def once(feed: list[np.ndarray]) -> list[np.ndarray]:
-        prepared = [agent._prepare(np, x, s) for x, s in zip(feed, ins)]
+        prepared = [agent.tensors.prepare(x, s) for x, s in zip(feed, ins)]
         try:
             got = runner.run(prepared)
         except Exception as exc:  # the interpreter raises RuntimeError/ValueError naming the kernel and node
@@ -274,7 +274,7 @@ def run_tflite_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 
         res = []
         for spec, j in zip(outs, order):
             y = got[j] if j < len(got) else got[-1]
-            res.append(agent._restore_output(np, y, spec))
+            res.append(agent.tensors.restore_output(y, spec))
         return res
 
     return run_batched(once, list(xs), batch)

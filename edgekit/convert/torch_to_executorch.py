@@ -151,7 +151,7 @@ def _delegation(edge) -> dict:
 
 def run_pte_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
     """Every output of a .pte on ``xs`` (user layout and dtype), in ``io.outputs`` order, fed with the
-    agent's own code (ExecuTorchRunner, _prepare, _restore_output) in chunks of its fixed batch."""
+    agent's own code (ExecuTorchRunner, tensors.prepare, tensors.restore_output) in chunks of its fixed batch."""
     from ..agent.inprocess import load_agent
     from ..source import run_batched
 
@@ -159,17 +159,17 @@ def run_pte_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) 
     ins = [s.model_dump(mode="json") for s in io.inputs]
     outs = [s.model_dump(mode="json") for s in io.outputs]
     try:
-        runner = agent.RUNNERS["executorch"](str(path), threads, ins, outs)
+        runner = agent.runners.RUNNERS["executorch"](str(path), threads, ins, outs)
     except agent.AgentFailure as exc:
         raise ConversionError(f"the .pte does not load in ExecuTorch's runtime: {exc}", hop=HOP) from exc
 
     def once(feed: list[np.ndarray]) -> list[np.ndarray]:
         try:
-            got = runner.run([agent._prepare(np, x, s) for x, s in zip(feed, ins)])
+            got = runner.run([agent.tensors.prepare(x, s) for x, s in zip(feed, ins)])
         except Exception as exc:  # the runtime raises RuntimeError naming the failed kernel/delegate
             raise ConversionError(f"the .pte fails in ExecuTorch's runtime: {str(exc).strip()[:400]}",
                                   hop=HOP) from exc
-        return [agent._restore_output(np, y, s) for y, s in zip(got, outs)]
+        return [agent.tensors.restore_output(y, s) for y, s in zip(got, outs)]
 
     return run_batched(once, list(xs), runner.static_batch())
 

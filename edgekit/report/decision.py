@@ -62,7 +62,7 @@ def ship_decision(ship: VariantResult, base: VariantResult, lost: dict[str, str]
     return Decision(ship=ship.name, reason=reason + busy_note(ship, base), lost=lost, proved_faster=faster)
 
 
-BUSY_OTHER_CPU = 0.15  # the agent's threshold (edgekit_agent.BUSY_OTHER_CPU): other processes' share of the CPU
+BUSY_OTHER_CPU = 0.15  # the agent's threshold (device_agents/edgekit_agent/device.py BUSY_OTHER_CPU): other processes' share of the CPU
 
 
 def busy_note(*variants: VariantResult) -> str:

@@ -253,7 +253,7 @@ class VariantResult(_Open):
     energy_mj_per_inference: float | None = None
     energy_source: str | None = None
     energy_reason: str | None = None
-    # The agent's full energy record: source, sample rate, baseline, uncertainty (see edgekit_agent.py).
+    # The agent's full energy record: source, sample rate, baseline, uncertainty (see device_agents/edgekit_agent/energy.py).
     energy: dict[str, Any] = Field(default_factory=dict)
     # Sustained mode: latency bins over time and first vs last segment (edgekit.measure.sustained).
     sustained: dict[str, Any] | None = None
@@ -315,7 +315,7 @@ class DeviceInfo(_Open):
 
     name: str | None = None
     transport: str | None = None  # local | ssh | adb
-    # from the agent (device_agents/edgekit_agent.py: device_facts)
+    # from the agent (device_agents/edgekit_agent/device.py: device_facts)
     arch: str | None = None
     os: str | None = None
     os_release: str | None = None

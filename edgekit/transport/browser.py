@@ -8,7 +8,7 @@ is 5 us instead of 100 us). Chromium runs headless with every host name unresolv
 address (``MAP * ~NOTFOUND, EXCLUDE 127.0.0.1``), so the page reaches nothing but the server.
 
 Delivery and hashing work as on the local target (the files land in the served folder); the agent command
-(``python agent.py request.json``) goes to the page through ``edgekit.agent.browser_bridge``, and ``--probe``
+(``python edgekit_agent-<sha>.pyz request.json``) goes to the page through ``edgekit.agent.browser_bridge``, and ``--probe``
 answers with the browser's facts. A browser that exits or stops answering is a transport failure (exit 3);
 a model ONNX Runtime Web cannot load is the variant's failure. The page reads its WASM thread count once,
 so a request for another count reloads it.
@@ -403,7 +403,7 @@ class BrowserTransport(LocalTransport):
 
     def _agent_call(self, argv: list[str]) -> str | None:
         """The agent argument when ``argv`` runs the agent on a request or a probe (else None)."""
-        if len(argv) == 3 and argv[0] == self.python and argv[1].endswith(".py") and \
+        if len(argv) == 3 and argv[0] == self.python and Path(argv[1]).name.startswith("edgekit_agent-") and \
                 (argv[2] == "--probe" or argv[2].endswith(".json")):
             return argv[2]
         return None

@@ -291,7 +291,7 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
 
 def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float | None:
     """The metric with the candidate's runtime on this host, through the agent's own code."""
-    if RUNTIME_FOR_FORMAT.get(art.format) not in agent.RUNNERS:
+    if RUNTIME_FOR_FORMAT.get(art.format) not in agent.runners.RUNNERS:
         return None
     out = run.art_dir / f".host-{art.sha256[:12]}.npz"
     req = build_request(variant="host", artifact=art, model_remote=[str(f) for f in art.files],  # with companions
@@ -302,7 +302,7 @@ def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float |
                         x_keys=run.eval_ds.x_keys, outputs_remote=str(out), stream=run.eval_ds.stream,
                         eval_buckets=run.eval_ds.shards_per_bucket)
     try:
-        agent.measure(req.wire())
+        agent.measure.measure(req.wire())
         return run.plan.score(load_outputs(out)).value
     except agent.AgentFailure as exc:
         if exc.kind == "runtime_missing":

@@ -5,7 +5,7 @@ LiteRT's XNNPACK delegate on/off and CompiledModel vs Interpreter; ExecuTorch's 
 which is the threads). Every setting is a row of the candidate table (``name@t2,mode=parallel``,
 ``name@xnnpack=off``); the fastest that passes the same gate ships, and ties (overlapping CIs) keep
 the default options. Measurements go through the measurement cache like any other (the options are
-part of the request, so part of the key). The agent's runners (``device_agents/edgekit_agent.py``,
+part of the request, so part of the key). The agent's runners (``device_agents/edgekit_agent/runners/``,
 ``Runner.OPTIONS``) apply the options and refuse unknown ones; ``ship/runtime.json`` records the
 setting that shipped (``edgekit/ship.py``).
 

@@ -1,25 +1,20 @@
-"""Helpers for tests of the on-device agent: load the single-file agent as a module, and write a
-tiny real ONNX model for it to run."""
+"""Helpers for tests of the on-device agent: the agent as the host loads it (the package, imported from
+the very zipapp the device runs), that zipapp's path, and a tiny real ONNX model for it to run."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-AGENT_PATH = Path(__file__).resolve().parents[2] / "device_agents" / "edgekit_agent.py"
+from edgekit.agent.package import agent_pyz
+
+AGENT_PATH: Path = agent_pyz()  # the built agent: `python3 AGENT_PATH REQUEST.json` is what a device runs
 
 
 def load_agent():
-    """device_agents/edgekit_agent.py as a module (it is stdlib-only and never imports edgekit)."""
-    name = "edgekit_agent_under_test"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, AGENT_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The agent package (``edgekit_agent``), loaded in process from ``AGENT_PATH``."""
+    from edgekit.agent.inprocess import load_agent as load
+
+    return load()
 
 
 def tiny_onnx(path: Path, n: int = 64) -> Path:

@@ -15,52 +15,52 @@ def agent():
 
 
 def test_runners_is_the_single_list(agent):
-    assert {"onnxruntime", "litert"} <= set(agent.RUNNERS)
-    for name, cls in agent.RUNNERS.items():
-        assert issubclass(cls, agent.Runner) and cls.name == name
-        assert cls.probe is not agent.Runner.probe and cls.load is not agent.Runner.load
+    assert {"onnxruntime", "litert"} <= set(agent.runners.RUNNERS)
+    for name, cls in agent.runners.RUNNERS.items():
+        assert issubclass(cls, agent.runners.Runner) and cls.name == name
+        assert cls.probe is not agent.runners.Runner.probe and cls.load is not agent.runners.Runner.load
 
 
 def test_available_runtimes_is_derived_from_runners(agent, monkeypatch):
-    class Fake(agent.Runner):
+    class Fake(agent.runners.Runner):
         name = "fake-rt"
 
         @classmethod
         def probe(cls):
             return "fake 1.0", None
 
-    class Missing(agent.Runner):
+    class Missing(agent.runners.Runner):
         name = "missing-rt"
 
         @classmethod
         def probe(cls):
             return None, "not installed"
 
-    monkeypatch.setitem(agent.RUNNERS, "fake-rt", Fake)
-    monkeypatch.setitem(agent.RUNNERS, "missing-rt", Missing)
-    found = agent.available_runtimes()
+    monkeypatch.setitem(agent.runners.RUNNERS, "fake-rt", Fake)
+    monkeypatch.setitem(agent.runners.RUNNERS, "missing-rt", Missing)
+    found = agent.runners.available_runtimes()
     assert found["fake-rt"] == "fake 1.0" and "missing-rt" not in found
     import onnxruntime
 
     assert found["onnxruntime"] == onnxruntime.__version__
-    assert agent.probe()["runtimes"]["fake-rt"] == "fake 1.0"
+    assert agent.cli.probe()["runtimes"]["fake-rt"] == "fake 1.0"
 
 
 def test_probe_reports_version_or_reason(agent, monkeypatch):
-    version, reason = agent.OnnxRunner.probe()
+    version, reason = agent.runners.OnnxRunner.probe()
     assert version and reason is None
     for mod in ("ai_edge_litert", "tflite_runtime"):
         monkeypatch.setitem(__import__("sys").modules, mod, None)
-    version, reason = agent.LiteRTRunner.probe()
+    version, reason = agent.runners.LiteRTRunner.probe()
     assert version is None and "ai_edge_litert" in reason and "tflite_runtime" in reason
-    assert "litert" not in agent.available_runtimes()
+    assert "litert" not in agent.runners.available_runtimes()
 
 
 def test_open_and_constructor_load_the_same_way(agent, tmp_path):
     model = tiny_onnx(tmp_path / "tiny.onnx")
     req = tiny_request(model, threads=2)
-    a = agent.OnnxRunner.open(str(model), req)
-    b = agent.OnnxRunner(str(model), 2, input_specs=req["inputs"])
+    a = agent.runners.OnnxRunner.open(str(model), req)
+    b = agent.runners.OnnxRunner(str(model), 2, input_specs=req["inputs"])
     x = np.ones((1, 64), np.float32)
     assert a.threads == b.threads == 2 and a.version == b.version
     np.testing.assert_array_equal(a.run([x])[0], b.run([x])[0])
@@ -68,11 +68,11 @@ def test_open_and_constructor_load_the_same_way(agent, tmp_path):
 
 
 def test_base_defaults_and_abstract_methods(agent):
-    r = agent.Runner()
+    r = agent.runners.Runner()
     assert r.threads == 1 and r.version is None
     assert r.batch_dynamic() is False and r.static_batch() == 1
     with pytest.raises(NotImplementedError):
-        agent.Runner.probe()
+        agent.runners.Runner.probe()
     with pytest.raises(NotImplementedError):
         r.load("m", {})
     with pytest.raises(NotImplementedError):
@@ -83,7 +83,7 @@ def test_a_new_runner_is_dispatched_by_a_request(agent, tmp_path, monkeypatch, c
     """A runner added to RUNNERS alone is what a request's runtime picks: measure() has no list of its own."""
     calls = {}
 
-    class Doubler(agent.Runner):
+    class Doubler(agent.runners.Runner):
         name = "doubler"
 
         @classmethod
@@ -100,13 +100,13 @@ def test_a_new_runner_is_dispatched_by_a_request(agent, tmp_path, monkeypatch, c
         def run(self, inputs):
             return [np.asarray(inputs[0]) * 2]
 
-    monkeypatch.setitem(agent.RUNNERS, "doubler", Doubler)
+    monkeypatch.setitem(agent.runners.RUNNERS, "doubler", Doubler)
     model = tmp_path / "m.bin"
     model.write_bytes(b"x")
     req = tiny_request(model, runtime="doubler", warmup=1, runs=3, min_seconds=0.0)
     path = tmp_path / "req.json"
     path.write_text(json.dumps(req))
-    assert agent.main(["agent", str(path)]) == 0
+    assert agent.cli.main(["agent", str(path)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] and doc["runtime"]["name"] == "doubler" and doc["runtime"]["version"] == "doubler 0.1"
     assert calls["load"] == (str(model), 1) and doc["latency_ms"]["runs"] >= 3
@@ -116,13 +116,14 @@ def test_unknown_runtime_lists_the_runners(agent, tmp_path, capsys):
     model = tiny_onnx(tmp_path / "tiny.onnx")
     path = tmp_path / "req.json"
     path.write_text(json.dumps(tiny_request(model, runtime="nope")))
-    assert agent.main(["agent", str(path)]) == agent.EXIT_BAD_REQUEST
+    assert agent.cli.main(["agent", str(path)]) == agent.EXIT_BAD_REQUEST
     doc = json.loads(capsys.readouterr().out)
     assert doc["error"]["kind"] == "bad_request" and "litert" in doc["error"]["message"]
 
 
 def test_the_host_loads_the_agent_once_under_one_name():
     import sys
+    from pathlib import Path
 
     from edgekit.agent import inprocess
     from edgekit.agent.bundle import agent_source
@@ -130,11 +131,15 @@ def test_the_host_loads_the_agent_once_under_one_name():
 
     mod = inprocess.load_agent()
     assert mod is inprocess.load_agent() is _agent() is sys.modules[inprocess.MODULE_NAME]
-    assert mod.__file__ == str(agent_source()) and mod.Runner.__module__ == inprocess.MODULE_NAME
+    # imported from the very file the device runs (zipimport of the built agent), every module of it
+    pyz = mod.__edgekit_pyz__
+    assert Path(pyz).read_bytes() == agent_source().read_bytes()  # the same bytes (the cache folder may differ)
+    assert mod.__file__ == f"{pyz}/edgekit_agent/__init__.py"
+    assert mod.runners.Runner.__module__ == f"{inprocess.MODULE_NAME}.runners.base"
+    assert all(m.__file__.startswith(pyz + "/") for name, m in sys.modules.items()
+               if name == inprocess.MODULE_NAME or name.startswith(inprocess.MODULE_NAME + "."))
     assert inprocess.runs_on_host("onnxruntime") and inprocess.runs_on_host("litert")
     assert not inprocess.runs_on_host("coreml") and not inprocess.runs_on_host(None)
-    assert not [m for m in sys.modules.values() if getattr(m, "__file__", None) == str(agent_source())
-                and m is not mod and m.__name__ != "edgekit_agent_under_test"]
 
 
 # --- runtime options (edgekit/variant_search/tuning.py varies them; each runner applies and reports them)
@@ -144,18 +149,18 @@ def test_onnxruntime_execution_mode_is_set_on_the_session(agent, tmp_path):
 
     model = tiny_onnx(tmp_path / "tiny.onnx")
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
-    seq = agent.OnnxRunner(str(model), 2)
-    par = agent.OnnxRunner(str(model), 2, runtime_options={"execution_mode": "parallel"})
+    seq = agent.runners.OnnxRunner(str(model), 2)
+    par = agent.runners.OnnxRunner(str(model), 2, runtime_options={"execution_mode": "parallel"})
     read = par.session.get_session_options()  # what the session itself runs with
     assert read.execution_mode == ort.ExecutionMode.ORT_PARALLEL and read.inter_op_num_threads == 2
     assert read.intra_op_num_threads == 2
     assert par.options == {"execution_mode": "parallel", "inter_op_threads": 2}
     assert seq.session.get_session_options().execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert seq.options == {}
-    three = agent.OnnxRunner(str(model), 2, runtime_options={"execution_mode": "parallel", "inter_op_threads": 3})
+    three = agent.runners.OnnxRunner(str(model), 2, runtime_options={"execution_mode": "parallel", "inter_op_threads": 3})
     assert three.session.get_session_options().inter_op_num_threads == 3
     np.testing.assert_array_equal(seq.run([x])[0], par.run([x])[0])
-    basic = agent.OnnxRunner(str(model), 1, runtime_options={"graph_optimization_level": "basic"})
+    basic = agent.runners.OnnxRunner(str(model), 1, runtime_options={"graph_optimization_level": "basic"})
     assert basic.session.get_session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
 
@@ -168,7 +173,7 @@ def test_onnxruntime_execution_mode_is_set_on_the_session(agent, tmp_path):
 def test_onnxruntime_refuses_options_it_cannot_apply(agent, tmp_path, opts, words):
     model = tiny_onnx(tmp_path / "tiny.onnx")
     with pytest.raises(agent.AgentFailure) as err:
-        agent.OnnxRunner.open(str(model), tiny_request(model, runtime_options=opts))
+        agent.runners.OnnxRunner.open(str(model), tiny_request(model, runtime_options=opts))
     assert err.value.kind == "bad_request" and all(w in str(err.value) for w in words), str(err.value)
 
 
@@ -187,9 +192,9 @@ def conv_tflite(tmp_path_factory):
 @needs_litert
 def test_litert_xnnpack_off_leaves_the_graph_to_litert_kernels(agent, conv_tflite):
     x = np.random.default_rng(2).standard_normal((1, 16, 16, 3)).astype(np.float32)
-    default = agent.LiteRTRunner(str(conv_tflite), 2)
-    on = agent.LiteRTRunner(str(conv_tflite), 2, runtime_options={"xnnpack": "on"})
-    off = agent.LiteRTRunner(str(conv_tflite), 2, runtime_options={"xnnpack": "off"})
+    default = agent.runners.LiteRTRunner(str(conv_tflite), 2)
+    on = agent.runners.LiteRTRunner(str(conv_tflite), 2, runtime_options={"xnnpack": "on"})
+    off = agent.runners.LiteRTRunner(str(conv_tflite), 2, runtime_options={"xnnpack": "off"})
     # the allocated graph: XNNPACK replaced the nodes with one DELEGATE node, or it did not
     assert default.delegated_nodes == on.delegated_nodes == 1 and default.delegate == on.delegate == "xnnpack"
     assert off.delegated_nodes == 0 and off.delegate is None
@@ -203,8 +208,8 @@ def test_litert_xnnpack_off_leaves_the_graph_to_litert_kernels(agent, conv_tflit
 @needs_litert
 def test_litert_compiled_model_has_the_interpreters_output_contract(agent, conv_tflite):
     x = np.random.default_rng(3).standard_normal((1, 16, 16, 3)).astype(np.float32)
-    interp = agent.LiteRTRunner(str(conv_tflite), 1)
-    cm = agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
+    interp = agent.runners.LiteRTRunner(str(conv_tflite), 1)
+    cm = agent.runners.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
     assert cm.interp is None and cm.cm is not None and cm.fully_accelerated and cm.delegate == "xnnpack"
     assert cm.inputs[0]["name"] == interp.inputs[0]["name"] and cm.static_batch() == interp.static_batch() == 1
     a, b = interp.run([x]), cm.run([x])
@@ -213,7 +218,7 @@ def test_litert_compiled_model_has_the_interpreters_output_contract(agent, conv_
     b0 = b[0].copy()
     cm.run([x + 1.0])
     np.testing.assert_array_equal(b[0], b0)  # each call returns its own copy, like get_tensor
-    builtin = agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled", "xnnpack": "off"})
+    builtin = agent.runners.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled", "xnnpack": "off"})
     assert not builtin.fully_accelerated and builtin.delegate is None
     np.testing.assert_allclose(builtin.run([x])[0], a[0], rtol=1e-4, atol=1e-4)
 
@@ -232,7 +237,7 @@ def test_litert_compiled_model_through_the_agent_measures_and_returns_outputs(ag
                "eval": {"path": str(tmp_path / "eval.npz"), "x_keys": ["x"], "batch_size": 8},
                "outputs_path": str(tmp_path / f"{api}.npz"), "runtime_options": {"api": api}}
         (tmp_path / "req.json").write_text(json.dumps(req))
-        assert agent.main(["agent", str(tmp_path / "req.json")]) == 0
+        assert agent.cli.main(["agent", str(tmp_path / "req.json")]) == 0
         docs[api] = json.loads(capsys.readouterr().out)
     for api, doc in docs.items():
         assert doc["ok"] and doc["runtime"]["options"] == {"api": api} and doc["runtime"]["delegate"] == "xnnpack"
@@ -251,7 +256,7 @@ def test_litert_compiled_model_through_the_agent_measures_and_returns_outputs(ag
 ])
 def test_litert_refuses_unknown_options(agent, conv_tflite, opts, words):
     with pytest.raises(agent.AgentFailure) as err:
-        agent.LiteRTRunner(str(conv_tflite), 1, runtime_options=opts)
+        agent.runners.LiteRTRunner(str(conv_tflite), 1, runtime_options=opts)
     assert err.value.kind == "bad_request" and all(w in str(err.value) for w in words), str(err.value)
 
 
@@ -273,9 +278,9 @@ def test_compiled_model_is_refused_on_tflite_runtime(agent, conv_tflite, monkeyp
     monkeypatch.setitem(sys.modules, "tflite_runtime", shim)
     monkeypatch.setitem(sys.modules, "tflite_runtime.interpreter", shim_interp)
     with pytest.raises(agent.AgentFailure) as err:
-        agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
+        agent.runners.LiteRTRunner(str(conv_tflite), 1, runtime_options={"api": "compiled"})
     assert err.value.kind == "bad_request" and "CompiledModel" in str(err.value) and "tflite_runtime" in str(err.value)
-    assert agent.LiteRTRunner(str(conv_tflite), 1, runtime_options={"xnnpack": "off"}).delegated_nodes == 0
+    assert agent.runners.LiteRTRunner(str(conv_tflite), 1, runtime_options={"xnnpack": "off"}).delegated_nodes == 0
 
 
 @needs_litert
@@ -297,8 +302,8 @@ def test_litert_compiled_model_runs_integer_io(agent, tmp_path):
     path = tmp_path / "relu8.tflite"
     path.write_bytes(conv.convert())
     x = np.array([[-0.9, -0.2, 0.3, 0.8]], np.float32)
-    interp = agent.LiteRTRunner(str(path), 1)
-    cm = agent.LiteRTRunner(str(path), 1, runtime_options={"api": "compiled"})
+    interp = agent.runners.LiteRTRunner(str(path), 1)
+    cm = agent.runners.LiteRTRunner(str(path), 1, runtime_options={"api": "compiled"})
     a, b = interp.run([x])[0], cm.run([x])[0]
     assert b.dtype == np.int8 and cm.output_quantization(0) == interp.output_quantization(0)
     np.testing.assert_array_equal(a, b)
@@ -330,7 +335,7 @@ def test_a_graph_xnnpack_cannot_prepare_is_measured_without_it_and_the_report_sa
             return super().allocate_tensors()
 
     x = np.random.default_rng(5).standard_normal((3, 16, 16, 3)).astype(np.float32)
-    ref = np.concatenate([agent.LiteRTRunner(str(conv_tflite), 1).run([x[i:i + 1]])[0] for i in range(3)])
+    ref = np.concatenate([agent.runners.LiteRTRunner(str(conv_tflite), 1).run([x[i:i + 1]])[0] for i in range(3)])
     np.savez(tmp_path / "eval.npz", x=x)
     monkeypatch.setattr(li, "Interpreter", XnnpackRefuses)
 
@@ -342,7 +347,7 @@ def test_a_graph_xnnpack_cannot_prepare_is_measured_without_it_and_the_report_sa
                "eval": {"path": str(tmp_path / "eval.npz"), "x_keys": ["x"]},
                "outputs_path": str(tmp_path / "out.npz"), "runtime_options": options}
         (tmp_path / "req.json").write_text(json.dumps(req))
-        code = agent.main(["agent", str(tmp_path / "req.json")])
+        code = agent.cli.main(["agent", str(tmp_path / "req.json")])
         return code, json.loads(capsys.readouterr().out)
 
     code, doc = run(None)
@@ -358,6 +363,6 @@ def test_a_graph_xnnpack_cannot_prepare_is_measured_without_it_and_the_report_sa
     req.update(runtime_options=None, eval=None, outputs_path=None,
                ab={"model": str(conv_tflite), "blocks": 2, "block_seconds": 0.01, "min_runs": 2, "max_runs": 3})
     (tmp_path / "req.json").write_text(json.dumps(req))
-    assert agent.main(["agent", str(tmp_path / "req.json")]) == 0
+    assert agent.cli.main(["agent", str(tmp_path / "req.json")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [w[:3] for w in doc["warnings"] if "XNNPACK failed to prepare" in w] == ["A: ", "B: "], doc["warnings"]

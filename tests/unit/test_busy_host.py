@@ -56,7 +56,7 @@ def test_cgroup_v1_quota_caps_usable_cores(tmp_path):
     root = _fake_root(tmp_path, cgroup="4:cpu,cpuacct:/board\n", running=1,
                       files={"cpu/board/cpu.cfs_quota_us": "25000", "cpu/board/cpu.cfs_period_us": "100000",
                              "cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"})
-    b = _agent().cpu_budget(str(root), samples=1)
+    b = _agent().device.cpu_budget(str(root), samples=1)
     assert b["quota_cores"] == pytest.approx(0.25)
     assert b["usable_cores"] == pytest.approx(min(len(os.sched_getaffinity(0)), 0.25))
     assert b["threads"] == 1  # a quarter of a core is one thread, never zero
@@ -66,7 +66,7 @@ def test_cgroup_v2_quota_and_run_queue(tmp_path):
     n = len(os.sched_getaffinity(0))
     root = _fake_root(tmp_path, cgroup="0::/ci/job\n", running=3,
                       files={"cgroup.controllers": "cpu", "ci/job/cpu.max": "150000 100000", "ci/cpu.max": "max 100000"})
-    b = _agent().cpu_budget(str(root), samples=3, interval=0)
+    b = _agent().device.cpu_budget(str(root), samples=3, interval=0)
     assert b["quota_cores"] == pytest.approx(1.5)
     assert b["others_running"] == 2  # procs_running less this process
     assert b["usable_cores"] == pytest.approx(min(n, 1.5))
@@ -77,7 +77,7 @@ def test_cgroup_v2_quota_and_run_queue(tmp_path):
 def test_quiet_fake_host_gets_every_usable_core(tmp_path):
     n = len(os.sched_getaffinity(0))
     root = _fake_root(tmp_path, cgroup="0::/\n", running=1, files={"cgroup.controllers": "cpu"})
-    b = _agent().cpu_budget(str(root), samples=1)
+    b = _agent().device.cpu_budget(str(root), samples=1)
     assert b["quota_cores"] is None and b["others_running"] == 0 and b["threads"] == n
 
 
@@ -347,9 +347,11 @@ def test_a_real_cgroup_quota_is_read_by_the_agent():
     cg.mkdir()
     try:
         (cg / "cpu.cfs_quota_us").write_text("25000")
-        code = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); import edgekit_agent as a; "
-                "print(json.dumps(a.cpu_budget()))")
-        agent_dir = str(Path(__file__).resolve().parents[2] / "device_agents")
+        code = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); from edgekit_agent import device; "
+                "print(json.dumps(device.cpu_budget()))")
+        from edgekit.agent.package import agent_pyz
+
+        agent_dir = str(agent_pyz())
         out = subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" -c "$1" "$2"', sys.executable,
                               code, agent_dir], capture_output=True, text=True, timeout=60, check=True).stdout
         b = json.loads(out)

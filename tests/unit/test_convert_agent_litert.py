@@ -39,7 +39,7 @@ def agent():
 
 
 def _specs(agent, path):
-    r = agent.LiteRTRunner(str(path), 1)
+    r = agent.runners.LiteRTRunner(str(path), 1)
     (i,), (o,) = r.inputs, r.outputs
     ins = {"name": i["name"], "shape": [1, 4], "dtype": "int8", "scale": float(i["quantization"][0]),
            "zero_point": int(i["quantization"][1])}
@@ -50,20 +50,20 @@ def _specs(agent, path):
 
 def test_int8_io_round_trip_with_host_specs(agent, int8_model):
     ins, outs = _specs(agent, int8_model)
-    runner = agent.LiteRTRunner(str(int8_model), 2, input_specs=[ins])
+    runner = agent.runners.LiteRTRunner(str(int8_model), 2, input_specs=[ins])
     assert runner.threads == 2 and runner.version.startswith("ai_edge_litert")
     x = np.array([[-0.9, -0.2, 0.3, 0.8]], np.float32)
-    feed = agent._prepare(np, x, ins)
+    feed = agent.tensors.prepare(x, ins)
     assert feed.dtype == np.int8
     raw = runner.run([feed])[0]
     assert raw.dtype == np.int8
-    y = agent._restore_output(np, raw, outs)
+    y = agent.tensors.restore_output(raw, outs)
     assert y.dtype == np.float32
     np.testing.assert_allclose(y, np.maximum(2 * x + 1, 0), atol=3 * outs["scale"] + 2 * ins["scale"])
 
 
 def test_float_data_for_int8_input_uses_the_tensors_own_scale(agent, int8_model):
-    runner = agent.LiteRTRunner(str(int8_model), 1)
+    runner = agent.runners.LiteRTRunner(str(int8_model), 1)
     x = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
     raw = runner.run([x])[0]  # no host spec: the runner quantizes with the tensor's parameters
     scale, zp = runner.output_quantization(0)
@@ -82,7 +82,7 @@ def test_falls_back_to_tflite_runtime(agent, int8_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
     monkeypatch.setitem(sys.modules, "tflite_runtime", shim)
     monkeypatch.setitem(sys.modules, "tflite_runtime.interpreter", shim_interp)
-    runner = agent.LiteRTRunner(str(int8_model), 1)
+    runner = agent.runners.LiteRTRunner(str(int8_model), 1)
     assert runner.module == "tflite_runtime" and runner.version == "tflite_runtime 2.14.0"
     assert runner.run([np.zeros((1, 4), np.int8)])[0].shape == (1, 4)
 
@@ -91,5 +91,5 @@ def test_no_interpreter_is_a_clear_runtime_error(agent, int8_model, monkeypatch)
     for mod in ("ai_edge_litert", "ai_edge_litert.interpreter", "tflite_runtime", "tflite_runtime.interpreter"):
         monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(agent.AgentFailure) as ei:
-        agent.LiteRTRunner(str(int8_model), 1)
+        agent.runners.LiteRTRunner(str(int8_model), 1)
     assert ei.value.kind == "runtime_missing" and "pip install ai-edge-litert" in ei.value.message

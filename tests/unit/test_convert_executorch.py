@@ -99,8 +99,8 @@ def test_agent_runner_matches_pytorch_and_probes(digits, digits_source, tmp_path
 
     art = torch_to_executorch(digits_source, tmp_path / "m.pte", parity_inputs=_xs(digits.eval))
     agent = load_agent()
-    assert agent.available_runtimes()["executorch"].startswith("1.")
-    runner = agent.RUNNERS["executorch"](str(art.path), 1)
+    assert agent.runners.available_runtimes()["executorch"].startswith("1.")
+    runner = agent.runners.RUNNERS["executorch"](str(art.path), 1)
     assert runner.static_batch() == 1 and runner.input_dtypes == ["float32"]
     x = _xs(digits.eval)[0][:1]
     got = runner.run([x])
@@ -118,7 +118,7 @@ def test_a_missing_runtime_is_an_agent_failure(monkeypatch, tmp_path):
                 "executorch.extension.pybindings._portable_lib"):  # each import raises ImportError
         monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(agent.AgentFailure) as err:
-        agent.RUNNERS["executorch"].open(str(tmp_path / "m.pte"), {"threads": 1})
+        agent.runners.RUNNERS["executorch"].open(str(tmp_path / "m.pte"), {"threads": 1})
     assert err.value.kind == "runtime_missing" and "pip install executorch" in str(err.value)
 
 

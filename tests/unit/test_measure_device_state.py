@@ -62,7 +62,7 @@ def fake_vcgencmd(tmp_path, monkeypatch):
 
 
 def test_device_state_reads_governor_clocks_temperatures_and_throttle_counters(tmp_path):
-    s = A.device_state(str(state_tree(tmp_path, throttles=3)))
+    s = A.device.device_state(str(state_tree(tmp_path, throttles=3)))
     assert s["governor"] == "ondemand" and s["frequency_mhz"] == 1500.0
     assert s["frequencies_mhz"] == {"cpu0": 1500.0, "cpu1": 600.0}
     assert s["temperatures_c"] == {"cpu-thermal": 48.5, "gpu-thermal": 41.0} and s["temperature_c"] == 48.5
@@ -70,36 +70,36 @@ def test_device_state_reads_governor_clocks_temperatures_and_throttle_counters(t
 
 
 def test_device_state_on_a_bare_tree_is_null_not_invented(tmp_path):
-    s = A.device_state(str(tmp_path))
+    s = A.device.device_state(str(tmp_path))
     assert s["governor"] is None and s["frequency_mhz"] is None and s["temperature_c"] is None
     assert s["throttle_events"] is None and s["frequencies_mhz"] == {}
 
 
 def test_vcgencmd_throttled_flags_are_decoded_and_warned(tmp_path, fake_vcgencmd):
-    before = A.device_state(str(tmp_path))
+    before = A.device.device_state(str(tmp_path))
     assert before["vcgencmd"]["throttled"] == "0x0" and before["vcgencmd"]["arm_mhz"] == pytest.approx(1500.345728)
     assert before["temperatures_c"]["vcgencmd"] == 61.3
     fake_vcgencmd.write_text("0x50005")  # under-voltage + throttled now, and both since boot
-    after = A.device_state(str(tmp_path))
+    after = A.device.device_state(str(tmp_path))
     assert after["vcgencmd"]["throttled_flags"] == {"now": ["under-voltage", "throttled"],
                                                     "since_boot": ["under-voltage", "throttled"]}
-    w = A.state_warnings(before, after, None)
+    w = A.device.state_warnings(before, after, None)
     assert len(w) == 1 and "throttled during the run" in w[0] and "0x50005" in w[0]
-    assert A.state_warnings(after, after, None)  # still throttled now: still a warning
+    assert A.device.state_warnings(after, after, None)  # still throttled now: still a warning
 
 
 def test_sticky_throttle_bits_from_before_the_run_are_not_blamed_on_it(tmp_path, fake_vcgencmd):
     fake_vcgencmd.write_text("0x50000")  # happened since boot, not now
-    s = A.device_state(str(tmp_path))
-    assert A.state_warnings(s, s, None) == []
+    s = A.device.device_state(str(tmp_path))
+    assert A.device.state_warnings(s, s, None) == []
 
 
 def test_throttle_counter_increase_and_busy_device_warn(tmp_path):
-    b = A.device_state(str(state_tree(tmp_path / "b", throttles=3)))
-    a = A.device_state(str(state_tree(tmp_path / "a", throttles=7)))
-    w = A.state_warnings(b, a, 0.40)
+    b = A.device.device_state(str(state_tree(tmp_path / "b", throttles=3)))
+    a = A.device.device_state(str(state_tree(tmp_path / "a", throttles=7)))
+    w = A.device.state_warnings(b, a, 0.40)
     assert any("4 thermal throttle event" in x for x in w) and any("busy" in x and "40%" in x for x in w)
-    assert A.state_warnings(b, b, 0.05) == []
+    assert A.device.state_warnings(b, b, 0.05) == []
 
 
 def test_auto_warmup_stops_once_latency_settles():
@@ -112,14 +112,14 @@ def test_auto_warmup_stops_once_latency_settles():
         for _ in range(int(20000 * (1 + 20 * 0.85 ** calls["n"]))):
             x += 1
 
-    out = A.warmup_runs(run_once, {"warmup_mode": "auto", "warmup": 10, "warmup_window": 10,
+    out = A.timing.warmup_runs(run_once, {"warmup_mode": "auto", "warmup": 10, "warmup_window": 10,
                                    "warmup_tolerance": 0.2, "max_warmup": 500})
     assert out["warmup_mode"] == "auto" and out["warmup_stable"] is True
     assert 30 <= out["warmup"] < 500 and out["warmup"] == calls["n"]
-    fixed = A.warmup_runs(run_once, {"warmup": 7})
+    fixed = A.timing.warmup_runs(run_once, {"warmup": 7})
     assert fixed == {"warmup": 7, "warmup_mode": "fixed"}
     with pytest.raises(A.AgentFailure, match="warmup_mode"):
-        A.warmup_runs(run_once, {"warmup_mode": "sometimes"})
+        A.timing.warmup_runs(run_once, {"warmup_mode": "sometimes"})
 
 
 def test_auto_warmup_that_never_settles_says_so():
@@ -133,7 +133,7 @@ def test_auto_warmup_that_never_settles_says_so():
         for _ in range(200 * 2 ** (n // 5)):
             x += 1
 
-    out = A.warmup_runs(run_once, {"warmup_mode": "auto", "warmup": 0, "warmup_window": 5,
+    out = A.timing.warmup_runs(run_once, {"warmup_mode": "auto", "warmup": 0, "warmup_window": 5,
                                    "warmup_tolerance": 0.05, "max_warmup": 40})
     assert out["warmup_stable"] is False and out["warmup"] == 40
 

@@ -227,7 +227,7 @@ def test_litert_has_no_op_profiler_in_python_and_the_agent_says_why(tmp_path, ca
            "runs": 5, "min_seconds": 0.0, "inputs": [{"name": "x", "shape": [1, 8], "dtype": "float32"}],
            "profile": {"runs": 5}}
     (tmp_path / "req.json").write_text(json.dumps(req))
-    assert agent.main(["agent", str(tmp_path / "req.json")]) == 0
+    assert agent.cli.main(["agent", str(tmp_path / "req.json")]) == 0
     doc = json.loads(capsys.readouterr().out)
     prof = doc["op_profile"]
     assert prof["source"] is None and prof["ops"] == [] and prof["total_us"] is None
@@ -239,7 +239,7 @@ def test_litert_has_no_op_profiler_in_python_and_the_agent_says_why(tmp_path, ca
 
 def test_a_runner_without_a_profiler_answers_null_with_the_reason():
     agent = load_agent()
-    prof = agent.Runner().profile([], 3)
+    prof = agent.runners.Runner().profile([], 3)
     assert prof["source"] is None and prof["ops"] == [] and "no per-op profiler" in prof["reason"]
 
 
@@ -257,7 +257,7 @@ def test_executorch_event_tracer_profile(tmp_path):
     src = from_module(_net(), (torch.from_numpy(x),), tmp_path)
     pte = torch_to_executorch(src, tmp_path / "net.pte", precision="fp32", parity_inputs=[x])
     agent = load_agent()
-    runner = agent.RUNNERS["executorch"](str(pte.path), 1)
+    runner = agent.runners.RUNNERS["executorch"](str(pte.path), 1)
     prof = runner.profile([x], 10)
     assert prof["source"] == "executorch" and prof["runs"] == 10 and prof["total_us"] > 0
     assert any(o["op_type"].startswith("Convolution") and o["provider"] == "delegate" for o in prof["ops"])

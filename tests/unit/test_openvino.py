@@ -151,15 +151,15 @@ def test_a_corrupted_bin_is_an_integrity_failure_not_a_measurement(digits, digit
     art = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(), parity_inputs=_xs(digits.eval))
     agent = load_agent()
     comp = {".bin": str(art.path.with_suffix(".bin"))}
-    assert agent.model_sha256(str(art.path), comp) == art.sha256
+    assert agent.hashing.model_sha256(str(art.path), comp) == art.sha256
     raw = bytearray(art.path.with_suffix(".bin").read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     art.path.with_suffix(".bin").write_bytes(bytes(raw))
-    assert agent.model_sha256(str(art.path), comp) != art.sha256
+    assert agent.hashing.model_sha256(str(art.path), comp) != art.sha256
     req = {"model": str(art.path), "model_sha256": art.sha256, "companions": comp, "runtime": "openvino",
            "inputs": [s.model_dump(mode="json") for s in art.io.inputs], "threads": 1}
     with pytest.raises(agent.AgentFailure) as err:
-        agent.measure(req)
+        agent.measure.measure(req)
     assert err.value.kind == "integrity"
 
 
@@ -169,7 +169,7 @@ def test_per_op_profile_from_openvino_counters_and_its_diff_against_fp32(digits,
 
     agent = load_agent()
     art = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(), parity_inputs=_xs(digits.eval))
-    r = agent.RUNNERS["openvino"](str(art.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
+    r = agent.runners.RUNNERS["openvino"](str(art.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
     feeds = [np.asarray(_xs(digits.eval)[0][:1], dtype=np.float32)]
     prof = r.profile(feeds, 10)
     assert prof["source"] == "openvino" and prof["runs"] == 10 and prof["reason"] is None
@@ -181,7 +181,7 @@ def test_per_op_profile_from_openvino_counters_and_its_diff_against_fp32(digits,
     # the diff against the fp32 ONNX model on onnxruntime, each from its runtime's own profiler
     from edgekit.measure.profile import op_profile, profile_diff
 
-    ort = agent.RUNNERS["onnxruntime"](str(digits_onnx.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
+    ort = agent.runners.RUNNERS["onnxruntime"](str(digits_onnx.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
     base = op_profile(ort.profile(feeds, 10), digits_onnx)
     ovp = op_profile(prof, art)
     assert base.available and ovp.available and ovp.source == "openvino"

@@ -25,5 +25,15 @@ def test_wheel_contains_targets_and_agent(tmp_path):
                     str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
     wheel = next(tmp_path.glob("edgekit-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "edgekit/_targets/rpi4.yaml" in names and "edgekit/_device_agents/edgekit_agent.py" in names
+    assert "edgekit/_targets/rpi4.yaml" in names
     assert "edgekit/variant_search/run.py" in names and "edgekit/train/worker.py" in names
+    # every module of the agent package, and the zipapp built from the wheel's copy is the source tree's
+    # byte for byte (delivery by content and the measurement cache's keys do not depend on how edgekit came)
+    from edgekit.agent.package import build_pyz_bytes, package_dir
+
+    src = package_dir()
+    mods = {f"edgekit/_device_agents/edgekit_agent/{p.relative_to(src).as_posix()}" for p in src.rglob("*.py")}
+    assert mods and mods <= names, sorted(mods - names)
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    assert build_pyz_bytes(unpacked / "edgekit" / "_device_agents" / "edgekit_agent") == build_pyz_bytes(src)

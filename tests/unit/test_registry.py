@@ -51,7 +51,7 @@ def test_named_hops_configs_and_loaders_resolve():
 def test_every_device_runtime_has_an_agent_runner():
     from edgekit.agent.inprocess import load_agent
 
-    runners = load_agent().RUNNERS
+    runners = load_agent().runners.RUNNERS
     for row in FORMATS:
         if row.runtime and row.agent_runs:
             assert row.runtime in runners, f"{row.format.value}: no runner {row.runtime!r} in the agent"

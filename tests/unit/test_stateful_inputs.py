@@ -231,7 +231,7 @@ def test_agent_eval_pass_carries_the_state_and_feeds_the_constant(acc, tmp_path)
                         eval_remote=str(tmp_path / "x.npz"), x_keys=["x"], outputs_remote=str(tmp_path / "y.npz"),
                         stream=stream)
     assert req.wire()["stream"]["state"] == [{"output": "state_out", "input": "state_in", "shape": [1, 4]}]
-    doc = load_agent().measure(req.wire())
+    doc = load_agent().measure.measure(req.wire())
     out, state = load_outputs(tmp_path / "y.npz")
     assert np.array_equal(out, carried(x, 2.0)) and np.array_equal(state, out)
     assert doc["eval"]["stateful"] is True and doc["eval"]["batch_size"] == 1
@@ -254,7 +254,7 @@ def test_a_request_whose_stream_names_what_the_model_lacks_is_refused(acc, tmp_p
         AgentRequest.model_validate(bad)
     agent = load_agent()
     with pytest.raises(agent.AgentFailure) as e:
-        agent.measure(bad)
+        agent.measure.measure(bad)
     assert e.value.kind == "bad_request" and "nope" in e.value.message
 
 

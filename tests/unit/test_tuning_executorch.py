@@ -24,11 +24,11 @@ pytestmark = [pytest.mark.executorch,  # CI's ExecuTorch step runs these, after 
 # In a fresh process (the pool is process-wide): load the .pte at the given threads, report the
 # pool's size, the process's OS threads and the outputs on a fixed input.
 _CHILD = """
-import importlib.util, json, os, sys
+import json, os, sys
 import numpy as np
-spec = importlib.util.spec_from_file_location("agent", sys.argv[1])
-agent = importlib.util.module_from_spec(spec); spec.loader.exec_module(agent)
-r = agent.ExecuTorchRunner(sys.argv[2], int(sys.argv[3]))
+sys.path.insert(0, sys.argv[1])  # the built agent (a zipapp), imported as the host does
+from edgekit_agent.runners import ExecuTorchRunner
+r = ExecuTorchRunner(sys.argv[2], int(sys.argv[3]))
 from executorch.extension.pybindings import _C
 x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
 y = r.run([x])[0]
@@ -98,13 +98,13 @@ def test_a_loaded_program_keeps_its_pool(wide_pte):
 
     agent = load_agent()
     size = _C._threadpool_get_thread_count()
-    first = agent.ExecuTorchRunner(str(wide_pte), size)
+    first = agent.runners.ExecuTorchRunner(str(wide_pte), size)
     other = 1 if size != 1 else 2
     with pytest.raises(agent.AgentFailure) as err:
-        agent.ExecuTorchRunner(str(wide_pte), other)
+        agent.runners.ExecuTorchRunner(str(wide_pte), other)
     assert err.value.kind == "bad_request" and "process-wide" in str(err.value)
     assert _C._threadpool_get_thread_count() == size  # untouched
-    second = agent.ExecuTorchRunner(str(wide_pte), size)  # the same size shares the pool
+    second = agent.runners.ExecuTorchRunner(str(wide_pte), size)  # the same size shares the pool
     x = np.ones((1, 64), np.float32)
     np.testing.assert_array_equal(first.run([x])[0], second.run([x])[0])
 
@@ -114,7 +114,7 @@ def test_executorch_takes_no_runtime_options(wide_pte):
 
     agent = load_agent()
     with pytest.raises(agent.AgentFailure) as err:
-        agent.ExecuTorchRunner.open(str(wide_pte), {"threads": 1, "runtime_options": {"xnnpack": "off"}})
+        agent.runners.ExecuTorchRunner.open(str(wide_pte), {"threads": 1, "runtime_options": {"xnnpack": "off"}})
     assert err.value.kind == "bad_request" and "takes no runtime options" in str(err.value)
 
 

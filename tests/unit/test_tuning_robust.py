@@ -4,8 +4,8 @@ search ships and the rest is measured), a device that no longer answers still fa
 setting that wins the median but loses the tail does not ship, and the threads tuned stop at the
 cores the agent reports usable.
 
-The faults are real: the agent's test-only fault injection (EDGEKIT_AGENT_TEST_HANG_ON /
-EDGEKIT_AGENT_TEST_KILL_ON, read by the local agent subprocess) hangs or SIGKILLs it on one setting."""
+The faults are real: a faulty onnxruntime runner registered in the local agent subprocess through the
+agent's plug-in point (``faulty_runner.py``, EDGEKIT_AGENT_PLUGINS) hangs or SIGKILLs it on one setting."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ from edgekit.variant_search.tuning import row_timeout, tail_worse, thread_limit,
 from test_search_tuning import FAST, data  # noqa: F401  (the same tiny model and eval set)
 
 ONE_THREAD_OPT = "graph_optimization_level={},threads=1"  # one t1 tuning row on any host
+FAULTY_RUNNER = Path(__file__).with_name("faulty_runner.py")
+
+
+@pytest.fixture(autouse=True)
+def faulty_runner(monkeypatch):
+    """The agent subprocesses of these tests load the faulty runner (it fails only where a test says so)."""
+    monkeypatch.setenv("EDGEKIT_AGENT_PLUGINS", str(FAULTY_RUNNER))
 
 
 
@@ -54,7 +61,7 @@ def _measured_rest(r, rows, skip: str) -> list[str]:
 
 # --- (1) a hanging row ------------------------------------------------------------------------------
 def test_a_hanging_tuning_row_is_dropped_and_the_search_ships(data, tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGEKIT_AGENT_TEST_HANG_ON", ONE_THREAD_OPT.format("basic"))
+    monkeypatch.setenv("EDGEKIT_TEST_HANG_ON", ONE_THREAD_OPT.format("basic"))
     monkeypatch.setattr(tuning, "ROW_TIMEOUT_FLOOR_S", 2.0)  # the row's share of a 45 s budget bounds it
     out = tmp_path / "out"
     r = _search(data, out, time_budget_s=45.0)
@@ -74,15 +81,10 @@ def test_a_hanging_tuning_row_is_dropped_and_the_search_ships(data, tmp_path, mo
 # --- (2) a row that kills the agent -----------------------------------------------------------------
 def test_a_row_that_kills_the_agent_is_dropped_and_the_threads_stop_at_the_usable_cores(data, tmp_path,
                                                                                           monkeypatch):
-    import sys
+    from edgekit.agent.inprocess import load_agent
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "device_agents"))
-    try:
-        import edgekit_agent
-    finally:
-        sys.path.pop(0)
-    usable = edgekit_agent.cpu_budget()["usable_cores"]
-    monkeypatch.setenv("EDGEKIT_AGENT_TEST_KILL_ON", ONE_THREAD_OPT.format("extended"))
+    usable = load_agent().device.cpu_budget()["usable_cores"]
+    monkeypatch.setenv("EDGEKIT_TEST_KILL_ON", ONE_THREAD_OPT.format("extended"))
     # a target with more cores than this host lets the agent use: the grid stops at the usable ones
     big = load_target("local").model_copy(update={"cores": 4})
     r = _search(data, tmp_path / "out", target=big)
@@ -135,7 +137,7 @@ def test_measure_or_drop_honours_the_time_limit_and_asks_the_device(data, tmp_pa
     model, ev = data
     src = load_source(model, workdir=tmp_path)
     ds = load_npz(ev, x_key="x", y_key="y", require_labels=False, role="eval")
-    monkeypatch.setenv("EDGEKIT_AGENT_TEST_HANG_ON", "threads=1")  # every run at one thread hangs
+    monkeypatch.setenv("EDGEKIT_TEST_HANG_ON", "threads=1")  # every run at one thread hangs
     hang = RunSettings(measure=FAST, timeout_s=2.0)
     t = DyingTransport(str(tmp_path / "dev"))
     with DeviceSession(load_target("local"), None, source_io=src.artifact.io, plan=eval_plan(MetricSpec(), src, ds),
@@ -146,7 +148,7 @@ def test_measure_or_drop_honours_the_time_limit_and_asks_the_device(data, tmp_pa
         res = s.measure_or_drop("hung", src.artifact, hang)
         assert isinstance(res, MeasureFailure) and res.kind == "timeout" and res.variant == "hung"
         assert "the device still answers" in res.message
-        monkeypatch.delenv("EDGEKIT_AGENT_TEST_HANG_ON")
+        monkeypatch.delenv("EDGEKIT_TEST_HANG_ON")
         ok = s.measure_or_drop("fp32", src.artifact, RunSettings(measure=FAST, timeout_s=120.0))
         assert not isinstance(ok, MeasureFailure) and len(ok.result.latency_ms.raw) == 30
         t.dead = True
