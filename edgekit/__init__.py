@@ -5,6 +5,9 @@ compressed model is still good enough to ship.
     report = edgekit.deploy("model.pt2", target="local", eval_data="eval.npz", calib_data="calib.npz")
     if not report.gate.passed: ...
 
+    # a language model (a transformers folder or a .gguf): generation measured on the device
+    report = edgekit.deploy_lm("my-llama/", eval_text="eval.txt", target="local")
+
 Heavy frameworks are imported lazily: ``import edgekit`` imports neither torch nor TensorFlow.
 """
 
@@ -30,6 +33,9 @@ _EXPORTS = {
     "load_recipe": "edgekit.recipe:load_recipe",
     "EdgekitError": "edgekit.errors:EdgekitError",
     "train": "edgekit.train:train",
+    "deploy_lm": "edgekit.llm.deploy:deploy_lm",
+    "LMOptions": "edgekit.llm.deploy:LMOptions",
+    "LMGate": "edgekit.llm.judge:LMGate",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -42,6 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .recipe import Recipe, load_recipe  # noqa: F401
     from .report.model import Report  # noqa: F401
     from .targets import TargetSpec, list_targets, load_target  # noqa: F401
+    from .llm.deploy import LMOptions, deploy_lm  # noqa: F401
+    from .llm.judge import LMGate  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

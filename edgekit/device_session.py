@@ -255,6 +255,16 @@ class DeviceSession:
     def deliver(self, artifacts) -> None:
         self._deliver([f for a in artifacts for f in a.files])  # every file of each model
 
+    def deliver_files(self, files: list[Path], kind: str = "model") -> dict[Path, str]:
+        """Other files a request names (a language model's scoring windows): delivered by content like the
+        models; returns each file's path on the device."""
+        self._deliver(list(files), kind=kind)
+        return {Path(f): self._remotes[Path(f)] for f in files}
+
+    def remote(self, path: Path) -> str:
+        """Where a delivered file is on the device."""
+        return self._remotes[Path(path)]
+
     def _deliver(self, files: list[Path], kind: str = "model") -> None:
         todo = [f for f in dict.fromkeys(files) if f not in self._remotes]
         if todo:

@@ -85,6 +85,9 @@ def deploy(
     :class:`edgekit.variant_search.SearchOptions` (objective, time budget...).
     """
     progress = progress or _noop
+    if _is_lm(model):
+        raise BadInputError(f"{model} is a language model (a transformers folder or a .gguf): use "
+                            "edgekit.deploy_lm(model, eval_text=...)", hint="the CLI's `edgekit deploy` sends it there")
     opts = _deploy_options(options, overrides)
     spec = target_spec(target)
     mode = variant_mode(recipe, search, opts, spec, calib_data is not None)
@@ -103,6 +106,12 @@ def deploy(
                                 y_key=y_key, options=opts, progress=progress, transport=transport)
         return _deploy_recipe(model, spec, recipe, eval_data, calib_data, device, out, example_inputs, arch, x_key,
                               y_key, opts, progress, transport)
+
+
+def _is_lm(model: Any) -> bool:
+    from .llm.source import is_lm_source
+
+    return isinstance(model, (str, Path)) and is_lm_source(model)
 
 
 def _deploy_options(options: DeployOptions | None, overrides: dict[str, Any]) -> DeployOptions:

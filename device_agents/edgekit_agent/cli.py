@@ -50,9 +50,13 @@ def read_request(path: str) -> Doc:
 
 
 def run_request(req: Doc) -> Doc:
-    """A request's answer: an A/B pair, or one measurement."""
+    """A request's answer: a generation workload, an A/B pair, or one measurement."""
     from .measure import measure, measure_ab  # numpy: only on the request path
 
+    if req.get("generate"):
+        from .generation import generate
+
+        return generate(req)
     return measure_ab(req) if req.get("ab") else measure(req)
 
 

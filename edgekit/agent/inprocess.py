@@ -16,7 +16,7 @@ from .package import PACKAGE, agent_pyz
 
 MODULE_NAME = PACKAGE  # the agent's one name in sys.modules on the host, as on the device
 # the agent's modules the host reads (imported with the package, so `agent.tensors` etc. resolve)
-MODULES = ("cli", "device", "energy", "evaluation", "hashing", "measure", "memory", "protocol", "runners",
+MODULES = ("cli", "device", "energy", "evaluation", "generation", "hashing", "measure", "memory", "protocol", "runners",
            "stats", "streams", "tensors", "timing")
 _lock = threading.Lock()
 

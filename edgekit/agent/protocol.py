@@ -79,6 +79,29 @@ class SustainedRequest(_Strict):
     segment_s: float
 
 
+class ScoreRequest(_Strict):
+    windows: str  # remote .npy int32 [W, T]: teacher-forced windows of the eval text
+    ids: str | None = None  # remote .npy int32 [W, T-1, K]: the token ids whose log-probabilities come back
+
+
+class GreedyRequest(_Strict):
+    prompts: list[list[int]]
+    new_tokens: int
+
+
+class GenerateRequest(_Strict):
+    """The generation workload (device_agents/edgekit_agent/generation.py; built by edgekit/llm/request.py)."""
+
+    context: int  # the positions the file takes (an ExecuTorch file's static cache)
+    prompt_ids: list[int]  # prompts are its first N tokens
+    prompt_lengths: list[int]  # prefill timed at each; the first is the cold TTFT's
+    prefill_repeats: int = 5
+    filled_at: int  # the prompt before the decode from a filled cache
+    decode_tokens: int  # the steps of that decode
+    score: ScoreRequest | None = None
+    greedy: GreedyRequest | None = None
+
+
 class AgentRequest(_Strict):
     """What the agent reads (device_agents/edgekit_agent/measure.py)."""
 
@@ -115,6 +138,8 @@ class AgentRequest(_Strict):
     profile: dict[str, Any] | None = None
     # constant and state inputs (names as in ``inputs``/``outputs``); None: the eval data feeds every input
     stream: StreamRequest | None = None
+    # a language model's generation workload instead of the fixed-graph timing and eval pass
+    generate: GenerateRequest | None = None
 
     @model_validator(mode="after")
     def _stream_names(self) -> "AgentRequest":

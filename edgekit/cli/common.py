@@ -32,6 +32,7 @@ PANEL_HARDWARE = "Training hardware"
 PANEL_SSH = "SSH"
 PANEL_ADB = "Android (adb)"
 PANEL_ARM64 = "arm64 twin"
+PANEL_LM = "Language models"
 PANEL_HOST = "Host"
 PANEL_OUTPUT = "Output"
 

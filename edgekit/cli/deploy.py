@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from .common import (CONST_HELP, EXIT_GATE_FAILED, HOST_THREADS_HELP, PANEL_DATA, PANEL_FLEET, PANEL_GATE, PANEL_HOST,
-                     PANEL_MEASURE, PANEL_OUTPUT, PANEL_RELEASE, PANEL_SEARCH, PANEL_TARGET, STATE_HELP, out_console,
-                     progress_display)
+                     PANEL_LM, PANEL_MEASURE, PANEL_OUTPUT, PANEL_RELEASE, PANEL_SEARCH, PANEL_TARGET, STATE_HELP,
+                     out_console, progress_display)
 
 HELP = """Compress a model, measure every variant on the device, write the report, apply the gate.
 
@@ -35,13 +35,23 @@ Examples:
   edgekit deploy silero_vad.onnx --eval-data eval.npz --calib-data calib.npz \\
       --metric frame_accuracy --const sr=16000 --state stateN:state
 
+  edgekit deploy my-llama/ --eval-text eval.txt --out out
+
+A language model (a transformers model folder or a .gguf file) takes --eval-text instead of
+--eval-data: its KV-cache exports race on the device (decode tokens/s, time to first token) inside
+a quality gate on the device's own log-probabilities (--max-kld, --max-perplexity-increase).
+
 Exit codes: 0 gate passed, 1 gate failed, 2 bad input, 3 device or transport failure.
 """
 
 
 def deploy_cmd(
-    model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch."),
-    eval_data: Path = typer.Option(..., "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with the inputs (x, or arrays named like the model's inputs) and labels y (what --metric reads)."),
+    model: Path = typer.Argument(..., help="A .pt2 (torch.export), .onnx, or .pt/.pth state dict with --arch; or a language model: a transformers model folder (config.json, weights, tokenizer) or a .gguf file, with --eval-text."),
+    eval_data: Optional[Path] = typer.Option(None, "--eval-data", rich_help_panel=PANEL_DATA, help=".npz with the inputs (x, or arrays named like the model's inputs) and labels y (what --metric reads)."),
+    eval_text: Optional[Path] = typer.Option(None, "--eval-text", rich_help_panel=PANEL_LM, help="A language model's eval text: plain UTF-8 text, or .jsonl with a text/prompt field a line; scored on the device in teacher-forced windows."),
+    context: Optional[int] = typer.Option(None, "--context", rich_help_panel=PANEL_LM, help="A language model's context (the KV cache's positions; default: the model's, at most 512); refused when it cannot fit the target's memory."),
+    max_kld: Optional[float] = typer.Option(None, "--max-kld", rich_help_panel=PANEL_LM, help="Largest mean KL divergence from the float model, nats a token (default 0.05: between llama.cpp's Q4_K_M 0.031 and Q4_0 0.072 on Llama-3-8B)."),
+    max_perplexity_increase: Optional[float] = typer.Option(None, "--max-perplexity-increase", rich_help_panel=PANEL_LM, help="Largest perplexity increase over the float model, a fraction (default 0.05)."),
     calib_data: Optional[Path] = typer.Option(None, "--calib-data", rich_help_panel=PANEL_DATA, help=".npz with x for INT8 calibration."),
     train_data: Optional[Path] = typer.Option(None, "--train-data", rich_help_panel=PANEL_DATA, help=".npz with x and y for pruning fine-tunes and distillation (overrides the recipe's train_data)."),
     arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
@@ -58,7 +68,7 @@ def deploy_cmd(
     device: Optional[str] = typer.Option(None, "--device", "-d", rich_help_panel=PANEL_TARGET, help="Device name from the inventory (not needed for local)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", rich_help_panel=PANEL_SEARCH, help="Recipe YAML: variants, passes, measure, gate."),
     search: Optional[bool] = typer.Option(None, "--search/--no-search", rich_help_panel=PANEL_SEARCH, help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
-    objective: str = typer.Option("p50", "--objective", rich_help_panel=PANEL_SEARCH, help="The search's 'best' (no recipe, or --search): p50, p99, energy or size."),
+    objective: str = typer.Option("p50", "--objective", rich_help_panel=PANEL_SEARCH, help="The search's 'best' (no recipe, or --search): p50, p99, energy or size; a language model: decode (tokens/s, the default), ttft or prefill."),
     time_budget: Optional[float] = typer.Option(None, "--time-budget", rich_help_panel=PANEL_SEARCH, help="The search's total seconds (default: 300 for the short search, 900 with --search); candidates not reached are dropped with that reason."),
     no_cache: bool = typer.Option(False, "--no-cache", rich_help_panel=PANEL_SEARCH, help="Recompute every pass instead of reusing cached outputs."),
     max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", "--max-metric-drop", rich_help_panel=PANEL_GATE, help="How much worse than the baseline the metric may get, in its units and direction (default 1: one point of top-1)."),
@@ -97,7 +107,26 @@ def deploy_cmd(
 ):
     from ..pipeline import DeployOptions, deploy
     from .common import parse_key_values
-    from .report import print_summary
+
+    if _is_lm(model):  # a language model: its own loop (edgekit/llm/deploy.py)
+        given = {"--eval-data": eval_data, "--calib-data": calib_data, "--recipe": recipe, "--metric": metric,
+                 "--arch": arch, "--devices": devices, "--pool": pool, "--baseline": baseline,
+                 "--sustained": sustained, "--profile": profile or None, "--train-data": train_data}
+        refused = [k for k, v in given.items() if v]
+        report = _deploy_lm(model, eval_text, refused, target, device, out, as_json, context=context, max_kld=max_kld,
+                            max_ppl=max_perplexity_increase, objective=objective, threads=threads, warmup=warmup,
+                            runs=runs, min_seconds=min_seconds, remeasure=remeasure, no_wait=no_wait,
+                            lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb)
+        _finish(report, out, as_json)
+        return
+    if eval_data is None or eval_text is not None or context is not None or max_kld is not None \
+            or max_perplexity_increase is not None:
+        from ..errors import BadInputError
+
+        raise BadInputError("--eval-text, --context, --max-kld and --max-perplexity-increase are for a language model "
+                            "(a transformers model folder or a .gguf)" if eval_data is not None else
+                            f"{model} needs --eval-data (.npz of inputs and labels)",
+                            hint="a fixed-graph model takes --eval-data; a language model folder takes --eval-text")
 
     opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
@@ -134,6 +163,12 @@ def deploy_cmd(
         report = deploy(model, eval_data=eval_data, target=target, device=device, calib_data=calib_data,
                         recipe=recipe, out=out, arch=arch, x_key=x_key, y_key=y_key, options=opts,
                         progress=progress, search=search, search_options=sopts)
+    _finish(report, out, as_json)
+
+
+def _finish(report, out: Path, as_json: bool) -> None:
+    from .report import print_summary
+
     if report.search is not None and not as_json:
         _print_search(report)
     if as_json:
@@ -144,6 +179,37 @@ def deploy_cmd(
                           f"{Path(out) / 'report.html'}, {Path(out) / 'junit.xml'}")
     if not report.gate.passed:
         raise typer.Exit(EXIT_GATE_FAILED)
+
+
+def _is_lm(model: Path) -> bool:
+    from ..llm.source import is_lm_source
+
+    return is_lm_source(model)
+
+
+def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: str, device: str | None, out: Path,
+               as_json: bool, *, context, max_kld, max_ppl, objective: str, threads, warmup, runs, min_seconds,
+               remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb):
+    from ..errors import BadInputError
+    from ..llm.deploy import LMOptions, deploy_lm
+    from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
+
+    if eval_text is None:
+        raise BadInputError(f"{model} is a language model: it needs --eval-text FILE (plain text or JSONL of prompts)",
+                            hint="e.g. --eval-text eval.txt: a few thousand tokens of text like what the app will see")
+    if refused:
+        raise BadInputError(f"a language model does not take {', '.join(refused)} (yet)",
+                            hint="the language-model loop takes --eval-text, --context, --max-kld, "
+                            "--max-perplexity-increase, --objective decode|ttft|prefill and the measure options")
+    opts = LMOptions(context=context, objective="decode" if objective == "p50" else objective,
+                     gate=LMGate(max_kld=DEFAULT_MAX_KLD if max_kld is None else max_kld,
+                                 max_perplexity_increase=DEFAULT_MAX_PPL_INCREASE if max_ppl is None else max_ppl,
+                                 max_memory_mb=memory_budget_mb),
+                     threads=threads, warmup=warmup, runs=runs, min_seconds=min_seconds, remeasure=remeasure,
+                     lock_wait=not no_wait, lock_timeout=lock_timeout)
+    with progress_display(not as_json) as progress:
+        return deploy_lm(model, eval_text=eval_text, target=target, device=device, out=out, options=opts,
+                         progress=progress)
 
 
 def _search_options(objective: str, time_budget: float | None, search: bool | None):

@@ -19,12 +19,42 @@ def _f(x, fmt="{:.3f}"):
 
 def print_summary(report) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
     verdict = "[bold green]PASSED[/]" if report.gate.passed else "[bold red]FAILED[/]"
     dev = report.device
     out_console.print(f"gate {verdict} - target {report.target}, device {dev.name} "
                       f"({dev.arch}, {dev.cores} cores)")
+    if report.model.get("task") == "text-generation":
+        out_console.print(_lm_table(report))
+    else:
+        out_console.print(_fixed_table(report))
+    out_console.print(f"  {escape(report.metric_line())}", highlight=False)
+    _print_decision_and_checks(report)
+
+
+def _lm_table(report):
+    """A language model's variants: what its users wait for (time to first token, decode tokens/s) and its
+    quality from the device's own log-probabilities."""
+    from rich.table import Table
+
+    t = Table("variant", "format", "prec", "runtime", "size KB", "TTFT ms", "prefill tok/s", "decode tok/s",
+              "decode 95% CI", "itl p95 ms", "peak MB", "KV MB", "ppl", "KLD", "top-1 agree", box=None)
+    for v in report.variants:
+        g, q = v.generation, v.quality
+        ci = g.decode_tokens_per_s_ci95 if g else None
+        t.add_row(v.name + (" *" if v.name == report.baseline else "") + (" [bold](selected)[/]" if v.selected else ""),
+                  v.format, v.precision, f"{v.runtime.name} x{v.runtime.threads}", f"{v.size_bytes / 1024:.1f}",
+                  _f(g and g.ttft_ms, "{:.2f}"), _f(g and g.prefill and g.prefill[-1]["tokens_per_s"], "{:.0f}"),
+                  _f(g and g.decode_tokens_per_s, "{:.1f}"), f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "n/a",
+                  _f(g and g.inter_token_ms.get("p95"), "{:.3f}"), _f(v.peak_memory_mb, "{:.1f}"),
+                  _f(g and g.kv_cache_mb, "{:.2f}"), _f(q and q.perplexity, "{:.4g}"), _f(q and q.kld_mean, "{:.2e}"),
+                  _f(q and q.top1_agreement, "{:.1%}"))
+    return t
+
+
+def _fixed_table(report):
+    from rich.table import Table
+
     t = Table("variant", "format", "prec", "runtime", "size KB", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms",
               "peak MB", "mJ/inf", report.metric_label(), "drop", "max|err|", "top-1 agree", box=None)
     for v in report.variants:
@@ -38,8 +68,12 @@ def print_summary(report) -> None:
                   _f(v.accuracy and v.accuracy.value, "{:.4g}"), _f(v.accuracy_drop, "{:+.3g}"),
                   _f(v.parity and v.parity.max_abs_err, "{:.2e}"),
                   _f(v.parity and v.parity.top1_agreement, "{:.1%}"))
-    out_console.print(t)
-    out_console.print(f"  {escape(report.metric_line())}", highlight=False)
+    return t
+
+
+def _print_decision_and_checks(report) -> None:
+    from rich.markup import escape
+
     if report.decision is not None:
         d = report.decision
         out_console.print(f"[bold]ship:[/] {escape(d.reason if d.ship else 'nothing: ' + d.reason)}", highlight=False)

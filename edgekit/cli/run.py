@@ -19,6 +19,11 @@ Examples:
 
   edgekit run out/ship --input x.npz --out y.npz
 
+  # a shipped language model: greedy generation, or the eval text
+  # re-scored (the report's perplexity)
+  edgekit run out/ship --prompt "The licence permits" --max-new-tokens 32
+  edgekit run out/ship --eval-text eval.txt --json
+
   # Python: from edgekit.run_shipped import run_shipped
   #         outputs = run_shipped("out/ship", {"x": x})
 """
@@ -26,10 +31,20 @@ Examples:
 
 def run_cmd(
     ship_dir: Path = typer.Argument(..., help="The ship/ folder a deploy wrote (out/ship)."),
-    inputs: Path = typer.Option(..., "--input", rich_help_panel=PANEL_DATA,
-                                help="An .npz of the inputs, named as the source model's inputs, batch first."),
-    out: Path = typer.Option(..., "--out", rich_help_panel=PANEL_OUTPUT,
-                             help="The .npz to write the outputs to (by the source model's output names)."),
+    inputs: Optional[Path] = typer.Option(None, "--input", rich_help_panel=PANEL_DATA,
+                                          help="An .npz of the inputs, named as the source model's inputs, batch first."),
+    out: Optional[Path] = typer.Option(None, "--out", rich_help_panel=PANEL_OUTPUT,
+                                       help="The .npz to write the outputs to (by the source model's output names)."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", rich_help_panel=PANEL_DATA,
+                                         help="A shipped language model: generate greedily from this prompt."),
+    chat: bool = typer.Option(False, "--chat", rich_help_panel=PANEL_DATA,
+                              help="With --prompt: put it in the model's chat template (rendered sandboxed)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, rich_help_panel=PANEL_DATA,
+                                       help="With --prompt: at most this many tokens (stops at end-of-text)."),
+    eval_text: Optional[Path] = typer.Option(None, "--eval-text", rich_help_panel=PANEL_DATA,
+                                             help="A shipped language model: its perplexity on this text, windowed as "
+                                             "the deploy windowed it."),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the answer as JSON."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, rich_help_panel=PANEL_MEASURE,
                                           help="Runtime threads (default: runtime.json's, as measured)."),
 ):
@@ -38,7 +53,17 @@ def run_cmd(
     from ..errors import OutputError
     from ..fsutil import atomic_path
     from ..run_shipped import run_shipped
+    from ..errors import BadInputError
+    from ..llm.run import is_lm_ship
 
+    if is_lm_ship(ship_dir):
+        _run_lm(ship_dir, prompt, chat, max_new_tokens, eval_text, threads, as_json)
+        return
+    if prompt is not None or eval_text is not None:
+        raise BadInputError(f"{ship_dir} holds a fixed-graph model: --prompt and --eval-text are for a shipped "
+                            "language model", hint="run it with --input X.npz --out Y.npz")
+    if inputs is None or out is None:
+        raise BadInputError("edgekit run needs --input X.npz and --out Y.npz for a fixed-graph model")
     if out.suffix != ".npz":
         raise OutputError(f"--out {out} must end in .npz", hint=f"e.g. --out {out.with_suffix('.npz')}")
     ys = run_shipped(ship_dir, inputs, threads=threads)
@@ -49,3 +74,27 @@ def run_cmd(
     for name, y in ys.items():
         out_console.print(f"{name}: {y.dtype} {list(y.shape)}", highlight=False)
     out_console.print(f"outputs: {out}", highlight=False)
+
+
+def _run_lm(ship_dir: Path, prompt, chat: bool, max_new_tokens: int, eval_text, threads, as_json: bool) -> None:
+    import json
+
+    from ..errors import BadInputError
+    from ..llm.run import generate, open_shipped, rescore
+
+    if (prompt is None) == (eval_text is None):
+        raise BadInputError(f"{ship_dir} holds a language model: give --prompt TEXT or --eval-text FILE (one of them)")
+    lm = open_shipped(ship_dir, threads)
+    if prompt is not None:
+        ans = generate(lm, prompt, max_new_tokens, chat=chat)
+        if as_json:
+            print(json.dumps(ans))
+        else:
+            out_console.print(ans["text"], highlight=False, markup=False)
+        return
+    ans = rescore(lm, eval_text)
+    if as_json:
+        print(json.dumps(ans))
+    else:
+        out_console.print(f"perplexity {ans['perplexity']:.6g} on {ans['positions']} positions ({ans['windows']} "
+                          f"windows); the deploy measured {ans['measured_perplexity']}", highlight=False)

@@ -22,8 +22,9 @@ from ..errors import BadInputError
 
 # 1.1: energy/sustained/measurement/search/comparison; 1.2: task metrics, per-output parity;
 # 1.3: typed sections (device, search, compared_with, comparison, lineage steps) written with every declared
-#      field (null when unknown), compared_with.method/method_text/method_detail, Check.ratio_ci95
-SCHEMA_VERSION = "1.3"
+#      field (null when unknown), compared_with.method/method_text/method_detail, Check.ratio_ci95;
+# 1.4: language models: model.task, VariantResult.generation and .quality
+SCHEMA_VERSION = "1.4"
 
 
 class _Open(BaseModel):
@@ -237,6 +238,46 @@ class ProfileDiff(_Open):
     summary: str
 
 
+class Generation(_Open):
+    """A language model's generation figures on the device (edgekit/llm/request.py computes them from the
+    agent's raw timings)."""
+
+    context: int = Field(description="the positions the file takes (its KV cache's length)")
+    ttft_cold_ms: float | None = Field(None, description="the first prefill right after loading, shortest prompt")
+    ttft_ms: float | None = Field(None, description="time to first token, warm, at the shortest prompt (median)")
+    prefill: list[dict[str, Any]] = Field(default_factory=list,
+                                          description="per prompt length: tokens, ttft_ms (median), tokens_per_s, raw ms")
+    decode_tokens_per_s: float | None = Field(None, description="1000 / mean ms a token, decoding from an empty cache")
+    decode_tokens_per_s_ci95: list[float] | None = Field(None, description="bootstrap 95% CI over the timed tokens")
+    inter_token_ms: dict[str, Any] = Field(default_factory=dict, description="p50, p95, mean, n of the decode steps")
+    decode_filled: dict[str, Any] = Field(default_factory=dict,
+                                          description="decode after a prompt that fills the cache near the context")
+    peak_rss_mb: float | None = None
+    kv_cache_mb: float | None = Field(None, description="the KV cache at kv_cache_tokens positions")
+    kv_cache_source: str | None = Field(None, description="runtime (the arrays it holds) or config (computed)")
+    kv_cache_tokens: int | None = None
+    energy_mj_per_token: float | None = None
+
+
+class LMQuality(_Open):
+    """A language model's quality from the device's own log-probabilities on the eval text, against the
+    float model on the host (edgekit/llm/quality.py)."""
+
+    positions: int
+    windows: int
+    top_k: int = Field(description="the float model's top-K tokens a position at which the device's log-probs came back")
+    perplexity: float
+    perplexity_float: float
+    perplexity_increase: float = Field(description="perplexity / float perplexity - 1")
+    perplexity_increase_ci95: list[float] | None = None
+    kld_mean: float = Field(description="mean KL(float || device) per position over the top-K tokens + one tail bucket")
+    kld_ci95: list[float] | None = None
+    kld_bound: str | None = Field(None, description="exact, or lower (the tail merged: a lower bound)")
+    top1_agreement: float
+    top1_agreement_ci95: list[float] | None = None
+    greedy: dict[str, Any] | None = Field(None, description="greedy continuations against the float model's")
+
+
 class VariantResult(_Open):
     name: str
     format: str
@@ -275,6 +316,10 @@ class VariantResult(_Open):
     # per-op times from the runtime's own profiler, traced to PyTorch modules (edgekit.measure.profile);
     # None = not profiled (deploy profiles the baseline and slower variants, --profile all; search its selection)
     op_profile: OpProfile | None = None
+    # a language model's variant (task text-generation): the generation figures and the quality from the
+    # device's own log-probabilities; latency_ms then holds the inter-token times of the decode
+    generation: Generation | None = None
+    quality: LMQuality | None = None
 
 
 class Check(_Open):
@@ -605,6 +650,15 @@ class Report(_Open):
 
     def metric_line(self) -> str:
         """One sentence on what scored the eval pass."""
+        if (self.model or {}).get("task") == "text-generation":
+            ev = (self.settings or {}).get("eval_text") or {}
+            gen = (self.settings or {}).get("generate") or {}
+            return (f"task: text-generation ({self.model.get('architecture')}); quality from the device's own "
+                    f"log-probabilities on {ev.get('windows')} windows of {ev.get('window_tokens')} tokens of "
+                    f"{ev.get('path')} against the float model (perplexity, KL divergence over the float model's "
+                    f"top-{next((v.quality.top_k for v in self.variants if v.quality), '?')} tokens, top-1 "
+                    f"agreement); prefill at {gen.get('prompt_lengths')} tokens, decode from an empty cache "
+                    f"(context {gen.get('context')})")
         m = (self.settings or {}).get("metric") or {}
         acc = next((v.accuracy for v in self.variants if v.accuracy is not None), None)
         if not m and acc is None:

@@ -10,7 +10,7 @@ import pytest
 WIDTHS = (80, 140)
 BOX = "│╭╰╮╯─┃┏┗┓┛━"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-DEPLOY_PANELS = ("Model and data", "Target and device", "Variants and search", "Gate",
+DEPLOY_PANELS = ("Model and data", "Language models", "Target and device", "Variants and search", "Gate",
                  "Release gate (vs --baseline)", "Measurement", "Fleet and lab", "Host", "Output")
 
 

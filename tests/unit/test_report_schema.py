@@ -118,4 +118,4 @@ def test_1_2_report_with_search_and_comparison_loads_typed_and_renders(tmp_path)
 def test_a_new_report_is_written_with_the_current_schema_version(tmp_path):
     _, new = release_pair()
     new.write(tmp_path)
-    assert json.loads((tmp_path / "report.json").read_text())["schema_version"] == SCHEMA_VERSION == "1.3"
+    assert json.loads((tmp_path / "report.json").read_text())["schema_version"] == SCHEMA_VERSION == "1.4"

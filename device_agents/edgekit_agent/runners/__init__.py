@@ -14,25 +14,34 @@ import os
 
 from ..protocol import EXIT_BAD_REQUEST, AgentFailure, Doc, log
 from .base import Runner
+from .decoder import Decoder
+from .executorch_decoder import ExecuTorchDecoder
 from .executorch_runner import ExecuTorchRunner
 from .litert_runner import LiteRTRunner
 from .ncnn_runner import NCNNRunner
 from .openvino_runner import OpenVINORunner
+from .ort_decoder import OnnxDecoder
 from .ort_runner import OnnxRunner
 
 RUNNERS: dict[str, type[Runner]] = {}
+#: the runtimes that run a language model with a KV cache (the generation workload), by runtime name
+DECODERS: dict[str, type[Decoder]] = {}
 PLUGINS_ENV = "EDGEKIT_AGENT_PLUGINS"
 
 
 def register(cls: type[Runner]) -> type[Runner]:
-    """Make ``cls`` the runner of its runtime (``cls.name``); usable as a class decorator."""
+    """Make ``cls`` the runner of its runtime (``cls.name``), or its decoder when it is a :class:`Decoder`;
+    usable as a class decorator."""
     if not cls.name:
         raise ValueError(f"runner {cls.__name__} has no name")
-    RUNNERS[cls.name] = cls
+    if issubclass(cls, Decoder):
+        DECODERS[cls.name] = cls
+    else:
+        RUNNERS[cls.name] = cls
     return cls
 
 
-for _cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner, OpenVINORunner, NCNNRunner):
+for _cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner, OpenVINORunner, NCNNRunner, OnnxDecoder, ExecuTorchDecoder):
     register(_cls)
 
 
@@ -41,6 +50,15 @@ def runner_for(runtime: str) -> type[Runner]:
     cls = RUNNERS.get(runtime)
     if cls is None:
         raise AgentFailure("bad_request", f"unknown runtime {runtime!r}; known: {sorted(RUNNERS)}", EXIT_BAD_REQUEST)
+    return cls
+
+
+def decoder_for(runtime: str) -> type[Decoder]:
+    """The decoder of ``runtime``, or a bad_request naming the runtimes that generate here."""
+    cls = DECODERS.get(runtime)
+    if cls is None:
+        raise AgentFailure("bad_request", f"runtime {runtime!r} has no decoder (generation) in this agent; "
+                           f"decoders: {sorted(DECODERS)}", EXIT_BAD_REQUEST)
     return cls
 
 
@@ -74,5 +92,6 @@ def load_plugins(spec: str | None = None) -> list[str]:
     return loaded
 
 
-__all__ = ["RUNNERS", "Runner", "register", "runner_for", "available_runtimes", "load_plugins", "OnnxRunner",
-           "LiteRTRunner", "ExecuTorchRunner", "OpenVINORunner", "NCNNRunner", "PLUGINS_ENV"]
+__all__ = ["RUNNERS", "DECODERS", "Runner", "Decoder", "register", "runner_for", "decoder_for", "available_runtimes", "load_plugins", "OnnxRunner",
+           "LiteRTRunner", "ExecuTorchRunner", "OpenVINORunner", "NCNNRunner", "OnnxDecoder", "ExecuTorchDecoder",
+           "PLUGINS_ENV"]

@@ -1,0 +1,1 @@
+"""Language models: sources, KV-cache exports, the generation workload and quality."""

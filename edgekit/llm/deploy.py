@@ -1,0 +1,235 @@
+"""The loop for a language model: source -> KV-cache exports, each proven against PyTorch -> the generation
+workload and the eval text's scoring on the device -> quality from the device's own log-probabilities ->
+the gate -> the fastest file inside it shipped to ``OUT/ship/`` with its tokenizer.
+
+``deploy_lm`` is what ``edgekit deploy MODEL_DIR --eval-text FILE`` calls (``edgekit.deploy`` hands a model
+folder or a .gguf over to it). Every bad input is exit 2 before any build (the source, the eval text, a
+context that cannot fit); a variant that cannot be built, is out of parity or fails on the device is
+dropped with its reason; a failed run never replaces an earlier report."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import __version__
+from ..artifact import Artifact
+from ..device_session import DeviceSession, MeasureFailure, RunSettings
+from ..errors import BadInputError, ConversionError, EdgekitError
+from ..fsutil import ensure_writable_dir
+from ..prepare import target_spec
+from ..report.model import Accuracy, DeviceInfo, Generation, LMQuality, Report, RuntimeInfo, SearchCandidate, \
+    SearchSection, ShippedFile, VariantResult
+from ..report.write import write_report
+from ..targets import MeasureDefaults, TargetSpec
+from ..transport.base import Transport
+from .candidates import BASELINE, LMCandidate, candidates_for
+from .judge import OBJECTIVES, LMGate, judge
+from .memory import check_fits, kv_bytes_per_token, memory_plan
+from .parity import cache_parity
+from .quality import Reference, greedy_reference, quality, reference
+from .request import GenerateSettings, generate_request, generation_figures
+from .ship import write_lm_ship
+from .source import LMSource, load_lm
+from .text import EvalText, load_eval_text
+
+Progress = Callable[[str], None]
+DEFAULT_CONTEXT = 512  # a model's own context is often 8k+: a phone app's prompt + answer rarely need more
+DEFAULT_WINDOW = 128  # tokens a scored window holds
+DEFAULT_TOP_K = 256
+
+
+@dataclass
+class LMOptions:
+    """What ``edgekit deploy`` takes for a language model (defaults documented where they are defined)."""
+
+    context: int | None = None  # default: min(model's, DEFAULT_CONTEXT)
+    window: int | None = None  # default: min(context, DEFAULT_WINDOW)
+    max_windows: int = 32
+    top_k: int = DEFAULT_TOP_K
+    gate: LMGate = field(default_factory=LMGate)
+    objective: str = "decode"
+    threads: int | None = None
+    warmup: int | None = None
+    runs: int | None = None
+    min_seconds: float | None = None
+    candidates: tuple[str, ...] | None = None  # names from candidates.CANDIDATES; default: every one that runs
+    remeasure: bool = False
+    lock_wait: bool = True
+    lock_timeout: float | None = None
+
+
+def _measure(spec: TargetSpec, o: LMOptions) -> MeasureDefaults:
+    m = spec.measure
+    upd = {k: v for k, v in (("threads", o.threads), ("warmup", o.warmup), ("runs", o.runs),
+                              ("min_seconds", o.min_seconds)) if v is not None}
+    return m.model_copy(update=upd)
+
+
+@dataclass
+class Prepared:
+    src: LMSource
+    text: EvalText
+    spec: TargetSpec
+    settings: GenerateSettings
+    out_dir: Path
+    plan: Any
+    ref: Reference
+
+
+def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str | Path, o: LMOptions,
+            progress: Progress) -> Prepared:
+    if o.objective not in OBJECTIVES:
+        raise BadInputError(f"--objective {o.objective!r} for a language model: one of {', '.join(OBJECTIVES)}")
+    out_dir = ensure_writable_dir(out)
+    progress(f"reading {model}")
+    src = load_lm(model)
+    context = o.context or min(src.context, DEFAULT_CONTEXT)
+    if context > src.context:
+        raise BadInputError(f"--context {context} is beyond the model's {src.context} positions "
+                            "(max_position_embeddings)", hint=f"use --context {src.context} or less")
+    if context < 16:
+        raise BadInputError(f"--context {context}: at least 16 positions")
+    plan = memory_plan(src, context, spec.memory_mb)
+    check_fits(plan, spec.name)
+    window = min(o.window or DEFAULT_WINDOW, context - 1)  # a static-cache file takes at most context-1 at once
+    text = load_eval_text(eval_text, src.tokenizer, window=window, max_windows=o.max_windows)
+    if int(text.windows.max()) >= src.vocab_size:
+        raise BadInputError(f"the tokenizer gives token id {int(text.windows.max())} on {eval_text}, past the "
+                            f"model's vocabulary of {src.vocab_size}")
+    progress(f"scoring {text.windows.shape[0]} windows of {text.windows.shape[1]} tokens with the float model")
+    ref = reference(src.model, text.windows, o.top_k)
+    settings = GenerateSettings(context=context)
+    ref = Reference(**{**ref.__dict__, "greedy": greedy_reference(src.model, text.prompts, settings.greedy_tokens)})
+    return Prepared(src=src, text=text, spec=spec, settings=settings, out_dir=out_dir, plan=plan, ref=ref)
+
+
+def build(p: Prepared, chosen: list[LMCandidate], progress: Progress) -> tuple[dict[str, Artifact], dict[str, str]]:
+    """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it."""
+    art_dir = p.out_dir / "artifacts"
+    art_dir.mkdir(parents=True, exist_ok=True)
+    built: dict[str, Artifact] = {}
+    dropped: dict[str, str] = {}
+    window = [int(v) for v in p.text.windows[0]]
+    for c in chosen:
+        progress(f"building {c.name} ({c.runtime}, {c.precision})")
+        try:
+            art = c.build(p.src, art_dir, p.settings.context, built)
+            figures = cache_parity(art, p.src.model, window, context=p.settings.context)
+        except (ConversionError, EdgekitError) as exc:
+            dropped[c.name] = f"dropped at build: {exc.message}"
+            continue
+        built[c.name] = art.model_copy(update={"lineage": (*art.lineage[:-1], art.lineage[-1].model_copy(
+            update={"metrics": {**art.lineage[-1].metrics, "cache_parity": figures}}))})
+    return built, dropped
+
+
+def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) -> VariantResult:
+    from ..measure.stats import latency_stats
+
+    named = dict(zip(doc.get("outputs") or [], outputs or []))
+    q = quality(p.ref, named)
+    gen = generation_figures(doc, kv_bytes_per_token(p.src))
+    lat = doc["latency_ms"]
+    return VariantResult(
+        name=name, format=art.format.value, precision=art.precision, runtime=RuntimeInfo(**doc["runtime"]),
+        size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
+        load_ms=doc.get("load_ms"),
+        latency_ms={"warmup": lat["warmup"], "runs": lat["runs"], "raw": lat["raw"],
+                    **latency_stats(lat["raw"]).to_dict()},
+        peak_memory_mb=(doc.get("memory") or {}).get("peak_rss_mb"), memory=doc.get("memory") or {},
+        energy_mj_per_inference=(doc.get("energy") or {}).get("energy_mj_per_inference"),
+        energy_source=(doc.get("energy") or {}).get("source"), energy_reason=(doc.get("energy") or {}).get("reason"),
+        energy=doc.get("energy") or {}, sustained=doc.get("sustained"),
+        accuracy=Accuracy(metric="perplexity", value=q["perplexity"], n=q["positions"], direction="lower", units="",
+                          against="labels"),
+        generation=Generation(**gen), quality=LMQuality(**q), device_state=doc.get("device_state") or {})
+
+
+def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str | None, transport: Transport | None,
+            progress: Progress) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession]:
+    spec, m = p.spec, _measure(p.spec, o)
+    results: list[VariantResult] = []
+    dropped: dict[str, str] = {}
+    first_doc: dict = {}
+    with DeviceSession(spec, device, source_io=None, plan=None, transport=transport, lock_wait=o.lock_wait,
+                       lock_timeout=o.lock_timeout, remeasure=o.remeasure, progress=progress) as session:
+        tmp = p.out_dir / "artifacts"
+        np.save(tmp / "windows.npy", p.text.windows)
+        np.save(tmp / "top_ids.npy", p.ref.top_ids)
+        remotes = session.deliver_files([tmp / "windows.npy", tmp / "top_ids.npy"], kind="eval")
+        session.deliver(built.values())
+        for name, art in built.items():
+            progress(f"measuring {name} on the device (prefill at {p.settings.prompt_lengths()} tokens, "
+                     f"{m.runs}+ decode steps, {p.text.windows.shape[0]} scored windows)")
+            req = generate_request(
+                variant=name, art=art, model_remote=session.remote(art.path), measure=m, settings=p.settings,
+                windows=p.text.windows, scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
+                greedy=p.text.prompts,
+                outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
+                energy_sources=tuple(spec.energy_sources))
+            res = session.run(req, RunSettings(measure=m, timeout_s=req.timeout_s + 600))
+            if isinstance(res, MeasureFailure):
+                dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (
+                    f"; {res.hint}" if res.hint else "")
+                continue
+            first_doc = first_doc or res.doc
+            results.append(_variant(name, art, res.doc, res.outputs, p))
+    return results, dropped, first_doc, session
+
+
+def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetSpec = "local",
+              device: str | None = None, out: str | Path = "edgekit-out", options: LMOptions | None = None,
+              transport: Transport | None = None, progress: Progress | None = None) -> Report:
+    """Build, prove, measure and judge a language model's variants; write the report and ``ship/``."""
+    o = options or LMOptions()
+    progress = progress or (lambda _m: None)
+    t0 = time.perf_counter()
+    spec = target_spec(target)
+    p = prepare(model, eval_text, spec, out, o, progress)
+    chosen, skipped = candidates_for(spec)
+    if o.candidates:
+        unknown = sorted(set(o.candidates) - {c.name for c in chosen} - set(skipped))
+        if unknown:
+            from .candidates import CANDIDATES
+
+            raise BadInputError(f"unknown language-model variant(s) {unknown}; known: {[c.name for c in CANDIDATES]}")
+        chosen = [c for c in chosen if c.name in o.candidates]
+    if not chosen:
+        raise BadInputError(f"no language-model runtime to build for target {spec.name}: "
+                            + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    built, dropped = build(p, chosen, progress)
+    if not built:
+        raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
+    results, failed, first_doc, session = measure(p, built, o, device, transport, progress)
+    dropped.update(failed)
+    baseline = BASELINE if any(v.name == BASELINE for v in results) else (results[0].name if results else BASELINE)
+    gate, decision = judge(results, baseline, o.gate, o.objective, dropped)
+    progress("writing the report")
+    report = Report(
+        edgekit_version=__version__, created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        target=spec.name, device=DeviceInfo(**session.device_info(first_doc, results)) if first_doc else DeviceInfo(),
+        model={**p.src.describe(), "memory": p.plan.describe()},
+        settings={"task": "text-generation", "eval_text": p.text.describe(), "generate": {
+            "context": p.settings.context, "prompt_lengths": p.settings.prompt_lengths(),
+            "decode_tokens_filled": p.settings.decode_tokens, "filled_at": p.settings.filled_at,
+            "prefill_repeats": p.settings.prefill_repeats, "greedy_tokens": p.settings.greedy_tokens},
+            "measure": _measure(spec, o).model_dump(), "objective": o.objective,
+            "gate": {"max_kld": o.gate.max_kld, "max_perplexity_increase": o.gate.max_perplexity_increase},
+            "skipped": skipped},
+        baseline=baseline, variants=results, gate=gate, decision=decision, warnings=session.warnings(),
+        search=SearchSection(mode="quick", objective=o.objective, selected=decision.ship,
+                             seconds=round(time.perf_counter() - t0, 2), candidates=[
+                                 SearchCandidate(name=n, status="selected" if n == decision.ship else (
+                                     "dropped" if n in dropped else "measured"), reason=decision.lost.get(n))
+                                 for n in dict.fromkeys([*built, *dropped])]))
+    if decision.ship is not None:
+        v = report.variant(decision.ship)
+        report.search.shipped = ShippedFile(**write_lm_ship(p.out_dir, v, built[decision.ship], p.src, p.settings))
+    write_report(report, p.out_dir)
+    return report

@@ -1,0 +1,122 @@
+"""ONNX with past key/values, for plain ONNX Runtime (the agent's ``OnnxDecoder``).
+
+Why plain onnxruntime and not onnxruntime-genai: onnxruntime is already the runtime on every device edgekit
+provisions (aarch64 wheels included) and the agent times each forward itself, so the same harness times
+prefill and every decode step on every runtime; GenAI would add a second native package and its own config
+and generation loop whose timings edgekit could only read, not take per token. The file uses the I/O layout
+optimum and GenAI use (``input_ids``, ``attention_mask``, ``position_ids``, ``past_key_values.N.key|value`` ->
+``logits``, ``present.N.key|value``), so it also runs under GenAI with a genai_config.
+
+The graph comes from ``torch.onnx.export(dynamo=True)`` over a wrapper that rebuilds transformers' own
+``DynamicCache`` from the past tensors, so any ``*ForCausalLM`` transformers ships exports with its own
+attention code. INT8 is weight-only: ONNX Runtime's ``MatMulNBits`` at 8 bits (per block of 32 along the input
+dimension, symmetric), whose activations stay float, so decode through the cache computes exactly what a
+full-sequence forward computes (dynamic activation quantization would not: its per-call scales differ)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
+from ..errors import ConversionError
+from ..formats import Format
+from ..fsutil import atomic_path
+from .source import LMSource
+
+HOP = "torch->onnx (KV cache)"
+
+
+def io_names(layers: int) -> tuple[list[str], list[str]]:
+    past = [f"past_key_values.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    present = [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    return ["input_ids", "attention_mask", "position_ids", *past], ["logits", *present]
+
+
+def lm_io(src: LMSource) -> IOSpec:
+    """The decoder's interface as the report records it (the cache inputs left out: the runner owns them)."""
+    return IOSpec(inputs=(TensorSpec(name="input_ids", shape=(1, None), dtype="int64"),
+                          TensorSpec(name="position_ids", shape=(1, None), dtype="int64")),
+                  outputs=(TensorSpec(name="logits", shape=(1, None, src.vocab_size), dtype="float32"),))
+
+
+def _wrapper(src: LMSource) -> Any:
+    import torch
+    from transformers import DynamicCache
+
+    layers = src.layers
+
+    class WithPast(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = src.model
+
+        def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any) -> Any:
+            cache = DynamicCache(config=self.lm.config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                          use_cache=True)
+            present = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            return (out.logits, *present)
+
+    return WithPast().eval()
+
+
+def export_onnx(src: LMSource, dest: Path, *, context: int) -> Artifact:
+    """The float decoder as ONNX at ``dest``, its lineage step recording the export."""
+    import torch
+
+    t0 = time.perf_counter()
+    w = _wrapper(src)
+    past_len, seq = 3, 4
+    ids = torch.zeros((1, seq), dtype=torch.long)
+    mask = torch.ones((1, past_len + seq), dtype=torch.long)
+    pos = torch.arange(past_len, past_len + seq)[None]
+    past = tuple(torch.zeros(1, src.kv_heads, past_len, src.head_dim) for _ in range(2 * src.layers))
+    d_seq = torch.export.Dim("seq", min=1, max=max(2, context))
+    d_past = torch.export.Dim("past", min=0, max=max(2, context))
+    d_total = torch.export.Dim("total", min=1, max=max(2, 2 * context))
+    shapes = ({1: d_seq}, {1: d_total}, {1: d_seq}, tuple({2: d_past} for _ in past))
+    ins, outs = io_names(src.layers)
+    with atomic_path(dest) as tmp:
+        try:
+            with torch.no_grad():
+                torch.onnx.export(w, (ids, mask, pos, *past), str(tmp), dynamo=True, dynamic_shapes=shapes,
+                                  input_names=ins, output_names=outs, optimize=True, verbose=False,
+                                  external_data=False)
+        except Exception as exc:  # the exporter's own failure is the variant's reason
+            raise ConversionError(f"{src.architecture}: torch.onnx.export failed: {type(exc).__name__}: "
+                                  f"{str(exc).strip().splitlines()[0][:400]}", hop=HOP) from exc
+    return Artifact.from_file(dest, Format.ONNX, lm_io(src), precision="fp32", lineage=[LineageStep(
+        kind="convert", name=HOP, seconds=round(time.perf_counter() - t0, 3),
+        config={"exporter": "torch.onnx.export(dynamo=True)", "cache": "past/present key values"})])
+
+
+def quantize_onnx_int8(art: Artifact, dest: Path, *, block_size: int = 32) -> Artifact:
+    """Weight-only INT8 (``MatMulNBits``, 8 bits, symmetric blocks along the input dimension)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    import logging
+
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line a node
+    t0 = time.perf_counter()
+    model = onnx.load(str(art.path))
+    cfg = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=8)
+    q = MatMulNBitsQuantizer(model, bits=8, block_size=block_size, is_symmetric=True, algo_config=cfg)
+    try:
+        q.process()
+    except Exception as exc:
+        raise ConversionError(f"onnxruntime's MatMulNBits quantizer failed: {type(exc).__name__}: {exc}",
+                              hop="onnx int8 weight-only") from exc
+    quantized = [n for n in q.model.model.graph.node if n.op_type == "MatMulNBits"]
+    left = [n.name for n in q.model.model.graph.node if n.op_type == "MatMul" and n.input[1] in
+            {i.name for i in q.model.model.graph.initializer}]
+    with atomic_path(dest) as tmp:
+        onnx.save(q.model.model, str(tmp))
+    return art.derive(dest, precision="int8", step=LineageStep(
+        kind="pass", name="quantize (onnx int8 weight-only)", seconds=round(time.perf_counter() - t0, 3),
+        config={"op": "MatMulNBits", "bits": 8, "block_size": block_size, "symmetric": True},
+        metrics={"quantized_matmuls": len(quantized), "float_matmuls_left": left}))

@@ -1,0 +1,131 @@
+"""The gate and the decision for language-model variants.
+
+Gate options and their defaults, and why:
+
+- ``max_kld`` (default 0.05 nats a token): between what llama.cpp's own KL measurements call good and lossy
+  4-bit on Llama-3-8B (Q4_K_M 0.031, Q4_0 0.072; Q8_0 0.0014): the best 4-bit formats pass, the lossy ones do
+  not, and 8-bit passes with a wide margin. Judged on the mean KLD's point value; the report gives its CI.
+- ``max_perplexity_increase`` (default 0.05: 5% over the float model's perplexity on the same text): the
+  order of Q4_K_M's increase on 7-8B models; tiny models lose more and are right to fail it.
+- degeneration can never pass: a variant whose greedy continuation repeats one token for more than half of
+  its tokens where the float model's does not (``MAX_REPEAT_SHARE``), or whose KLD is more than 20x the bar.
+
+The decision ships the fastest variant by the objective (decode tokens/s by default; ``ttft``: the warm time
+to first token at the shortest prompt; ``prefill``: prefill tokens/s at the longest prompt) among those that
+pass, and says why each other one lost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..report.model import Check, Decision, Gate, VariantResult
+
+DEFAULT_MAX_KLD = 0.05
+DEFAULT_MAX_PPL_INCREASE = 0.05
+MAX_REPEAT_SHARE = 0.5
+OBJECTIVES = ("decode", "ttft", "prefill")
+
+
+@dataclass(frozen=True)
+class LMGate:
+    max_kld: float = DEFAULT_MAX_KLD
+    max_perplexity_increase: float = DEFAULT_MAX_PPL_INCREASE
+    max_memory_mb: float | None = None  # peak RSS budget (the target's limits or --memory-budget-mb)
+
+
+def variant_checks(v: VariantResult, cfg: LMGate) -> list[Check]:
+    q, g = v.quality, v.generation
+    if q is None:
+        return [Check(name="quality", variant=v.name, passed=False, message="no quality measured on the eval text")]
+    # the baseline too: it is the float model on the device's runtime, compared with PyTorch's
+    checks = [Check(name="kld", variant=v.name, value=q.kld_mean, limit=cfg.max_kld, passed=q.kld_mean <= cfg.max_kld,
+                    message=f"mean KL divergence from the float model {q.kld_mean:.4g} nats/token "
+                            f"(95% CI {_ci(q.kld_ci95)}) vs limit {cfg.max_kld}"),
+              Check(name="perplexity_increase", variant=v.name, value=q.perplexity_increase,
+                    limit=cfg.max_perplexity_increase, passed=q.perplexity_increase <= cfg.max_perplexity_increase,
+                    message=f"perplexity {q.perplexity:.4g} vs float {q.perplexity_float:.4g}: "
+                            f"{q.perplexity_increase:+.2%} (95% CI {_ci(q.perplexity_increase_ci95, pct=True)}) "
+                            f"vs limit {cfg.max_perplexity_increase:+.0%}")]
+    rep = (q.greedy or {}).get("repeat_share")
+    rep_f = (q.greedy or {}).get("repeat_share_float", 0.0) or 0.0
+    collapsed = rep is not None and rep > MAX_REPEAT_SHARE and rep > rep_f + 0.25
+    far = q.kld_mean > 20 * cfg.max_kld
+    checks.append(Check(name="degenerate", variant=v.name, value=rep, limit=MAX_REPEAT_SHARE,
+                        passed=not (collapsed or far),
+                        message=("greedy output repeats one token for "
+                                 f"{rep:.0%} of its tokens (float model: {rep_f:.0%})" if collapsed else
+                                 f"KLD {q.kld_mean:.3g} is over 20x the limit: the model's distribution is destroyed"
+                                 if far else "generates like the float model (no collapse onto one token)")))
+    if cfg.max_memory_mb is not None and g is not None and g.peak_rss_mb is not None:
+        checks.append(Check(name="memory_budget", variant=v.name, value=g.peak_rss_mb, limit=cfg.max_memory_mb,
+                            passed=g.peak_rss_mb <= cfg.max_memory_mb,
+                            message=f"peak RSS {g.peak_rss_mb:.0f} MB vs budget {cfg.max_memory_mb:.0f} MB"))
+    return checks
+
+
+def _ci(ci: list[float] | None, pct: bool = False) -> str:
+    if not ci:
+        return "n/a"
+    return f"[{ci[0]:+.2%}, {ci[1]:+.2%}]" if pct else f"[{ci[0]:.3g}, {ci[1]:.3g}]"
+
+
+def objective_value(v: VariantResult, objective: str) -> float | None:
+    """Higher is better for every objective (a time is negated)."""
+    g = v.generation
+    if g is None:
+        return None
+    if objective == "decode":
+        return g.decode_tokens_per_s
+    if objective == "ttft":
+        return -g.ttft_ms if g.ttft_ms is not None else None
+    return g.prefill[-1]["tokens_per_s"] if g.prefill else None
+
+
+def describe(v: VariantResult, objective: str) -> str:
+    g = v.generation
+    assert g is not None
+    if objective == "decode":
+        lo, hi = g.decode_tokens_per_s_ci95 or [float("nan")] * 2
+        return f"decode {g.decode_tokens_per_s:.1f} tok/s (95% CI {lo:.1f}-{hi:.1f})"
+    if objective == "ttft":
+        return f"TTFT {g.ttft_ms:.2f} ms at {g.prefill[0]['tokens']} tokens"
+    return f"prefill {g.prefill[-1]['tokens_per_s']:.0f} tok/s at {g.prefill[-1]['tokens']} tokens"
+
+
+def judge(variants: list[VariantResult], baseline: str, cfg: LMGate, objective: str,
+          dropped: dict[str, str]) -> tuple[Gate, Decision]:
+    """The gate over the shipped variant and the decision among all (``dropped``: variants that never reached a
+    measurement, with their reasons)."""
+    lost = dict(dropped)
+    ok = []
+    for v in variants:
+        failed = [c for c in variant_checks(v, cfg) if not c.passed]
+        if failed:
+            lost[v.name] = "fails " + "; ".join(f"{c.name}: {c.message}" for c in failed)
+        elif objective_value(v, objective) is None:
+            lost[v.name] = f"no {objective} figure measured"
+        else:
+            ok.append(v)
+    if not ok:
+        gate = Gate(passed=False, checks=[c for v in variants for c in variant_checks(v, cfg)] or [
+            Check(name="measured", passed=False, message="no variant was measured")])
+        return gate, Decision(ship=None, reason="no variant passes the quality checks", lost=lost)
+    best = max(ok, key=lambda v: (objective_value(v, objective) or 0.0, -v.size_bytes))
+    for v in ok:
+        if v is not best:
+            lost[v.name] = f"slower: {describe(v, objective)} vs {best.name}'s {describe(best, objective)}"
+    base = next((v for v in variants if v.name == baseline), None)
+    reason = f"{best.name}: fastest inside the quality gate ({describe(best, objective)})"
+    faster = False
+    if base is not None and base is not best and base.generation and best.generation and objective == "decode":
+        b_hi = (base.generation.decode_tokens_per_s_ci95 or [0, 0])[1]
+        s_lo = (best.generation.decode_tokens_per_s_ci95 or [0, 0])[0]
+        ratio = (best.generation.decode_tokens_per_s or 0) / (base.generation.decode_tokens_per_s or 1)
+        faster = s_lo > b_hi
+        reason += (f"; {ratio:.2f}x {baseline}'s decode speed"
+                   + (" (95% CIs separated)" if faster else " (not proved faster: the 95% CIs overlap)"))
+    for v in variants:
+        v.selected = v is best
+    gate = Gate(passed=True, checks=variant_checks(best, cfg))
+    gate.passed = all(c.passed for c in gate.checks)
+    return gate, Decision(ship=best.name, reason=reason, proved_faster=faster, lost=lost)

@@ -1,0 +1,279 @@
+"""Language models through the loop (issue #36), on tiny models trained here (tests/lm_zoo.py), with the real
+exporter, the real onnxruntime and the real agent (a local subprocess): KV-cache exports proven against
+PyTorch (and a cache broken by hand caught), quality from the device's own log-probabilities equal to a hand
+computation, a planted degenerate variant failing the gate, bad inputs refused with exit 2, and `edgekit run`
+reproducing the report's perplexity from ship/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
+
+from edgekit.errors import BadInputError, ConversionError  # noqa: E402
+from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
+
+ORT_ONLY = ("ort-fp32", "ort-int8")
+FAST = dict(runs=20, warmup=3, min_seconds=0.1)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> tuple[Path, Path]:
+    folder = build_tiny_lm("llama")
+    text = eval_text(tmp_path_factory.mktemp("text"))
+    return folder, text
+
+
+@pytest.fixture(scope="module")
+def deployed(llama, tmp_path_factory):
+    folder, text = llama
+    out = tmp_path_factory.mktemp("lm-out")
+    report = deploy_lm(folder, eval_text=text, out=out,
+                       options=LMOptions(context=96, window=48, max_windows=8, candidates=ORT_ONLY, **FAST))
+    return report, out
+
+
+def test_the_loop_ships_a_variant_inside_the_quality_gate(deployed):
+    report, out = deployed
+    assert report.model["task"] == "text-generation" and report.model["architecture"] == "LlamaForCausalLM"
+    names = {v.name for v in report.variants}
+    assert names == set(ORT_ONLY), report.decision
+    for v in report.variants:
+        g, q = v.generation, v.quality
+        # every figure measured: TTFT at three prompt lengths, decode tok/s with a CI that brackets it
+        assert [p["tokens"] for p in g.prefill] == [6, 24, 48] and g.ttft_ms > 0 and g.ttft_cold_ms > 0
+        lo, hi = g.decode_tokens_per_s_ci95
+        assert lo <= g.decode_tokens_per_s <= hi and g.inter_token_ms["n"] >= 20
+        assert g.decode_filled["tokens"] == 32 and g.decode_filled["start"] == 96 - 32 - 1
+        # onnxruntime holds the cache as arrays: its size is what the config says it must be
+        per_tok = 2 * 2 * 2 * 16 * 4  # 2 (k, v) x layers x kv heads x head dim x fp32
+        assert g.kv_cache_source == "runtime" and g.kv_cache_mb == pytest.approx(per_tok * 95 / 2 ** 20)
+        assert q.positions == 8 * 47 and q.top_k == 256
+        # a trained model: perplexity far below the vocabulary's 384
+        assert 5 < q.perplexity < 100, q.perplexity
+    fp32, int8 = report.variant("ort-fp32"), report.variant("ort-int8")
+    assert fp32.quality.kld_mean < 1e-6 and fp32.quality.top1_agreement == 1.0
+    assert 0 < int8.quality.kld_mean < 0.05 and int8.quality.greedy["prompts"] == 4
+    assert report.decision.ship in ORT_ONLY and report.gate.passed
+    ship = json.loads((out / "ship" / "ship.json").read_text())
+    assert ship["task"] == "text-generation" and (out / "ship" / "tokenizer.json").is_file()
+    assert Path(ship["file"]).name == f"{report.decision.ship}.onnx"
+    # the cache parity each file passed at build is in its lineage
+    par = fp32.lineage[-1].metrics["cache_parity"]
+    assert par["cache_max_abs_err"] <= par["tolerance"] and par["prefill_max_abs_err"] <= par["tolerance"]
+    assert json.loads((out / "report.json").read_text())["variants"][0]["generation"]["decode_tokens_per_s"] > 0
+
+
+def test_edgekit_run_reproduces_the_reports_perplexity_and_generates(deployed, llama, cli):
+    report, out = deployed
+    _, text = llama
+    r = cli("run", str(out / "ship"), "--eval-text", str(text), "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    ans = json.loads(r.stdout.strip().splitlines()[-1])
+    shipped = report.variant(report.decision.ship).quality.perplexity
+    assert ans["perplexity"] == pytest.approx(shipped, rel=1e-5), (ans, shipped)
+    r = cli("run", str(out / "ship"), "--prompt", "This License", "--max-new-tokens", "8", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    gen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert 1 <= gen["new_tokens"] <= 8 and isinstance(gen["text"], str)
+
+
+def test_quality_equals_a_hand_computation_from_full_logits(llama, tmp_path):
+    """With K = the whole vocabulary the device's KLD is exact: it equals KL(softmax(float) || softmax(device))
+    computed here from the full logits of the same windows (the ONNX file's, run by the same decoder)."""
+    import torch
+
+    from edgekit.agent.inprocess import load_agent
+    from edgekit.llm.export_onnx import export_onnx, quantize_onnx_int8
+    from edgekit.llm.quality import quality, reference
+    from edgekit.llm.source import load_lm
+
+    src = load_lm(llama[0])
+    windows = np.random.default_rng(0).integers(0, src.vocab_size, size=(3, 20)).astype(np.int32)
+    ref = reference(src.model, windows, k=src.vocab_size)
+    art = quantize_onnx_int8(export_onnx(src, tmp_path / "f.onnx", context=64), tmp_path / "q.onnx")
+    dec = load_agent().runners.decoder_for("onnxruntime").open(str(art.path), {"threads": 1})
+    dev = load_agent().generation.score_windows(dec, windows, ref.top_ids)
+    q = quality(ref, dev)
+    kl, nll_v, nll_f, agree = [], [], [], []
+    for i in range(3):
+        with torch.no_grad():
+            lf = torch.log_softmax(src.model(torch.as_tensor(windows[i:i + 1].astype(np.int64))).logits[0, :-1].double(), -1)
+        lq = torch.log_softmax(torch.as_tensor(dec.forward(windows[i].tolist(), 0)[:-1]).double(), -1)
+        kl += (lf.exp() * (lf - lq)).sum(-1).tolist()
+        tgt = torch.as_tensor(windows[i, 1:].astype(np.int64))
+        nll_v += (-lq[torch.arange(19), tgt]).tolist()
+        nll_f += (-lf[torch.arange(19), tgt]).tolist()
+        agree += (lq.argmax(-1) == lf.argmax(-1)).double().tolist()
+    assert q["kld_bound"] == "exact"
+    assert q["kld_mean"] == pytest.approx(float(np.mean(kl)), rel=1e-3, abs=1e-9)
+    assert q["perplexity"] == pytest.approx(float(np.exp(np.mean(nll_v))), rel=1e-5)
+    assert q["perplexity_float"] == pytest.approx(float(np.exp(np.mean(nll_f))), rel=1e-5)
+    assert q["top1_agreement"] == pytest.approx(float(np.mean(agree)))
+    # top-K with K < vocabulary: a lower bound, never above the exact figure
+    small = reference(src.model, windows, k=8)
+    q8 = quality(small, load_agent().generation.score_windows(dec, windows, small.top_ids))
+    assert q8["kld_bound"] == "lower" and q8["kld_mean"] <= q["kld_mean"] + 1e-12
+
+
+def _break_cache(src_onnx: Path, dest: Path) -> None:
+    """A file whose first layer's present key is scaled by 0.5: its full-window forward is untouched (the
+    present output feeds nothing inside), but every decode step reads a wrong cache."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(src_onnx))
+    out = next(o for o in m.graph.output if o.name == "present.0.key")
+    for n in m.graph.node:
+        n.output[:] = ["present.0.key.raw" if o == out.name else o for o in n.output]
+        n.input[:] = ["present.0.key.raw" if i == out.name else i for i in n.input]
+    half = helper.make_tensor("half", onnx.TensorProto.FLOAT, [], [0.5])
+    m.graph.initializer.append(half)
+    m.graph.node.append(helper.make_node("Mul", ["present.0.key.raw", "half"], [out.name]))
+    onnx.save(m, str(dest))
+
+
+def test_cache_parity_catches_a_cache_broken_by_hand(llama, tmp_path):
+    from edgekit.artifact import Artifact
+    from edgekit.formats import Format
+    from edgekit.llm.export_onnx import export_onnx, lm_io
+    from edgekit.llm.parity import cache_parity
+    from edgekit.llm.source import load_lm
+
+    src = load_lm(llama[0])
+    good = export_onnx(src, tmp_path / "good.onnx", context=64)
+    tokens = list(range(5, 37))
+    ok = cache_parity(good, src.model, tokens, context=64)
+    assert ok["cache_max_abs_err"] < 1e-4 and ok["prefill_max_abs_err"] < 1e-4
+    _break_cache(good.path, tmp_path / "broken.onnx")
+    broken = Artifact.from_file(tmp_path / "broken.onnx", Format.ONNX, lm_io(src))
+    with pytest.raises(ConversionError, match="the cache is broken") as err:
+        cache_parity(broken, src.model, tokens, context=64)
+    assert "differs from the full-sequence forward" in str(err.value)
+
+
+def _planted_degenerate(src_onnx: Path, dest: Path, token: int) -> None:
+    """A file whose logits get +30 on one token: it runs, its cache is consistent, it says one word."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(str(src_onnx))
+    vocab = [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim][-1]
+    bias = np.zeros(vocab, np.float32)
+    bias[token] = 30.0
+    for n in m.graph.node:
+        n.output[:] = ["logits.raw" if o == "logits" else o for o in n.output]
+    m.graph.initializer.append(numpy_helper.from_array(bias, "planted_bias"))
+    m.graph.node.append(helper.make_node("Add", ["logits.raw", "planted_bias"], ["logits"]))
+    onnx.save(m, str(dest))
+
+
+def test_a_planted_degenerate_variant_fails_the_gate_on_the_device(llama, tmp_path):
+    """Measured on the device like any variant (past the build's parity on purpose): the gate's quality checks,
+    not luck, keep it from shipping."""
+    from edgekit.artifact import Artifact
+    from edgekit.formats import Format
+    from edgekit.llm import deploy as d
+    from edgekit.llm.export_onnx import export_onnx, lm_io
+    from edgekit.llm.judge import LMGate, judge
+    from edgekit.targets import load_target
+
+    folder, text = llama
+    o = LMOptions(context=64, window=32, max_windows=4, **FAST)
+    p = d.prepare(folder, text, load_target("local"), tmp_path / "out", o, lambda _m: None)
+    good = export_onnx(p.src, tmp_path / "out" / "artifacts" / "good.onnx", context=64)
+    _planted_degenerate(good.path, tmp_path / "bad.onnx", token=7)
+    bad = Artifact.from_file(tmp_path / "bad.onnx", Format.ONNX, lm_io(p.src), precision="int8")
+    results, dropped, _, _ = d.measure(p, {"ort-fp32": good, "planted": bad}, o, None, None, lambda _m: None)
+    assert not dropped
+    gate, decision = judge(results, "ort-fp32", LMGate(), "decode", {})
+    planted = next(v for v in results if v.name == "planted")
+    assert planted.quality.greedy["repeat_share"] > 0.9 and planted.quality.kld_mean > 1.0
+    assert decision.ship == "ort-fp32" and "degenerate" in decision.lost["planted"], decision.lost
+    assert "kld" in decision.lost["planted"] and "perplexity_increase" in decision.lost["planted"]
+
+
+def test_bad_inputs_are_refused_before_any_build(llama, tmp_path, cli):
+    folder, text = llama
+    # a folder that needs its own code
+    remote = tmp_path / "remote"
+    shutil.copytree(folder, remote)
+    cfg = json.loads((remote / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}
+    (remote / "config.json").write_text(json.dumps(cfg))
+    r = cli("deploy", str(remote), "--eval-text", str(text), "--out", str(tmp_path / "o1"))
+    assert r.exit_code == 2 and "its own Python code" in r.stdout + r.stderr
+    # an eval text too short for one window says how many tokens it holds
+    short = tmp_path / "short.txt"
+    short.write_text("GNU General Public License")
+    r = cli("deploy", str(folder), "--eval-text", str(short), "--out", str(tmp_path / "o2"))
+    assert r.exit_code == 2 and "fewer than one window" in r.stdout + r.stderr and "holds" in r.stdout + r.stderr
+    # a language model without --eval-text, and fixed-graph options it does not take
+    r = cli("deploy", str(folder), "--out", str(tmp_path / "o3"))
+    assert r.exit_code == 2 and "--eval-text" in r.stdout + r.stderr
+    r = cli("deploy", str(folder), "--eval-text", str(text), "--metric", "top1", "--out", str(tmp_path / "o4"))
+    assert r.exit_code == 2 and "--metric" in r.stdout + r.stderr
+    # a tokenizer that does not fit the model's vocabulary
+    small = tmp_path / "small-vocab"
+    shutil.copytree(folder, small)
+    cfg = json.loads((small / "config.json").read_text())
+    cfg["vocab_size"] = 100
+    (small / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(Exception) as err:
+        deploy_lm(small, eval_text=text, out=tmp_path / "o5", options=LMOptions(candidates=ORT_ONLY))
+    assert "vocab" in str(err.value).lower() or "size mismatch" in str(err.value).lower()
+    for o in ("o1", "o2", "o3", "o4"):
+        assert not (tmp_path / o / "report.json").exists()
+
+
+def test_a_context_that_cannot_fit_the_target_is_refused_by_name(llama, tmp_path):
+    import yaml
+
+    from edgekit.llm.memory import check_fits, memory_plan
+    from edgekit.llm.source import load_lm
+
+    folder, text = llama
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "local.yaml").read_text())
+    # 80% of 188 MB is 150.4 MB: the runtime's ~150 MB and 0.47 MB of weights leave no room for a cache
+    spec.update(name="tiny-board", memory_mb=188)
+    target = tmp_path / "tiny-board.yaml"
+    target.write_text(yaml.safe_dump(spec))
+    with pytest.raises(BadInputError) as err:
+        deploy_lm(folder, eval_text=text, target=str(target), out=tmp_path / "o",
+                  options=LMOptions(context=256, candidates=ORT_ONLY))
+    msg = str(err.value)
+    assert "a context of 256 tokens does not fit target tiny-board" in msg and "512 bytes/token" in msg
+    assert "leave no room for a cache" in msg
+    assert not (tmp_path / "o" / "artifacts").exists()  # refused before any build
+    # with room for ~180 positions the hint names the longest context that fits, and that one passes
+    src = load_lm(folder)
+    with pytest.raises(BadInputError) as err:
+        check_fits(memory_plan(src, 256, 188.2), "tiny-board")
+    fits = int(str(err.value).split("use --context ")[1].split()[0])
+    assert 100 < fits < 256, str(err.value)
+    check_fits(memory_plan(src, fits, 188.2), "tiny-board")
+    with pytest.raises(BadInputError):
+        check_fits(memory_plan(src, fits + 1, 188.2), "tiny-board")
+
+
+def test_a_gguf_is_a_source_and_a_truncated_one_is_exit_2(tmp_path, cli):
+    from gguf_fixtures import tiny_llama_gguf
+
+    gguf = tiny_llama_gguf(tmp_path / "g")
+    text = eval_text(tmp_path / "t")
+    report = deploy_lm(gguf, eval_text=text, out=tmp_path / "o",
+                       options=LMOptions(context=64, window=32, max_windows=4, candidates=("ort-fp32",), **FAST))
+    assert report.model["origin"]["gguf"] == str(gguf) and report.model["origin"]["quantization"]
+    assert report.variant("ort-fp32").quality.kld_mean < 1e-6  # the GGUF's float model, exported and run
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(gguf.read_bytes()[: gguf.stat().st_size // 2])
+    r = cli("deploy", str(cut), "--eval-text", str(text), "--out", str(tmp_path / "o2"))
+    assert r.exit_code == 2 and "cut.gguf" in r.stdout + r.stderr and "truncated" in (r.stdout + r.stderr).lower()
+    assert not (tmp_path / "o2" / "report.json").exists()

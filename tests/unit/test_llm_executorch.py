@@ -1,0 +1,40 @@
+"""ExecuTorch as a language-model runtime (issue #36): a static-KV-cache .pte (fp32 and ExecuTorch's own int8
+weight-only) exported from transformers' recipe, proven against PyTorch at build, raced on the device
+beside onnxruntime, its quality from the device's own log-probabilities. CI runs it in .ci/executorch.sh."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
+
+from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
+
+pytestmark = [pytest.mark.executorch,
+              pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                                 reason="executorch is not installed (pip install 'edgekit[executorch]'; CI: "
+                                        "bash .ci/executorch.sh)")]
+
+
+def test_executorch_and_onnxruntime_race_on_the_device(tmp_path):
+    folder = build_tiny_lm("qwen2")  # the other family: tied embeddings, q/k/v biases
+    text = eval_text(tmp_path / "t")
+    report = deploy_lm(folder, eval_text=text, out=tmp_path / "o",
+                       options=LMOptions(context=64, window=32, max_windows=6, runs=20, warmup=3, min_seconds=0.1))
+    names = {v.name for v in report.variants}
+    assert names == {"ort-fp32", "ort-int8", "et-fp32", "et-int8"}, report.decision
+    et32, et8 = report.variant("et-fp32"), report.variant("et-int8")
+    assert et32.runtime.name == "executorch" and et32.quality.kld_mean < 1e-6
+    assert 0 < et8.quality.kld_mean < 0.05 and et8.size_bytes < 0.75 * et32.size_bytes
+    # the static cache's size is the host's figure from the config (the runtime does not tell)
+    assert et32.generation.kv_cache_source.startswith("config") and et32.generation.kv_cache_mb > 0
+    for v in (et32, et8):
+        par = v.lineage[-1].metrics["cache_parity"]
+        assert par["cache_max_abs_err"] <= par["tolerance"], par
+    assert report.decision.ship in names and report.gate.passed
+    assert set(report.decision.lost) == names - {report.decision.ship}
