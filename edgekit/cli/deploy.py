@@ -111,12 +111,12 @@ def deploy_cmd(
     if _is_lm(model):  # a language model: its own loop (edgekit/llm/deploy.py)
         given = {"--eval-data": eval_data, "--calib-data": calib_data, "--recipe": recipe, "--metric": metric,
                  "--arch": arch, "--devices": devices, "--pool": pool, "--baseline": baseline,
-                 "--sustained": sustained, "--profile": profile or None, "--train-data": train_data}
+                 "--profile": profile or None, "--train-data": train_data}
         refused = [k for k, v in given.items() if v]
         report = _deploy_lm(model, eval_text, refused, target, device, out, as_json, context=context, max_kld=max_kld,
                             max_ppl=max_perplexity_increase, objective=objective, threads=threads, warmup=warmup,
                             runs=runs, min_seconds=min_seconds, remeasure=remeasure, no_wait=no_wait,
-                            lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb)
+                            lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb, sustained=sustained)
         _finish(report, out, as_json)
         return
     if eval_data is None or eval_text is not None or context is not None or max_kld is not None \
@@ -189,7 +189,7 @@ def _is_lm(model: Path) -> bool:
 
 def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: str, device: str | None, out: Path,
                as_json: bool, *, context, max_kld, max_ppl, objective: str, threads, warmup, runs, min_seconds,
-               remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb):
+               remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained):
     from ..errors import BadInputError
     from ..llm.deploy import LMOptions, deploy_lm
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
@@ -206,7 +206,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                                  max_perplexity_increase=DEFAULT_MAX_PPL_INCREASE if max_ppl is None else max_ppl,
                                  max_memory_mb=memory_budget_mb),
                      threads=threads, warmup=warmup, runs=runs, min_seconds=min_seconds, remeasure=remeasure,
-                     lock_wait=not no_wait, lock_timeout=lock_timeout)
+                     lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained)
     with progress_display(not as_json) as progress:
         return deploy_lm(model, eval_text=eval_text, target=target, device=device, out=out, options=opts,
                          progress=progress)

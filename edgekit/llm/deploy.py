@@ -59,6 +59,7 @@ class LMOptions:
     runs: int | None = None
     min_seconds: float | None = None
     candidates: tuple[str, ...] | None = None  # names from candidates.CANDIDATES; default: every one that runs
+    sustained_seconds: float | None = None  # a sustained decode of this long per variant (thermal throttling)
     remeasure: bool = False
     lock_wait: bool = True
     lock_timeout: float | None = None
@@ -131,6 +132,7 @@ def build(p: Prepared, chosen: list[LMCandidate], progress: Progress) -> tuple[d
 
 def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) -> VariantResult:
     from ..measure.stats import latency_stats
+    from ..measure.sustained import analyze
 
     named = dict(zip(doc.get("outputs") or [], outputs or []))
     q = quality(p.ref, named)
@@ -145,7 +147,7 @@ def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) ->
         peak_memory_mb=(doc.get("memory") or {}).get("peak_rss_mb"), memory=doc.get("memory") or {},
         energy_mj_per_inference=(doc.get("energy") or {}).get("energy_mj_per_inference"),
         energy_source=(doc.get("energy") or {}).get("source"), energy_reason=(doc.get("energy") or {}).get("reason"),
-        energy=doc.get("energy") or {}, sustained=doc.get("sustained"),
+        energy=doc.get("energy") or {}, sustained=analyze(doc.get("sustained")),
         accuracy=Accuracy(metric="perplexity", value=q["perplexity"], n=q["positions"], direction="lower", units="",
                           against="labels"),
         generation=Generation(**gen), quality=LMQuality(**q), device_state=doc.get("device_state") or {})
@@ -172,7 +174,7 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
                 windows=p.text.windows, scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
                 greedy=p.text.prompts,
                 outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
-                energy_sources=tuple(spec.energy_sources))
+                energy_sources=tuple(spec.energy_sources), sustained_seconds=o.sustained_seconds)
             res = session.run(req, RunSettings(measure=m, timeout_s=req.timeout_s + 600))
             if isinstance(res, MeasureFailure):
                 dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..agent.protocol import AgentRequest, EnergyRequest, GenerateRequest, GreedyRequest, ScoreRequest
+from ..agent.protocol import AgentRequest, EnergyRequest, GenerateRequest, GreedyRequest, ScoreRequest, SustainedRequest
 from ..artifact import Artifact
 from ..formats import format_spec
 from ..measure.stats import latency_stats
@@ -46,7 +46,11 @@ def prompt_ids(windows: np.ndarray, n: int) -> list[int]:
 def generate_request(*, variant: str, art: Artifact, model_remote: str, measure: MeasureDefaults,
                      settings: GenerateSettings, windows: np.ndarray, scoring: tuple[str, str | None] | None,
                      greedy: list[list[int]] | None, outputs_remote: str | None,
-                     energy_sources: tuple[str, ...] = ()) -> AgentRequest:
+                     energy_sources: tuple[str, ...] = (), sustained_seconds: float | None = None) -> AgentRequest:
+    """``sustained_seconds``: decode for that long (the timing loop's sustained mode, one token a step) to see
+    tokens/s under heat and clocks over time."""
+    from ..measure.sustained import request_fields
+
     need = max(max(settings.prompt_lengths()), settings.filled_at)
     gen = GenerateRequest(
         context=settings.context, prompt_ids=prompt_ids(windows, need), prompt_lengths=settings.prompt_lengths(),
@@ -58,6 +62,8 @@ def generate_request(*, variant: str, art: Artifact, model_remote: str, measure:
                         runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs,
                         inputs=[], outputs=[], outputs_path=outputs_remote, generate=gen,
                         energy=EnergyRequest(sources=list(energy_sources)),
+                        max_seconds=max(120.0, sustained_seconds or 0.0),
+                        sustained=SustainedRequest(**request_fields(sustained_seconds)) if sustained_seconds else None,
                         runtime_options=art.runtime_options or None)
 
 

@@ -35,6 +35,7 @@ class LMSource:
     parameters: int
     files: list[Path] = field(default_factory=list)  # tokenizer, chat template, generation config
     origin: dict[str, Any] = field(default_factory=dict)  # a GGUF's provenance
+    sha256: str | None = None  # over config.json and the weight files (a GGUF: the file's own)
 
     @property
     def vocab_size(self) -> int:
@@ -57,7 +58,7 @@ class LMSource:
         return int(getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads)
 
     def describe(self) -> dict[str, Any]:
-        return {"source": str(self.path), "task": TASK, "architecture": self.architecture, "family": self.family,
+        return {"source": str(self.path), "sha256": self.sha256, "task": TASK, "architecture": self.architecture, "family": self.family,
                 "parameters": self.parameters, "vocab_size": self.vocab_size, "context": self.context,
                 "layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
                 "dtype": str(getattr(self.config, "dtype", None) or "float32").replace("torch.", ""),
@@ -163,10 +164,14 @@ def load_lm(path: str | Path) -> LMSource:
                              f"{config.vocab_size}: token ids past {config.vocab_size - 1} have no embedding",
                              hint="the tokenizer files do not belong to these weights; ship the model's own")
     files = [folder / f for f in TOKENIZER_FILES if (folder / f).is_file()]
+    from ..fsutil import sha256_files
+
+    weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))
+    digest = origin.get("sha256") or sha256_files([folder / "config.json", *weights])
     return LMSource(path=p, folder=folder, config=config, model=model, tokenizer=tok,
                     architecture=str((config.architectures or [type(model).__name__])[0]),
                     family=str(config.model_type), parameters=sum(t.numel() for t in model.parameters()),
-                    files=files, origin=origin)
+                    files=files, origin=origin, sha256=digest)
 
 
 def render_chat(tokenizer: Any, prompt: str) -> str | None:

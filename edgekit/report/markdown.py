@@ -43,22 +43,8 @@ def render_markdown(r: Report) -> str:
         f"- baseline variant: `{r.baseline}`; created {r.created_at} by edgekit {r.edgekit_version}",
         f"- {r.metric_line()}",
         "",
-        f"| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | energy mJ | {r.metric_label()} | drop (95% CI) | parity max abs | top-1 agree |",
-        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for v in r.variants:
-        lat = v.latency_ms
-        ci = f"{lat.ci95[0]:.3f}-{lat.ci95[1]:.3f}" if lat else "n/a"
-        acc = v.accuracy.value if v.accuracy else None
-        par = v.parity
-        lines.append(
-            f"| {v.name}{' (baseline)' if v.name == r.baseline else ''} | {v.format} | {v.precision} | "
-            f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
-            f"{_f(lat and lat.p50)} | {_f(lat and lat.p90)} | {_f(lat and lat.p99)} | {ci} | "
-            f"{_f(v.peak_memory_mb, '{:.1f}')} | {_f(v.energy_mj_per_inference, '{:.3f}', 'null')} | "
-            f"{_f(acc, '{:.4g}')} | {_drop(v)} | "
-            f"{_f(par and par.max_abs_err, '{:.2e}')} | {_f(par and par.top1_agreement, '{:.1%}')} |"
-        )
+    lines += _generation_table(r) if r.model.get("task") == "text-generation" else _fixed_table(r)
     if r.decision is not None:
         d = r.decision
         lines += ["", "## Decision", "", f"**Ship:** {d.reason if d.ship else 'nothing — ' + d.reason}", ""]
@@ -80,6 +66,52 @@ def render_markdown(r: Report) -> str:
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
     return "\n".join(lines) + "\n"
+
+
+def _generation_table(r: Report) -> list[str]:
+    """A language model's variants: time to first token, prefill and decode speed, memory, quality."""
+    lines = ["| variant | format | precision | runtime | size KB | TTFT ms (cold) | prefill tok/s by prompt | "
+             "decode tok/s (95% CI) | inter-token p50/p95 ms | decode tok/s at a full cache | peak MB | KV MB | "
+             "perplexity | KLD (95% CI) | top-1 agree | greedy: first divergence |",
+             "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for v in r.variants:
+        g, q = v.generation, v.quality
+        if g is None or q is None:
+            continue
+        ci, kci = g.decode_tokens_per_s_ci95 or [None, None], q.kld_ci95 or [None, None]
+        pre = ", ".join(f"{p['tokens']}: {p['tokens_per_s']:.0f}" for p in g.prefill)
+        div = (q.greedy or {}).get("first_divergence")
+        lines.append(
+            f"| {v.name}{' (baseline)' if v.name == r.baseline else ''} | {v.format} | {v.precision} | "
+            f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
+            f"{_f(g.ttft_ms)} ({_f(g.ttft_cold_ms)}) | {pre} | {_f(g.decode_tokens_per_s, '{:.1f}')} "
+            f"({_f(ci[0], '{:.1f}')}-{_f(ci[1], '{:.1f}')}) | {_f(g.inter_token_ms.get('p50'))}/"
+            f"{_f(g.inter_token_ms.get('p95'))} | {_f(g.decode_filled.get('tokens_per_s'), '{:.1f}')} | "
+            f"{_f(g.peak_rss_mb, '{:.1f}')} | {_f(g.kv_cache_mb, '{:.2f}')} ({g.kv_cache_source}) | "
+            f"{q.perplexity:.4g} (float {q.perplexity_float:.4g}) | {q.kld_mean:.3g} ({_f(kci[0], '{:.2g}')}-"
+            f"{_f(kci[1], '{:.2g}')}) | {q.top1_agreement:.1%} | {div} |")
+    return lines
+
+
+def _fixed_table(r: Report) -> list[str]:
+    lines = [
+        f"| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | energy mJ | {r.metric_label()} | drop (95% CI) | parity max abs | top-1 agree |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in r.variants:
+        lat = v.latency_ms
+        ci = f"{lat.ci95[0]:.3f}-{lat.ci95[1]:.3f}" if lat else "n/a"
+        acc = v.accuracy.value if v.accuracy else None
+        par = v.parity
+        lines.append(
+            f"| {v.name}{' (baseline)' if v.name == r.baseline else ''} | {v.format} | {v.precision} | "
+            f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
+            f"{_f(lat and lat.p50)} | {_f(lat and lat.p90)} | {_f(lat and lat.p99)} | {ci} | "
+            f"{_f(v.peak_memory_mb, '{:.1f}')} | {_f(v.energy_mj_per_inference, '{:.3f}', 'null')} | "
+            f"{_f(acc, '{:.4g}')} | {_drop(v)} | "
+            f"{_f(par and par.max_abs_err, '{:.2e}')} | {_f(par and par.top1_agreement, '{:.1%}')} |"
+        )
+    return lines
 
 
 def _profile_section(r: Report, top: int = 10) -> list[str]:

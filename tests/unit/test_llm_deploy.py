@@ -69,6 +69,9 @@ def test_the_loop_ships_a_variant_inside_the_quality_gate(deployed):
     par = fp32.lineage[-1].metrics["cache_parity"]
     assert par["cache_max_abs_err"] <= par["tolerance"] and par["prefill_max_abs_err"] <= par["tolerance"]
     assert json.loads((out / "report.json").read_text())["variants"][0]["generation"]["decode_tokens_per_s"] > 0
+    md = (out / "report.md").read_text()
+    assert "decode tok/s (95% CI)" in md and f"| {report.decision.ship}" in md and "TTFT ms" in md
+    assert len(report.model["sha256"]) == 64
 
 
 def test_edgekit_run_reproduces_the_reports_perplexity_and_generates(deployed, llama, cli):
@@ -277,3 +280,14 @@ def test_a_gguf_is_a_source_and_a_truncated_one_is_exit_2(tmp_path, cli):
     r = cli("deploy", str(cut), "--eval-text", str(text), "--out", str(tmp_path / "o2"))
     assert r.exit_code == 2 and "cut.gguf" in r.stdout + r.stderr and "truncated" in (r.stdout + r.stderr).lower()
     assert not (tmp_path / "o2" / "report.json").exists()
+
+
+def test_a_sustained_decode_reports_tokens_over_time(llama, tmp_path):
+    folder, text = llama
+    r = deploy_lm(folder, eval_text=text, out=tmp_path / "o", options=LMOptions(
+        context=64, window=32, max_windows=2, candidates=("ort-fp32",), sustained_seconds=2.0, **FAST))
+    v = r.variant("ort-fp32")
+    s = v.sustained
+    assert s["seconds"] >= 2.0 and len(s["bins"]) >= 2 and s["first"]["runs"] > 0 and s["last"]["runs"] > 0
+    # the decode wraps at the context (a new sequence) instead of overflowing it: thousands of tokens in 2 s
+    assert v.latency_ms.runs > 64 and v.generation.decode_tokens_per_s > 0
