@@ -32,6 +32,22 @@ _EXPORTS = {
     "Recipe": "edgekit.recipe:Recipe",
     "load_recipe": "edgekit.recipe:load_recipe",
     "EdgekitError": "edgekit.errors:EdgekitError",
+    "BadInputError": "edgekit.errors:BadInputError",
+    "ModelLoadError": "edgekit.errors:ModelLoadError",
+    "DataError": "edgekit.errors:DataError",
+    "TargetError": "edgekit.errors:TargetError",
+    "ConfigError": "edgekit.errors:ConfigError",
+    "OutputError": "edgekit.errors:OutputError",
+    "MissingExtraError": "edgekit.errors:MissingExtraError",
+    "ConversionError": "edgekit.errors:ConversionError",
+    "PassError": "edgekit.errors:PassError",
+    "GateFailed": "edgekit.errors:GateFailed",
+    "DeviceError": "edgekit.errors:DeviceError",
+    "TransportError": "edgekit.errors:TransportError",
+    "AgentError": "edgekit.errors:AgentError",
+    "AgentRunFailed": "edgekit.agent.protocol:AgentRunFailed",
+    "DeviceLockedError": "edgekit.lock:DeviceLockedError",
+    "BudgetExceeded": "edgekit.timeline:BudgetExceeded",
     "train": "edgekit.train:train",
     "deploy_lm": "edgekit.llm.deploy:deploy_lm",
     "LMOptions": "edgekit.llm.deploy:LMOptions",
@@ -40,16 +56,40 @@ _EXPORTS = {
 
 __all__ = ["__version__", *_EXPORTS]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .artifact import Artifact  # noqa: F401
-    from .pipeline import DeployOptions, deploy, profile  # noqa: F401
-    from .errors import EdgekitError  # noqa: F401
-    from .train import train  # noqa: F401
-    from .recipe import Recipe, load_recipe  # noqa: F401
-    from .report.model import Report  # noqa: F401
-    from .targets import TargetSpec, list_targets, load_target  # noqa: F401
-    from .llm.deploy import LMOptions, deploy_lm  # noqa: F401
-    from .llm.judge import LMGate  # noqa: F401
+if TYPE_CHECKING:  # pragma: no cover  (explicit re-exports, so type checkers see the public API)
+    from .pipeline import deploy as deploy
+    from .pipeline import profile as profile
+    from .pipeline import DeployOptions as DeployOptions
+    from .variant_search.run import search as search
+    from .variant_search.run import SearchOptions as SearchOptions
+    from .report.model import Report as Report
+    from .artifact import Artifact as Artifact
+    from .targets import TargetSpec as TargetSpec
+    from .targets import load_target as load_target
+    from .targets import list_targets as list_targets
+    from .recipe import Recipe as Recipe
+    from .recipe import load_recipe as load_recipe
+    from .errors import EdgekitError as EdgekitError
+    from .errors import BadInputError as BadInputError
+    from .errors import ModelLoadError as ModelLoadError
+    from .errors import DataError as DataError
+    from .errors import TargetError as TargetError
+    from .errors import ConfigError as ConfigError
+    from .errors import OutputError as OutputError
+    from .errors import MissingExtraError as MissingExtraError
+    from .errors import ConversionError as ConversionError
+    from .errors import PassError as PassError
+    from .errors import GateFailed as GateFailed
+    from .errors import DeviceError as DeviceError
+    from .errors import TransportError as TransportError
+    from .errors import AgentError as AgentError
+    from .agent.protocol import AgentRunFailed as AgentRunFailed
+    from .lock import DeviceLockedError as DeviceLockedError
+    from .timeline import BudgetExceeded as BudgetExceeded
+    from .train import train as train
+    from .llm.deploy import deploy_lm as deploy_lm
+    from .llm.deploy import LMOptions as LMOptions
+    from .llm.judge import LMGate as LMGate
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,19 @@
 """One exception tree for edgekit.
 
-Every error a user can cause or meet carries an exit code (the CLI contract: 2 bad input or
-usage, 3 device or transport failure) and a hint that says what to do. Third-party errors are
-mapped at the boundary with ``raise X(...) from exc``.
+Every error a user can cause or meet carries an exit code (the CLI contract: 1 gate failed, 2 bad input or
+usage, 3 device or transport failure) and a hint that says what to do. Third-party errors are mapped at the
+boundary with ``raise X(...) from exc``.
+
+    EdgekitError
+    ├── BadInputError (2): ModelLoadError, DataError (MetricError), TargetError, ConfigError, OutputError,
+    │                      MissingExtraError, ConversionError, PassError
+    ├── GateFailed (1): the run worked and the gate says do not ship (Report.raise_for_gate)
+    ├── DeviceError (3): TransportError (AdbStateError), AgentError, AgentRunFailed (a variant the agent could
+    │                    not run, with its kind), DeviceLockedError (DeviceLeaseHeld, PlaceHeld),
+    │                    CoordinatorUnreachable, CoordinatorRefused, TrainFailedError
+    └── BudgetExceeded (2): a search ran out of its time budget before anything could be measured
+
+Every public error is importable from ``edgekit`` itself.
 """
 
 from __future__ import annotations
@@ -71,6 +82,18 @@ class ConversionError(BadInputError):
 
 class PassError(BadInputError):
     """A compression pass could not produce an acceptable artifact."""
+
+
+# --- the gate (exit 1) -------------------------------------------------------------------
+class GateFailed(EdgekitError):
+    """The release gate failed: the run worked, and the device says the model must not ship
+    (``Report.raise_for_gate()``; the CLI's exit 1). ``failed`` holds the failed checks' names and messages."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, failed: list[tuple[str, str]] | None = None, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.failed = list(failed or [])
 
 
 # --- device / transport (exit 3) ---------------------------------------------------------

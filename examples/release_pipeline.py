@@ -73,15 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write((args.out / "report.md").read_text(encoding="utf-8"))
 
-    if report.gate.passed:
-        shipped = [v for v in report.variants if v.selected] or [v for v in report.variants if v.name != report.baseline]
-        print(f"gate PASSED: ship {', '.join(v.name for v in shipped) or report.baseline} "
-              f"(report: {args.out / 'report.html'})")
-        return 0
-    print("gate FAILED:")
-    for c in report.gate.failed_checks:
-        print(f"  {c.name} [{c.variant}]: {c.message}")
-    return 1
+    try:
+        report.raise_for_gate()
+    except edgekit.GateFailed as exc:
+        print("gate FAILED:")
+        for name, message in exc.failed:
+            print(f"  {name}: {message}")
+        return exc.exit_code
+    shipped = report.shipped  # the variant the run says to ship (None for a recipe of one variant: the model)
+    print(f"gate PASSED: ship {shipped.name if shipped else report.baseline} (report: {args.out / 'report.html'})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -94,6 +94,20 @@ def _quantized_copy(src: LMSource, precision: str) -> tuple[Any, dict[str, Any]]
     raise ValueError(f"ExecuTorch decoder precision {precision!r}: fp32 or int8")
 
 
+def runner_metadata(src: LMSource, context: int) -> dict[str, Any]:
+    """The constant methods ExecuTorch's LLM runner reads (as its own ``export_llm`` writes them), so the file
+    also runs under ``TextLLMRunner`` / ``llama_main`` with their statistics."""
+    meta: dict[str, Any] = {"get_max_seq_len": context, "get_max_context_len": context, "get_n_layers": src.layers,
+                            "get_vocab_size": src.vocab_size, "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
+                            "enable_dynamic_shape": True}
+    bos, eos = getattr(src.tokenizer, "bos_token_id", None), getattr(src.tokenizer, "eos_token_id", None)
+    if bos is not None:
+        meta["get_bos_id"] = int(bos)
+    if eos is not None:
+        meta["get_eos_ids"] = [int(eos)]
+    return meta
+
+
 def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str = "fp32") -> Artifact:
     """The decoder as a .pte at ``dest`` (``precision`` fp32 or int8 weight-only)."""
     import torch
@@ -116,8 +130,8 @@ def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str
             ep = torch.export.export(w, (), {"input_ids": torch.zeros((1, 4), dtype=torch.long),
                                              "cache_position": torch.arange(4)},
                                      dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=True)
-        et = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()],
-                                         compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
+        et = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], constant_methods=runner_metadata(
+            src, context), compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
     except Exception as exc:  # the exporter's own failure is the variant's reason
         raise ConversionError(f"{src.architecture} at {precision}: {type(exc).__name__}: "
                               f"{str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ''}", hop=HOP) from exc

@@ -683,6 +683,26 @@ class Report(_Open):
         return (f"; {len(buckets)} sample shapes ({shapes}): every sample scored, latency columns at the first "
                 "(each shape's p50 and the sample-weighted p50: latency_ms.buckets, weighted_p50 in report.json)")
 
+    @property
+    def shipped(self) -> VariantResult | None:
+        """The variant this run says to ship (the decision's, or the search's selection); None when nothing
+        qualified or the run chose nothing (a recipe run of one variant)."""
+        name = (self.decision.ship if self.decision is not None else None) or (
+            self.search.selected if self.search is not None else None)
+        return self.variant(name) if name else None
+
+    def raise_for_gate(self) -> "Report":
+        """Raise :class:`edgekit.errors.GateFailed` (exit 1) when the gate failed; return the report otherwise,
+        so a release pipeline can write ``report = edgekit.deploy(...).raise_for_gate()``."""
+        if not self.gate.passed:
+            from ..errors import GateFailed
+
+            failed = [(f"{c.name}[{c.variant}]" if c.variant else c.name, c.message) for c in self.gate.checks
+                      if not c.passed]
+            raise GateFailed(f"the gate failed on target {self.target}: " + "; ".join(f"{n}: {m}" for n, m in failed),
+                             failed=failed, hint="report.md / report.html say what each check measured")
+        return self
+
     def variant(self, name: str) -> VariantResult:
         for v in self.variants:
             if v.name == name:

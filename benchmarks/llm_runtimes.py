@@ -1,0 +1,153 @@
+"""Issue #36's table: language models of ~100M parameters through `edgekit deploy MODEL_DIR --eval-text` with
+every runtime and precision edgekit builds (onnxruntime fp32 / int8 weight-only, ExecuTorch fp32 / int8
+weight-only), beside each runtime's own benchmark tool on the same file in the same session.
+
+Per model family (a Llama-style model and a Qwen2-style one: grouped-query attention, tied embeddings and q/k/v
+biases for Qwen2) and variant it prints: size, TTFT (cold, warm), prefill tokens/s at each prompt length,
+decode tokens/s with its 95% CI, inter-token p50/p95, peak RSS, KV cache, perplexity, KLD from the float model,
+top-1 agreement; and, for the .pte files, ExecuTorch's own LLM runner (``TextLLMRunner``: its Stats' decode
+rate) decoding greedily from the same prompt length on the same thread count, with edgekit's figure as a
+fraction of it. Plain onnxruntime has no generation benchmark of its own (onnxruntime-genai's benchmark_e2e
+needs a GenAI model folder, which edgekit does not use: see edgekit/llm/export_onnx.py), so its rows have none.
+
+The models are built here from transformers' own classes at ~100M parameters with random weights (no weights
+can be downloaded here): speed figures are what such a model costs; quality figures (perplexity, KLD) measure
+the quantization error of random weights, not a trained model's loss. The tokenizer is the test zoo's
+byte-level BPE (tests/lm_zoo.py), the eval text its held-out licence text. The CPU's ISA, the edgekit commit and
+the command are printed with the table.
+
+    .venv/bin/python benchmarks/llm_runtimes.py [--families llama,qwen2] [--threads 1] [--context 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cpu import isa  # noqa: E402
+
+CONFIGS = {  # ~100M parameters each (embeddings included)
+    "llama": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+                  num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False),
+    "qwen2": dict(hidden_size=768, intermediate_size=2560, num_hidden_layers=12, num_attention_heads=12,
+                  num_key_value_heads=2, vocab_size=32000, tie_word_embeddings=True),
+}
+
+
+def build_model(family: str, dest: Path, context: int) -> Path:
+    """A ~100M-parameter model folder of ``family`` with the zoo's tokenizer (random weights, seeded)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from lm_zoo import build_tiny_lm
+
+    if (dest / "config.json").is_file():
+        return dest
+    torch.manual_seed(0)
+    cfg_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[family]
+    model = model_cls(cfg_cls(max_position_embeddings=context, **CONFIGS[family])).eval()
+    model.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(build_tiny_lm(family), local_files_only=True).save_pretrained(dest)
+    return dest
+
+
+def executorch_runner(pte: Path, tokenizer: Path, prompt: str, new_tokens: int, threads: int) -> dict:
+    """ExecuTorch's own LLM runner on the file, in a child process (its thread pool is process-wide)."""
+    code = (
+        "import json, sys\n"
+        "from executorch.extension.pybindings import _C\n"
+        f"_C._unsafe_reset_threadpool({threads})\n"
+        "from executorch.extension.llm.runner import TextLLMRunner, GenerationConfig\n"
+        "r = TextLLMRunner(sys.argv[1], sys.argv[2])\n"
+        "cfg = GenerationConfig(max_new_tokens=int(sys.argv[4]), temperature=0.0, echo=False, warming=True)\n"
+        "r.generate(sys.argv[3], cfg)\n"  # a warm-up generation, as the runner's --warmup does
+        "r.reset()\n"
+        "st = {}\n"
+        "cfg = GenerationConfig(max_new_tokens=int(sys.argv[4]), temperature=0.0, echo=False)\n"
+        "r.generate(sys.argv[3], cfg, stats_callback=lambda s: st.update(json.loads(s.to_json_string())))\n"
+        "print(json.dumps(st))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(pte), str(tokenizer), prompt, str(new_tokens)],
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", default="llama,qwen2")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=64, help="timed decode tokens per variant (at least)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the models and outputs here (reused)")
+    args = ap.parse_args(argv)
+
+    from lm_zoo import eval_text
+
+    from edgekit.llm.deploy import LMOptions, deploy_lm
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="edgekit-llm-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    text = eval_text(work / "text")
+    print(f"# llm_runtimes: {isa()}; edgekit {commit()}; threads {args.threads}; context {args.context}")
+    print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    rows = []
+    for family in args.families.split(","):
+        t0 = time.perf_counter()
+        folder = build_model(family, work / f"{family}-100m", args.context)
+        report = deploy_lm(folder, eval_text=text, out=work / f"{family}-out", options=LMOptions(
+            context=args.context, window=128, max_windows=8, threads=args.threads, runs=args.runs, warmup=8,
+            min_seconds=1.0, remeasure=True), progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
+        params = report.model["parameters"]
+        print(f"\n## {family} ({report.model['architecture']}, {params / 1e6:.0f}M parameters), deploy "
+              f"{time.perf_counter() - t0:.0f} s; shipped {report.decision.ship}: {report.decision.reason}")
+        print("| variant | size MB | TTFT ms cold/warm | prefill tok/s by prompt | decode tok/s [95% CI] | "
+              "itl p50/p95 ms | decode tok/s at a full cache | peak RSS MB | KV MB | ppl | KLD | top-1 | "
+              "runtime's own tool: decode tok/s | edgekit / tool |")
+        print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        prompt = text.read_text(encoding="utf-8")[:200]
+        for v in report.variants:
+            g, q = v.generation, v.quality
+            tool, ratio = "none (plain onnxruntime)", ""
+            if v.format == "executorch":
+                st = executorch_runner(Path(v.artifact_path), folder / "tokenizer.json", prompt, 64, args.threads)
+                if "decode_token_per_sec" in st:
+                    tool = f"{st['decode_token_per_sec']:.1f} (TextLLMRunner, {st.get('generated_tokens')} tokens)"
+                    ratio = f"{g.decode_tokens_per_s / st['decode_token_per_sec']:.2f}"
+                else:
+                    tool = f"failed: {st.get('error')}"
+            ci = g.decode_tokens_per_s_ci95 or [0, 0]
+            pre = ", ".join(f"{p['tokens']}: {p['tokens_per_s']:.0f}" for p in g.prefill)
+            row = (f"| {v.name}{' (shipped)' if v.selected else ''} | {v.size_bytes / 2**20:.0f} | "
+                   f"{g.ttft_cold_ms:.1f}/{g.ttft_ms:.1f} | {pre} | {g.decode_tokens_per_s:.1f} [{ci[0]:.1f}, "
+                   f"{ci[1]:.1f}] | {g.inter_token_ms['p50']:.2f}/{g.inter_token_ms['p95']:.2f} | "
+                   f"{g.decode_filled.get('tokens_per_s') or 0:.1f} | {g.peak_rss_mb:.0f} | {g.kv_cache_mb:.1f} | "
+                   f"{q.perplexity:.1f} | {q.kld_mean:.2e} | {q.top1_agreement:.1%} | {tool} | {ratio} |")
+            print(row, flush=True)
+            rows.append({"family": family, "variant": v.name, "decode_tokens_per_s": g.decode_tokens_per_s,
+                         "tool": tool, "ratio": ratio})
+        for name, why in report.decision.lost.items():
+            print(f"- not {name}: {why}")
+    (work / "llm_runtimes.json").write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
