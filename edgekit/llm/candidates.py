@@ -1,5 +1,6 @@
 """The language-model variants edgekit builds and races: one row each (name, runtime, precision), the
-runtime's float file first (the baseline), then its weight-only INT8 file. A row is built when its runtime's
+runtime's float file first (the baseline), then its INT8 files (onnxruntime: int8 weights computed in int8;
+ExecuTorch: int8 weights with int8 activations per token (8da8w), and int8 weight-only). A row is built when its runtime's
 exporter imports on this host and the target runs the runtime (its ``runtimes``; on the local target, what is
 installed here, since this host is the device)."""
 
@@ -52,6 +53,7 @@ CANDIDATES = (
     LMCandidate("ort-fp32", "onnxruntime", "fp32", _ort_fp32, "onnxruntime"),
     LMCandidate("ort-int8", "onnxruntime", "int8", _ort_int8, "onnxruntime"),
     LMCandidate("et-fp32", "executorch", "fp32", _et("fp32"), "executorch"),
+    LMCandidate("et-8da8w", "executorch", "8da8w", _et("8da8w"), "executorch"),
     LMCandidate("et-int8", "executorch", "int8", _et("int8"), "executorch"),
 )
 BASELINE = "ort-fp32"

@@ -9,9 +9,12 @@ optimum and GenAI use (``input_ids``, ``attention_mask``, ``position_ids``, ``pa
 
 The graph comes from ``torch.onnx.export(dynamo=True)`` over a wrapper that rebuilds transformers' own
 ``DynamicCache`` from the past tensors, so any ``*ForCausalLM`` transformers ships exports with its own
-attention code. INT8 is weight-only: ONNX Runtime's ``MatMulNBits`` at 8 bits (per block of 32 along the input
-dimension, symmetric), whose activations stay float, so decode through the cache computes exactly what a
-full-sequence forward computes (dynamic activation quantization would not: its per-call scales differ)."""
+attention code. INT8 is ONNX Runtime's ``MatMulNBits`` at 8 bits (symmetric blocks of 32 along the input
+dimension) with ``accuracy_level`` 4: the activations are quantized to int8 per block at run time and the
+product runs on int8 kernels. Measured on a 125M Llama (1 thread, AMX Xeon): 119.7 decode tok/s against
+fp32's 36.3, where the same weights with float activations (accuracy level 0, weight-only) ran at 4.2 tok/s.
+Its quantized activations make decode through the cache differ slightly from a full forward (0.03 on logits of
+scale 2.8 there): the cache check allows half the file's own error against PyTorch (parity.py)."""
 
 from __future__ import annotations
 
@@ -94,8 +97,9 @@ def export_onnx(src: LMSource, dest: Path, *, context: int) -> Artifact:
         config={"exporter": "torch.onnx.export(dynamo=True)", "cache": "past/present key values"})])
 
 
-def quantize_onnx_int8(art: Artifact, dest: Path, *, block_size: int = 32) -> Artifact:
-    """Weight-only INT8 (``MatMulNBits``, 8 bits, symmetric blocks along the input dimension)."""
+def quantize_onnx_int8(art: Artifact, dest: Path, *, block_size: int = 32, accuracy_level: int = 4) -> Artifact:
+    """INT8 weights (``MatMulNBits``, 8 bits, symmetric blocks along the input dimension), computed in int8
+    (``accuracy_level`` 4; 0 keeps float activations: weight-only, and slow on CPU)."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
@@ -104,19 +108,21 @@ def quantize_onnx_int8(art: Artifact, dest: Path, *, block_size: int = 32) -> Ar
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line a node
     t0 = time.perf_counter()
     model = onnx.load(str(art.path))
-    cfg = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=8)
-    q = MatMulNBitsQuantizer(model, bits=8, block_size=block_size, is_symmetric=True, algo_config=cfg)
+    cfg = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=8, accuracy_level=accuracy_level)
+    q = MatMulNBitsQuantizer(model, bits=8, block_size=block_size, is_symmetric=True, accuracy_level=accuracy_level,
+                             algo_config=cfg)
     try:
         q.process()
     except Exception as exc:
         raise ConversionError(f"onnxruntime's MatMulNBits quantizer failed: {type(exc).__name__}: {exc}",
-                              hop="onnx int8 weight-only") from exc
+                              hop="onnx int8") from exc
     quantized = [n for n in q.model.model.graph.node if n.op_type == "MatMulNBits"]
     left = [n.name for n in q.model.model.graph.node if n.op_type == "MatMul" and n.input[1] in
             {i.name for i in q.model.model.graph.initializer}]
     with atomic_path(dest) as tmp:
         onnx.save(q.model.model, str(tmp))
     return art.derive(dest, precision="int8", step=LineageStep(
-        kind="pass", name="quantize (onnx int8 weight-only)", seconds=round(time.perf_counter() - t0, 3),
-        config={"op": "MatMulNBits", "bits": 8, "block_size": block_size, "symmetric": True},
+        kind="pass", name="quantize (onnx int8)", seconds=round(time.perf_counter() - t0, 3),
+        config={"op": "MatMulNBits", "bits": 8, "block_size": block_size, "symmetric": True,
+                "accuracy_level": accuracy_level},
         metrics={"quantized_matmuls": len(quantized), "float_matmuls_left": left}))

@@ -4,8 +4,9 @@ decoder code run here (the same bytes the device runs):
 - **prefill**: the file's logits for a whole window against the float model's (fp32 files: within
   ``FP32_ATOL + FP32_RTOL x max|logit|``; quantized files: not gross breakage, mean row cosine >= ``MIN_COSINE``);
 - **the cache**: the same window as a prompt and then one token at a time through the cache equals the
-  file's own full-window forward within the fp32 tolerance (any precision: weight-only quantization keeps
-  activations float, so the cache must not change the numbers).
+  file's own full-window forward within the fp32 tolerance; a quantized file whose activations are quantized
+  at run time (per block: the kernels for one row and for many may round differently) within half its own
+  error against PyTorch, or the fp32 tolerance if larger. A broken cache misses by the size of the logits.
 
 A file out of tolerance is dropped with the figures (``ConversionError``); the lineage records them."""
 
@@ -55,9 +56,10 @@ def cache_parity(art: Artifact, model: Any, tokens: list[int], *, context: int, 
     with torch.no_grad():
         ref = model(torch.as_tensor([tokens])).logits[0].double().numpy()
     scale = float(np.abs(ref).max())
-    tol = FP32_ATOL + FP32_RTOL * scale
+    fp32_tol = FP32_ATOL + FP32_RTOL * scale
     prefill_err = float(np.abs(full - ref).max())
     cache_err = float(np.abs(through_cache - full).max())
+    tol = fp32_tol if art.precision == "fp32" else max(fp32_tol, 0.5 * prefill_err)
     out = {"tokens": t, "prefix": prefix, "prefill_max_abs_err": prefill_err, "cache_max_abs_err": cache_err,
            "logit_scale": scale, "tolerance": tol, "prefill_cosine": _cosine(full, ref),
            "top1_agreement": float((full.argmax(-1) == ref.argmax(-1)).mean())}
@@ -66,7 +68,7 @@ def cache_parity(art: Artifact, model: Any, tokens: list[int], *, context: int, 
         raise ConversionError(f"decoding through the KV cache differs from the full-sequence forward by "
                               f"{cache_err:.3g} (tolerance {tol:.3g}) on {t} tokens: the cache is broken",
                               hop=hop, hint="the exporter or the runtime mishandles past key/values")
-    if art.precision == "fp32" and prefill_err > tol:
+    if art.precision == "fp32" and prefill_err > fp32_tol:
         raise ConversionError(f"prefill logits differ from PyTorch's by {prefill_err:.3g} (tolerance {tol:.3g})",
                               hop=hop)
     if out["prefill_cosine"] < MIN_COSINE:

@@ -27,13 +27,16 @@ def test_executorch_and_onnxruntime_race_on_the_device(tmp_path):
     report = deploy_lm(folder, eval_text=text, out=tmp_path / "o",
                        options=LMOptions(context=64, window=32, max_windows=6, runs=20, warmup=3, min_seconds=0.1))
     names = {v.name for v in report.variants}
-    assert names == {"ort-fp32", "ort-int8", "et-fp32", "et-int8"}, report.decision
-    et32, et8 = report.variant("et-fp32"), report.variant("et-int8")
+    assert names == {"ort-fp32", "ort-int8", "et-fp32", "et-8da8w", "et-int8"}, report.decision
+    et32, et8, dyn = report.variant("et-fp32"), report.variant("et-int8"), report.variant("et-8da8w")
     assert et32.runtime.name == "executorch" and et32.quality.kld_mean < 1e-6
-    assert 0 < et8.quality.kld_mean < 0.05 and et8.size_bytes < 0.75 * et32.size_bytes
+    for v in (et8, dyn):
+        assert 0 < v.quality.kld_mean < 0.05 and v.size_bytes < 0.75 * et32.size_bytes, v.name
+    # per-token activation quantization: decoding through the cache computes exactly the full forward
+    assert dyn.lineage[-1].metrics["cache_parity"]["cache_max_abs_err"] <= 1e-4
     # the static cache's size is the host's figure from the config (the runtime does not tell)
     assert et32.generation.kv_cache_source.startswith("config") and et32.generation.kv_cache_mb > 0
-    for v in (et32, et8):
+    for v in (et32, et8, dyn):
         par = v.lineage[-1].metrics["cache_parity"]
         assert par["cache_max_abs_err"] <= par["tolerance"], par
     assert report.decision.ship in names and report.gate.passed
