@@ -141,7 +141,8 @@ class HwmonReader:
                         continue  # curr4 is the summed-shunt channel; in4-6 are shunt voltages
                     if f"in{idx}_input" not in files:
                         continue
-                    label = (read_text(os.path.join(path, f"in{idx}_label")) or read_text(os.path.join(path, f"curr{idx}_label"))
+                    label = (read_text(os.path.join(path, f"in{idx}_label"))
+                             or read_text(os.path.join(path, f"curr{idx}_label"))
                              or f"{dname}/ch{idx}")
                     chans.append((label, "mV*mA", [os.path.join(path, f"in{idx}_input"), os.path.join(path, f)]))
             found += [(f"{dname}:{lab}" if not lab.startswith(dname) else lab, lab, k, p) for lab, k, p in chans]
@@ -288,7 +289,8 @@ class ExternalCommandReader:
         lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
         if res.returncode != 0 or not lines:
             raise EnergyUnavailable(f"external meter command {self.argv[0]!r} exited {res.returncode} with "
-                                    f"{'no output' if not lines else 'output'}: {(res.stderr or res.stdout).strip()[:200]}")
+                                    f"{'no output' if not lines else 'output'}: "
+                                    f"{(res.stderr or res.stdout).strip()[:200]}")
         try:
             return float(lines[-1].split()[0])
         except ValueError:

@@ -31,7 +31,6 @@ from .runners import decoder_for
 from .runners.decoder import Decoder
 from .timing import decimate, measure_with_energy, warmup_runs
 
-
 #: what output_K holds (scoring first, then the greedy generations when asked)
 OUTPUT_NAMES = ("target_logprob", "argmax", "logprob_at", "greedy")
 
@@ -133,7 +132,7 @@ def generate(req: Doc) -> Doc:
         for n in g["prompt_lengths"]:
             ids = _prompt(g, int(n))
             dec.forward(ids, 0)  # untimed: the first run at a new length allocates
-            prefill.append({"tokens": int(n), "ms": [_timed(lambda: dec.forward(ids, 0))
+            prefill.append({"tokens": int(n), "ms": [_timed(lambda ids=ids: dec.forward(ids, 0))
                                                      for _ in range(int(g.get("prefill_repeats", 5)))]})
         step = Stepper(dec, int(g["prompt_ids"][0]), context)
         warm = warmup_runs(step, req)

@@ -178,7 +178,8 @@ def measure_ab(req: Doc) -> Doc:
     # B's own files beside its model, and the runtime options its file needs (NCNN's fp16 setting)
     req_b = {**req, "companions": ab.get("companions"),
              "runtime_options": ab["runtime_options"] if "runtime_options" in ab else req.get("runtime_options")}
-    for doc, path, digest in ((req, req["model"], req.get("model_sha256")), (req_b, ab["model"], ab.get("model_sha256"))):
+    for doc, path, digest in ((req, req["model"], req.get("model_sha256")),
+                              (req_b, ab["model"], ab.get("model_sha256"))):
         if digest and model_sha256(path, doc.get("companions")) != digest:
             raise AgentFailure("integrity", f"model file {path} does not have sha256 {digest[:12]}...",
                                EXIT_BAD_REQUEST)

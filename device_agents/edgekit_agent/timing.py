@@ -9,8 +9,15 @@ import time
 from typing import Any, Callable
 
 from .device import read_text, temperatures_c
-from .energy import DEFAULT_BASELINE_S, DEFAULT_SAMPLE_HZ, EnergySampler, EnergyUnavailable, energy_result, \
-    no_energy, open_energy_reader
+from .energy import (
+    DEFAULT_BASELINE_S,
+    DEFAULT_SAMPLE_HZ,
+    EnergySampler,
+    EnergyUnavailable,
+    energy_result,
+    no_energy,
+    open_energy_reader,
+)
 from .protocol import EXIT_BAD_REQUEST, AgentFailure, Doc
 from .stats import median, summarize
 

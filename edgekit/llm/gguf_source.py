@@ -360,7 +360,8 @@ def _walk_tensor_infos(cur: _Cursor, tensor_count: int, alignment: int) -> list[
                 f"size {block}: the tensor info is corrupt"
             )
         if offset % alignment:
-            raise cur.fail(f"tensor {name!r} starts at data offset {offset}, not a multiple of the alignment {alignment}")
+            raise cur.fail(f"tensor {name!r} starts at data offset {offset}, "
+                           f"not a multiple of the alignment {alignment}")
         tensors.append(_Tensor(name, dims, type_name, offset, elements // block * block_bytes))
     return tensors
 
@@ -396,7 +397,9 @@ def supported_architectures() -> list[str]:
     """
     names: set[str] = set()
     try:
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+        from transformers.modeling_gguf_pytorch_utils import (
+            GGUF_SUPPORTED_ARCHITECTURES,
+        )
     except ImportError:
         GGUF_SUPPORTED_ARCHITECTURES = []
     for arch in GGUF_SUPPORTED_ARCHITECTURES:
@@ -409,7 +412,9 @@ def supported_architectures() -> list[str]:
     except ImportError:
         pass
     try:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as causal
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as causal,
+        )
     except ImportError:
         return sorted(names)
     return sorted(a for a in names if _MODEL_TYPE.get(a, a) in causal)

@@ -51,7 +51,8 @@ def check_fits(plan: MemoryPlan, target_name: str) -> None:
         raise BadInputError(
             f"a context of {plan.context} tokens does not fit target {target_name}: weights {plan.weights_mb:.0f} MB + "
             f"KV cache {plan.kv_cache_mb:.0f} MB ({plan.kv_bytes_per_token} bytes/token) + runtime "
-            f"~{RUNTIME_OVERHEAD_MB:.0f} MB = {plan.need_mb:.0f} MB, over {HEADROOM:.0%} of its {plan.target_mb:.0f} MB",
+            f"~{RUNTIME_OVERHEAD_MB:.0f} MB = {plan.need_mb:.0f} MB, "
+            f"over {HEADROOM:.0%} of its {plan.target_mb:.0f} MB",
             hint=(f"use --context {plan.fits_context} or less (the longest that fits), or a target with more memory"
                   if plan.fits_context >= 16 else "the weights and the runtime alone leave no room for a cache on "
                   "this target: use a smaller model, a quantized source, or a target with more memory"))

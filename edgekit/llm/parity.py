@@ -16,22 +16,20 @@ from typing import Any
 
 import numpy as np
 
+from ..agent.inprocess import load_agent
 from ..artifact import Artifact
 from ..errors import ConversionError
+from ..formats import format_spec
 
 FP32_ATOL, FP32_RTOL = 1e-4, 1e-3
 MIN_COSINE = 0.9
 
 
 def _runtime(art: Artifact) -> str:
-    from ..formats import format_spec
-
     return str(format_spec(art.format).runtime)
 
 
 def open_decoder(art: Artifact, context: int, threads: int = 1) -> Any:
-    from ..agent.inprocess import load_agent
-
     cls = load_agent().runners.decoder_for(_runtime(art))
     return cls.open(str(art.path), {"threads": threads, "generate": {"context": context}})
 

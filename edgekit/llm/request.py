@@ -14,10 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from ..agent.protocol import AgentRequest, EnergyRequest, GenerateRequest, GreedyRequest, ScoreRequest, SustainedRequest
+from ..agent.protocol import (
+    AgentRequest,
+    EnergyRequest,
+    GenerateRequest,
+    GreedyRequest,
+    ScoreRequest,
+    SustainedRequest,
+)
 from ..artifact import Artifact
 from ..formats import format_spec
 from ..measure.stats import latency_stats
+from ..measure.sustained import request_fields
 from ..targets import MeasureDefaults
 
 
@@ -49,8 +57,6 @@ def generate_request(*, variant: str, art: Artifact, model_remote: str, measure:
                      energy_sources: tuple[str, ...] = (), sustained_seconds: float | None = None) -> AgentRequest:
     """``sustained_seconds``: decode for that long (the timing loop's sustained mode, one token a step) to see
     tokens/s under heat and clocks over time."""
-    from ..measure.sustained import request_fields
-
     need = max(max(settings.prompt_lengths()), settings.filled_at)
     gen = GenerateRequest(
         context=settings.context, prompt_ids=prompt_ids(windows, need), prompt_lengths=settings.prompt_lengths(),

@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from ..agent.inprocess import load_agent
 from ..errors import BadInputError
 from .source import render_chat
+from .text import load_eval_text
 
 
 @dataclass
@@ -31,9 +33,7 @@ def is_lm_ship(ship_dir: str | Path) -> bool:
 
 
 def open_shipped(ship_dir: str | Path, threads: int | None = None) -> ShippedLM:
-    from transformers import AutoTokenizer
-
-    from ..agent.inprocess import load_agent
+    from transformers import AutoTokenizer  # heavy: transformers
 
     folder = Path(ship_dir)
     meta = json.loads((folder / "ship.json").read_text(encoding="utf-8"))
@@ -43,7 +43,8 @@ def open_shipped(ship_dir: str | Path, threads: int | None = None) -> ShippedLM:
         raise BadInputError(f"{folder} has no {model.name} (ship.json names it)", hint="copy the whole ship/ folder")
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     cls = load_agent().runners.decoder_for(meta["runtime"])
-    dec = cls.open(str(model), {"threads": threads or rt.get("threads") or 1, "runtime_options": rt.get("options") or None,
+    dec = cls.open(str(model), {"threads": threads or rt.get("threads") or 1,
+                                "runtime_options": rt.get("options") or None,
                                 "generate": {"context": meta["generator"]["context"]}})
     return ShippedLM(folder=folder, meta=meta, tokenizer=tok, decoder=dec)
 
@@ -73,9 +74,6 @@ def generate(lm: ShippedLM, prompt: str, max_new_tokens: int = 64, chat: bool = 
 
 def rescore(lm: ShippedLM, eval_text: str | Path) -> dict[str, Any]:
     """Perplexity of the shipped file on ``eval_text``, windowed as the deploy windowed it (ship.json's eval)."""
-    from ..agent.inprocess import load_agent
-    from .text import load_eval_text
-
     ev = lm.meta.get("eval") or {}
     text = load_eval_text(eval_text, lm.tokenizer, window=int(ev.get("window") or 128),
                           max_windows=int(ev.get("windows") or 32))

@@ -14,6 +14,7 @@ from ..artifact import Artifact
 from ..fsutil import atomic_path, atomic_write_text, sha256_files
 from ..report.model import VariantResult
 from ..ship import SHIP_SCHEMA, runtime_settings
+from .export_onnx import io_names
 from .request import GenerateSettings
 from .source import LMSource
 
@@ -22,8 +23,6 @@ TASK = "text-generation"
 
 def calling(art: Artifact, src: LMSource) -> dict[str, Any]:
     if art.format.value == "onnx":
-        from .export_onnx import io_names
-
         ins, outs = io_names(src.layers)
         return {"inputs": ins, "outputs": outs, "cache": "past/present key values: feed each call's present.N.* "
                 "back as the next call's past_key_values.N.*, starting from [1, kv_heads, 0, head_dim] zeros",

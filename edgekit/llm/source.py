@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingExtraError, ModelLoadError
+from ..fsutil import sha256_files
+from ..paths import cache_dir
+from .gguf_source import check_gguf, gguf_to_folder
 
 TASK = "text-generation"
 # files shipped beside the model file: what `edgekit run ship/` and an application need to tokenize and chat
@@ -58,7 +61,8 @@ class LMSource:
         return int(getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads)
 
     def describe(self) -> dict[str, Any]:
-        return {"source": str(self.path), "sha256": self.sha256, "task": TASK, "architecture": self.architecture, "family": self.family,
+        return {"source": str(self.path), "sha256": self.sha256, "task": TASK,
+                "architecture": self.architecture, "family": self.family,
                 "parameters": self.parameters, "vocab_size": self.vocab_size, "context": self.context,
                 "layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
                 "dtype": str(getattr(self.config, "dtype", None) or "float32").replace("torch.", ""),
@@ -119,9 +123,6 @@ def load_lm(path: str | Path) -> LMSource:
     p = Path(path)
     origin: dict[str, Any] = {}
     if p.suffix.lower() == ".gguf":
-        from ..paths import cache_dir
-        from .gguf_source import check_gguf, gguf_to_folder
-
         info = check_gguf(p)
         folder = cache_dir("gguf") / info.sha256[:24]
         if not (folder / "config.json").is_file():
@@ -164,8 +165,6 @@ def load_lm(path: str | Path) -> LMSource:
                              f"{config.vocab_size}: token ids past {config.vocab_size - 1} have no embedding",
                              hint="the tokenizer files do not belong to these weights; ship the model's own")
     files = [folder / f for f in TOKENIZER_FILES if (folder / f).is_file()]
-    from ..fsutil import sha256_files
-
     weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))
     digest = origin.get("sha256") or sha256_files([folder / "config.json", *weights])
     return LMSource(path=p, folder=folder, config=config, model=model, tokenizer=tok,

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import BadInputError
+from ..errors import BadInputError, GateFailed
 
 # 1.1: energy/sustained/measurement/search/comparison; 1.2: task metrics, per-output parity;
 # 1.3: typed sections (device, search, compared_with, comparison, lineage steps) written with every declared
@@ -695,8 +695,6 @@ class Report(_Open):
         """Raise :class:`edgekit.errors.GateFailed` (exit 1) when the gate failed; return the report otherwise,
         so a release pipeline can write ``report = edgekit.deploy(...).raise_for_gate()``."""
         if not self.gate.passed:
-            from ..errors import GateFailed
-
             failed = [(f"{c.name}[{c.variant}]" if c.variant else c.name, c.message) for c in self.gate.checks
                       if not c.passed]
             raise GateFailed(f"the gate failed on target {self.target}: " + "; ".join(f"{n}: {m}" for n, m in failed),

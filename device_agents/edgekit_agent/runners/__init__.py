@@ -92,6 +92,7 @@ def load_plugins(spec: str | None = None) -> list[str]:
     return loaded
 
 
-__all__ = ["RUNNERS", "DECODERS", "Runner", "Decoder", "register", "runner_for", "decoder_for", "available_runtimes", "load_plugins", "OnnxRunner",
+__all__ = ["RUNNERS", "DECODERS", "Runner", "Decoder", "register", "runner_for", "decoder_for", "available_runtimes",
+           "load_plugins", "OnnxRunner",
            "LiteRTRunner", "ExecuTorchRunner", "OpenVINORunner", "NCNNRunner", "OnnxDecoder", "ExecuTorchDecoder",
            "PLUGINS_ENV"]

@@ -31,6 +31,7 @@ class ExecuTorchDecoder(Decoder, ExecuTorchRunner):
         n = len(ids)
         self.check_position(n, start)
         torch = self.torch
-        out = self.method([torch.tensor([list(ids)], dtype=torch.long), torch.arange(start, start + n, dtype=torch.long)])
+        out = self.method([torch.tensor([list(ids)], dtype=torch.long),
+                           torch.arange(start, start + n, dtype=torch.long)])
         self.length = start + n
         return np.asarray(out[0].numpy()[0], dtype=np.float32)

@@ -9,7 +9,6 @@ from typing import Any, Sequence
 from ..protocol import EXIT_BAD_REQUEST, EXIT_RUNTIME, AgentFailure, Doc, first_line
 from .base import Runner, no_op_profile
 
-
 _XNN = ("xnnpack", "failed to prepare")
 
 
@@ -90,7 +89,8 @@ class LiteRTRunner(Runner):
             if not retry:
                 if "Select TensorFlow op" in msg or "Flex" in msg:
                     msg += " (the model uses TensorFlow 'Flex' ops, which the plain LiteRT interpreter cannot run)"
-                raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME) from exc
+                raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}",
+                                   EXIT_RUNTIME) from exc
             # XNNPACK (applied by default) refused the graph at prepare: run it on LiteRT's own kernels, said
             # in the report and in the options the measurement (and ship/runtime.json) carries
             try:
@@ -99,10 +99,11 @@ class LiteRTRunner(Runner):
                 self.interp.allocate_tensors()
             except Exception as exc2:
                 raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: with XNNPACK: "
-                                   f"{first_line(msg, prefer=_XNN)}; without it: {first_line(str(exc2))}", EXIT_RUNTIME) from exc2
+                                   f"{first_line(msg, prefer=_XNN)}; without it: {first_line(str(exc2))}",
+                                   EXIT_RUNTIME) from exc2
             opts = {**opts, "xnnpack": "off"}
-            self.warnings.append(f"XNNPACK failed to prepare the model ({first_line(msg, prefer=_XNN)}); measured with LiteRT's "
-                                 "built-in kernels (xnnpack=off), which the application must set too")
+            self.warnings.append(f"XNNPACK failed to prepare the model ({first_line(msg, prefer=_XNN)}); measured with "
+                                 "LiteRT's built-in kernels (xnnpack=off), which the application must set too")
         self.threads = threads
         self.inputs = self.in_spec_order(self.interp.get_input_details(), input_specs or [])
         # outputs in the host's order (the source model's), matched by the TFLite tensor names the host

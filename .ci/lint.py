@@ -1,0 +1,86 @@
+"""CI's lint and type step (issue #38): ruff and mypy, strict where the code is the contract, a recorded
+baseline elsewhere that may only go down.
+
+- ruff (rules in pyproject.toml's [tool.ruff]): zero findings in STRICT paths; elsewhere the count per rule may
+  not exceed .ci/lint_baseline.json's.
+- mypy --strict: zero errors in the device agent package (device_agents/edgekit_agent, checked as Python 3.10,
+  the oldest mypy targets; the agent itself runs on 3.9, checked by running it there) and in
+  examples/release_pipeline.py (typed against edgekit's public API); for STRICT_MYPY files the errors per file may
+  not exceed the baseline's.
+
+`python .ci/lint.py --update` rewrites the baseline from the current tree (commit it when the counts went down)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = ROOT / ".ci" / "lint_baseline.json"
+STRICT = ["device_agents/edgekit_agent", "edgekit/agent/protocol.py", "edgekit/agent/package.py",
+          "edgekit/agent/inprocess.py", "edgekit/llm", "examples/release_pipeline.py"]
+STRICT_MYPY = ["edgekit/agent/protocol.py", "edgekit/report", "edgekit/device_session.py"]
+PY = sys.executable
+
+
+def ruff_counts() -> tuple[collections.Counter, list[str]]:
+    out = subprocess.run([PY, "-m", "ruff", "check", "--output-format", "json", "--exit-zero", "edgekit",
+                          "device_agents", "tests", "benchmarks", "examples"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    counts: collections.Counter = collections.Counter()
+    strict = []
+    for f in json.loads(out):
+        rel = str(Path(f["filename"]).resolve().relative_to(ROOT))
+        counts[f["code"]] += 1
+        if any(rel == s or rel.startswith(s + "/") for s in STRICT):
+            strict.append(f"{rel}:{f['location']['row']}: {f['code']} {f['message']}")
+    return counts, strict
+
+
+def mypy(args: list[str], cwd: Path) -> list[str]:
+    res = subprocess.run([PY, "-m", "mypy", "--strict", "--ignore-missing-imports", "--no-error-summary",
+                          "--python-version", "3.10", *args], cwd=cwd, capture_output=True, text=True)
+    return [ln for ln in res.stdout.splitlines() if ": error:" in ln]
+
+
+def mypy_counts() -> tuple[collections.Counter, list[str]]:
+    zero = mypy(["-p", "edgekit_agent"], ROOT / "device_agents")
+    zero += mypy(["--follow-imports=silent", "examples/release_pipeline.py"], ROOT)
+    per_file: collections.Counter = collections.Counter()
+    for ln in mypy(["--follow-imports=silent", *STRICT_MYPY], ROOT):
+        per_file[ln.split(":")[0]] += 1
+    return per_file, zero
+
+
+def main(argv: list[str]) -> int:
+    counts, strict = ruff_counts()
+    per_file, zero = mypy_counts()
+    now = {"ruff": dict(sorted(counts.items())), "mypy_strict_errors": dict(sorted(per_file.items()))}
+    if "--update" in argv:
+        BASELINE.write_text(json.dumps(now, indent=2) + "\n")
+        print(f"lint: baseline written: {sum(counts.values())} ruff findings, {sum(per_file.values())} mypy errors")
+        return 0
+    base = json.loads(BASELINE.read_text())
+    failures = [f"ruff (strict path): {s}" for s in strict] + [f"mypy --strict (must be clean): {z}" for z in zero]
+    for kind in ("ruff", "mypy_strict_errors"):
+        for key, n in now[kind].items():
+            if n > base[kind].get(key, 0):
+                failures.append(f"{kind} {key}: {n} > baseline {base[kind].get(key, 0)} (fix the new ones)")
+    went_down = [f"{k} {key}: {n} < {now[k].get(key, 0)}" for k in ("ruff", "mypy_strict_errors")
+                 for key, n in base[k].items() if now[k].get(key, 0) < n]
+    print(f"lint: ruff {sum(counts.values())} findings (baseline {sum(base['ruff'].values())}); mypy --strict "
+          f"{sum(per_file.values())} errors in {', '.join(STRICT_MYPY)} (baseline "
+          f"{sum(base['mypy_strict_errors'].values())}); the agent package and the release example: "
+          f"{len(zero)} errors")
+    if went_down:
+        print("lint: below the baseline (run `python .ci/lint.py --update` and commit): " + "; ".join(went_down[:10]))
+    for f in failures:
+        print(f"lint: FAIL {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
