@@ -52,6 +52,14 @@ def deploy_cmd(
     context: Optional[int] = typer.Option(None, "--context", rich_help_panel=PANEL_LM, help="A language model's context (the KV cache's positions; default: the model's, at most 512); refused when it cannot fit the target's memory."),
     max_kld: Optional[float] = typer.Option(None, "--max-kld", rich_help_panel=PANEL_LM, help="Largest mean KL divergence from the float model, nats a token (default 0.05: between llama.cpp's Q4_K_M 0.031 and Q4_0 0.072 on Llama-3-8B)."),
     max_perplexity_increase: Optional[float] = typer.Option(None, "--max-perplexity-increase", rich_help_panel=PANEL_LM, help="Largest perplexity increase over the float model, a fraction (default 0.05)."),
+    lm_variants: Optional[str] = typer.Option(
+        None, "--lm-variants", rich_help_panel=PANEL_LM,
+        help="A language model's variants to build and race, comma-separated (default: every one whose runtime the "
+        "target runs: ort-fp32, ort-int8, ort-int4, et-fp32, et-8da8w, et-8da4w, et-int8)."),
+    output_layer: Optional[str] = typer.Option(
+        None, "--output-layer", rich_help_panel=PANEL_LM,
+        help="A language model's output layer (lm_head) in its int4 files: float, int8 (default) or int4; the "
+        "embedding stays float."),
     calib_data: Optional[Path] = typer.Option(None, "--calib-data", rich_help_panel=PANEL_DATA, help=".npz with x for INT8 calibration."),
     train_data: Optional[Path] = typer.Option(None, "--train-data", rich_help_panel=PANEL_DATA, help=".npz with x and y for pruning fine-tunes and distillation (overrides the recipe's train_data)."),
     arch: Optional[str] = typer.Option(None, "--arch", rich_help_panel=PANEL_DATA, help="module:Class for a .pt/.pth state dict."),
@@ -110,21 +118,24 @@ def deploy_cmd(
 
     if _is_lm(model):  # a language model: its own loop (edgekit/llm/deploy.py)
         given = {"--eval-data": eval_data, "--calib-data": calib_data, "--recipe": recipe, "--metric": metric,
-                 "--arch": arch, "--devices": devices, "--pool": pool, "--baseline": baseline,
+                 "--arch": arch, "--devices": devices, "--pool": pool,
                  "--profile": profile or None, "--train-data": train_data}
         refused = [k for k, v in given.items() if v]
         report = _deploy_lm(model, eval_text, refused, target, device, out, as_json, context=context, max_kld=max_kld,
                             max_ppl=max_perplexity_increase, objective=objective, threads=threads, warmup=warmup,
                             runs=runs, min_seconds=min_seconds, remeasure=remeasure, no_wait=no_wait,
-                            lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb, sustained=sustained)
+                            lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb, sustained=sustained,
+                            output_layer=output_layer, lm_variants=lm_variants, baseline=baseline,
+                            max_latency_regression=max_latency_regression)
         _finish(report, out, as_json)
         return
     if eval_data is None or eval_text is not None or context is not None or max_kld is not None \
-            or max_perplexity_increase is not None:
+            or max_perplexity_increase is not None or output_layer is not None or lm_variants is not None:
         from ..errors import BadInputError
 
-        raise BadInputError("--eval-text, --context, --max-kld and --max-perplexity-increase are for a language model "
-                            "(a transformers model folder or a .gguf)" if eval_data is not None else
+        raise BadInputError("--eval-text, --context, --max-kld, --max-perplexity-increase, --output-layer and "
+                            "--lm-variants are for a language model (a transformers model folder or a .gguf)"
+                            if eval_data is not None else
                             f"{model} needs --eval-data (.npz of inputs and labels)",
                             hint="a fixed-graph model takes --eval-data; a language model folder takes --eval-text")
 
@@ -189,10 +200,12 @@ def _is_lm(model: Path) -> bool:
 
 def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: str, device: str | None, out: Path,
                as_json: bool, *, context, max_kld, max_ppl, objective: str, threads, warmup, runs, min_seconds,
-               remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained):
+               remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained, output_layer=None,
+               lm_variants=None, baseline=None, max_latency_regression=None):
     from ..errors import BadInputError
     from ..llm.deploy import LMOptions, deploy_lm
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
+    from ..llm.release import ReleaseGate
 
     if eval_text is None:
         raise BadInputError(f"{model} is a language model: it needs --eval-text FILE (plain text or JSONL of prompts)",
@@ -200,13 +213,18 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
     if refused:
         raise BadInputError(f"a language model does not take {', '.join(refused)} (yet)",
                             hint="the language-model loop takes --eval-text, --context, --max-kld, "
-                            "--max-perplexity-increase, --objective decode|ttft|prefill and the measure options")
+                            "--max-perplexity-increase, --output-layer, --lm-variants, --baseline, --objective "
+                            "decode|ttft|prefill and the measure options")
     opts = LMOptions(context=context, objective="decode" if objective == "p50" else objective,
                      gate=LMGate(max_kld=DEFAULT_MAX_KLD if max_kld is None else max_kld,
                                  max_perplexity_increase=DEFAULT_MAX_PPL_INCREASE if max_ppl is None else max_ppl,
                                  max_memory_mb=memory_budget_mb),
                      threads=threads, warmup=warmup, runs=runs, min_seconds=min_seconds, remeasure=remeasure,
-                     lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained)
+                     lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained,
+                     head=output_layer or "int8",
+                     candidates=tuple(v.strip() for v in lm_variants.split(",") if v.strip()) if lm_variants else None,
+                     baseline=baseline, release=ReleaseGate() if max_latency_regression is None else
+                     ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:
         return deploy_lm(model, eval_text=eval_text, target=target, device=device, out=out, options=opts,
                          progress=progress)

@@ -21,18 +21,35 @@ from .. import __version__
 from ..artifact import Artifact
 from ..device_session import DeviceSession, MeasureFailure, RunSettings
 from ..errors import BadInputError, ConversionError, EdgekitError
+from ..formats import format_spec
 from ..fsutil import ensure_writable_dir
+from ..measure.stats import latency_stats
+from ..measure.sustained import analyze
 from ..prepare import target_spec
-from ..report.model import Accuracy, DeviceInfo, Generation, LMQuality, Report, RuntimeInfo, SearchCandidate, \
-    SearchSection, ShippedFile, VariantResult
+from ..report.model import (
+    Accuracy,
+    DeviceInfo,
+    Generation,
+    LMQuality,
+    Report,
+    RuntimeInfo,
+    SearchCandidate,
+    SearchSection,
+    ShippedFile,
+    VariantResult,
+)
 from ..report.write import write_report
 from ..targets import MeasureDefaults, TargetSpec
 from ..transport.base import Transport
-from .candidates import BASELINE, LMCandidate, candidates_for
+from .candidates import BASELINE, CANDIDATES, LMCandidate, candidates_for
+from .int4_ladder import Calibration
 from .judge import OBJECTIVES, LMGate, judge
+from .layer_plan import HEADS
 from .memory import check_fits, kv_bytes_per_token, memory_plan
 from .parity import cache_parity
 from .quality import Reference, greedy_reference, quality, reference
+from .release import PREFIX as RELEASE_PREFIX
+from .release import ReleaseGate, compared_with, load_last_release, release_checks
 from .request import GenerateSettings, generate_request, generation_figures
 from .ship import write_lm_ship
 from .source import LMSource, load_lm
@@ -59,6 +76,12 @@ class LMOptions:
     runs: int | None = None
     min_seconds: float | None = None
     candidates: tuple[str, ...] | None = None  # names from candidates.CANDIDATES; default: every one that runs
+    head: str = "int8"  # the output layer in int4 files: float, int8 or int4 (layer_plan.HEADS)
+    # {runtime: {option: value}}: the session settings the application runs the files with (onnxruntime:
+    # graph_optimization_level, execution_mode...), applied to every file of that runtime
+    runtime_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    baseline: str | Path | None = None  # the last release's report.json (release.py): the release gate
+    release: ReleaseGate = field(default_factory=ReleaseGate)
     sustained_seconds: float | None = None  # a sustained decode of this long per variant (thermal throttling)
     remeasure: bool = False
     lock_wait: bool = True
@@ -85,6 +108,8 @@ class Prepared:
 
 def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str | Path, o: LMOptions,
             progress: Progress) -> Prepared:
+    if o.head not in HEADS:
+        raise BadInputError(f"--output-layer {o.head!r}: the output layer of an int4 file is one of {', '.join(HEADS)}")
     if o.objective not in OBJECTIVES:
         raise BadInputError(f"--objective {o.objective!r} for a language model: one of {', '.join(OBJECTIVES)}")
     out_dir = ensure_writable_dir(out)
@@ -110,8 +135,10 @@ def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str
     return Prepared(src=src, text=text, spec=spec, settings=settings, out_dir=out_dir, plan=plan, ref=ref)
 
 
-def build(p: Prepared, chosen: list[LMCandidate], progress: Progress) -> tuple[dict[str, Artifact], dict[str, str]]:
-    """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it."""
+def build(p: Prepared, chosen: list[LMCandidate], progress: Progress,
+          cal: Calibration) -> tuple[dict[str, Artifact], dict[str, str]]:
+    """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it.
+    An int4 candidate also checks itself with ``cal`` and climbs its recovery ladder (``int4_ladder``)."""
     art_dir = p.out_dir / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
     built: dict[str, Artifact] = {}
@@ -120,7 +147,7 @@ def build(p: Prepared, chosen: list[LMCandidate], progress: Progress) -> tuple[d
     for c in chosen:
         progress(f"building {c.name} ({c.runtime}, {c.precision})")
         try:
-            art = c.build(p.src, art_dir, p.settings.context, built)
+            art = c.build(p.src, art_dir, p.settings.context, built, cal)
             figures = cache_parity(art, p.src.model, window, context=p.settings.context)
         except (ConversionError, EdgekitError) as exc:
             dropped[c.name] = f"dropped at build: {exc.message}"
@@ -131,9 +158,6 @@ def build(p: Prepared, chosen: list[LMCandidate], progress: Progress) -> tuple[d
 
 
 def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) -> VariantResult:
-    from ..measure.stats import latency_stats
-    from ..measure.sustained import analyze
-
     named = dict(zip(doc.get("outputs") or [], outputs or []))
     q = quality(p.ref, named)
     gen = generation_figures(doc, kv_bytes_per_token(p.src))
@@ -155,6 +179,8 @@ def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) ->
 
 def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str | None, transport: Transport | None,
             progress: Progress) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession]:
+    """Each file's generation workload and scoring on the device, one session; the files of a runtime named in
+    ``o.runtime_options`` run with those options (a release's file keeps its own)."""
     spec, m = p.spec, _measure(p.spec, o)
     results: list[VariantResult] = []
     dropped: dict[str, str] = {}
@@ -174,7 +200,9 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
                 windows=p.text.windows, scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
                 greedy=p.text.prompts,
                 outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
-                energy_sources=tuple(spec.energy_sources), sustained_seconds=o.sustained_seconds)
+                energy_sources=tuple(spec.energy_sources), sustained_seconds=o.sustained_seconds,
+                runtime_options=None if name.startswith(RELEASE_PREFIX) else o.runtime_options.get(
+                    str(format_spec(art.format).runtime)))
             res = session.run(req, RunSettings(measure=m, timeout_s=req.timeout_s + 600))
             if isinstance(res, MeasureFailure):
                 dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (
@@ -193,25 +221,36 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
     progress = progress or (lambda _m: None)
     t0 = time.perf_counter()
     spec = target_spec(target)
+    last = load_last_release(o.baseline) if o.baseline is not None else None  # exit 2 before any build
     p = prepare(model, eval_text, spec, out, o, progress)
     chosen, skipped = candidates_for(spec)
     if o.candidates:
         unknown = sorted(set(o.candidates) - {c.name for c in chosen} - set(skipped))
         if unknown:
-            from .candidates import CANDIDATES
-
             raise BadInputError(f"unknown language-model variant(s) {unknown}; known: {[c.name for c in CANDIDATES]}")
         chosen = [c for c in chosen if c.name in o.candidates]
     if not chosen:
         raise BadInputError(f"no language-model runtime to build for target {spec.name}: "
                             + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    built, dropped = build(p, chosen, progress)
+    built, dropped = build(p, chosen, progress, Calibration(windows=p.text.windows, max_kld=o.gate.max_kld,
+                                                            head=o.head))
     if not built:
         raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
-    results, failed, first_doc, session = measure(p, built, o, device, transport, progress)
-    dropped.update(failed)
+    to_measure = {**built, **({last.name: last.artifact} if last else {})}
+    measured, failed, first_doc, session = measure(p, to_measure, o, device, transport, progress)
+    results = [v for v in measured if not v.name.startswith(RELEASE_PREFIX)]
+    again = next((v for v in measured if last is not None and v.name == last.name), None)
+    dropped.update({k: v for k, v in failed.items() if not k.startswith(RELEASE_PREFIX)})
     baseline = BASELINE if any(v.name == BASELINE for v in results) else (results[0].name if results else BASELINE)
     gate, decision = judge(results, baseline, o.gate, o.objective, dropped)
+    if last is not None:
+        shipped = next((v for v in results if v.name == decision.ship), None)
+        gate.checks += release_checks(shipped, again, last, p.src.sha256, p.text.describe().get("windows_sha256"),
+                                      o.release)
+        gate.passed = gate.passed and all(c.passed for c in gate.checks)
+        if again is None and last.name in failed:
+            session_warn = f"the last release's file could not be measured again: {failed[last.name]}"
+            decision.reason += f" ({session_warn})"
     progress("writing the report")
     report = Report(
         edgekit_version=__version__, created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -224,7 +263,8 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
             "measure": _measure(spec, o).model_dump(), "objective": o.objective,
             "gate": {"max_kld": o.gate.max_kld, "max_perplexity_increase": o.gate.max_perplexity_increase},
             "skipped": skipped},
-        baseline=baseline, variants=results, gate=gate, decision=decision, warnings=session.warnings(),
+        baseline=baseline, variants=results + ([again] if again is not None else []), gate=gate,
+        compared_with=compared_with(last) if last is not None else None, decision=decision, warnings=session.warnings(),
         search=SearchSection(mode="quick", objective=o.objective, selected=decision.ship,
                              seconds=round(time.perf_counter() - t0, 2), candidates=[
                                  SearchCandidate(name=n, status="selected" if n == decision.ship else (

@@ -23,6 +23,7 @@ from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format
 from ..fsutil import atomic_path
+from .layer_plan import LayerChoice
 from .source import LMSource
 
 HOP = "torch->executorch (static KV cache, XNNPACK)"
@@ -35,8 +36,8 @@ def et_io(src: LMSource) -> IOSpec:
 
 
 def int8_weight_only(model: Any) -> dict[str, Any]:
-    """Every ``nn.Linear`` becomes an int8 linear (``_int8_linear_class``: weights int8, symmetric, one scale per output channel;
-    the bias kept, in float); the embedding stays float. Returns the account: what became what."""
+    """Every ``nn.Linear`` becomes an int8 linear (``_int8_linear_class``: weights int8, symmetric, one scale per output
+    channel; the bias kept, in float); the embedding stays float. Returns the account: what became what."""
     import torch
 
     head = model.get_output_embeddings()
@@ -83,7 +84,7 @@ def _int8_linear_class() -> Any:
     return _Int8Linear
 
 
-def _quantized_copy(src: LMSource, precision: str) -> tuple[Any, dict[str, Any]]:
+def _quantized_copy(src: LMSource, precision: str, plan: list[LayerChoice] | None) -> tuple[Any, dict[str, Any]]:
     import copy
 
     model = copy.deepcopy(src.model)
@@ -93,7 +94,33 @@ def _quantized_copy(src: LMSource, precision: str) -> tuple[Any, dict[str, Any]]
         return model, int8_weight_only(model)
     if precision == "8da8w":
         return model, dynamic_int8(model)
-    raise ValueError(f"ExecuTorch decoder precision {precision!r}: fp32, int8 or 8da8w")
+    if precision == "8da4w":
+        if plan is None:
+            raise ValueError("8da4w needs a layer plan (layer_plan.plan_int4)")
+        return model, dynamic_int4(model, plan)
+    raise ValueError(f"ExecuTorch decoder precision {precision!r}: fp32, int8, 8da8w or 8da4w")
+
+
+def dynamic_int4(model: Any, plan: list[LayerChoice]) -> dict[str, Any]:
+    """8da4w: int4 weights in groups along the input (the plan's group), activations quantized to int8 per
+    token at run time (torchao's ``Int8DynamicActivationIntxWeightConfig``, XNNPACK's QD8 x QC4W kernels); the
+    plan's int8 layers at 8da8w per channel, its float layers untouched. Returns the layers by scheme."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    by = {c.name: c for c in plan if c.kind != "embedding"}
+    for scheme in ("int4", "int8"):
+        names = {n for n, c in by.items() if c.scheme == scheme}
+        groups = {by[n].group for n in names}
+        for g in groups:
+            chosen = {n for n in names if by[n].group == g}
+            gran = PerGroup(g) if g else PerAxis(0)
+            cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4 if scheme == "int4" else torch.int8,
+                                                        weight_granularity=gran)
+            quantize_(model, cfg, filter_fn=lambda m, fqn, chosen=chosen: isinstance(m, torch.nn.Linear)
+                      and fqn in chosen)
+    return {"activations": "int8 per token, dynamic"}
 
 
 def dynamic_int8(model: Any) -> dict[str, Any]:
@@ -124,20 +151,27 @@ def runner_metadata(src: LMSource, context: int) -> dict[str, Any]:
     return meta
 
 
-def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str = "fp32") -> Artifact:
-    """The decoder as a .pte at ``dest`` (``precision``: fp32, int8 weight-only, or 8da8w)."""
+def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str = "fp32",
+                      plan: list[LayerChoice] | None = None, plan_account: dict[str, Any] | None = None) -> Artifact:
+    """The decoder as a .pte at ``dest`` (``precision``: fp32, int8 weight-only, 8da8w, or 8da4w by ``plan``)."""
     import torch
 
     try:
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
+            XnnpackPartitioner,
+        )
         from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
         from transformers import GenerationConfig
-        from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+        from transformers.integrations.executorch import (
+            TorchExportableModuleWithStaticCache,
+        )
     except ImportError as exc:
         raise MissingExtraError("executorch", "executorch", "an ExecuTorch decoder") from exc
     t0 = time.perf_counter()
     try:
-        model, account = _quantized_copy(src, precision)
+        model, account = _quantized_copy(src, precision, plan)
+        if plan_account is not None:
+            account = {**account, **plan_account}
         model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
                                                    cache_config={"batch_size": 1, "max_cache_len": context})
         w = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=context).eval()
@@ -156,8 +190,10 @@ def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str
     step = LineageStep(kind="convert", name=HOP, seconds=round(time.perf_counter() - t0, 3),
                        config={"cache": "static", "context": context, "backend": "xnnpack",
                                **({"quantize": {"int8": "int8 weight-only, symmetric, per output channel",
-                                                "8da8w": "int8 weights per channel, int8 activations per token"}
+                                                "8da8w": "int8 weights per channel, int8 activations per token",
+                                                "8da4w": "int4 weights in groups, int8 activations per token"}
                                    [precision]} if precision != "fp32" else {})},
                        metrics={"quantization": account} if account else {})
-    return Artifact.from_file(dest, Format.EXECUTORCH, et_io(src), precision="fp32" if precision == "fp32" else "int8",
+    label = {"fp32": "fp32", "8da4w": "int4"}.get(precision, "int8")
+    return Artifact.from_file(dest, Format.EXECUTORCH, et_io(src), precision=label,
                               lineage=[step])

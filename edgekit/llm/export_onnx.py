@@ -97,32 +97,89 @@ def export_onnx(src: LMSource, dest: Path, *, context: int) -> Artifact:
         config={"exporter": "torch.onnx.export(dynamo=True)", "cache": "past/present key values"})])
 
 
+def matmul_layers(model: Any) -> dict[str, str]:
+    """{ONNX MatMul node: the transformers module it computes} from the exporter's name scopes (a linear layer's
+    node carries its module path, "lm.model.layers.0.self_attn.q_proj", in ``pkg.torch.onnx.name_scopes``)."""
+    import ast
+
+    out = {}
+    for n in model.graph.node:
+        if n.op_type != "MatMul":
+            continue
+        md = {p.key: p.value for p in n.metadata_props}
+        try:
+            scopes = ast.literal_eval(md.get("pkg.torch.onnx.name_scopes", "[]"))
+            classes = ast.literal_eval(md.get("pkg.torch.onnx.class_hierarchy", "[]"))
+        except (ValueError, SyntaxError):
+            continue
+        for scope, cls in zip(scopes, classes):
+            if cls == "torch.nn.modules.linear.Linear":
+                out[n.name] = scope[len("lm."):] if scope.startswith("lm.") else scope
+    return out
+
+
 def quantize_onnx_int8(art: Artifact, dest: Path, *, block_size: int = 32, accuracy_level: int = 4) -> Artifact:
     """INT8 weights (``MatMulNBits``, 8 bits, symmetric blocks along the input dimension), computed in int8
     (``accuracy_level`` 4; 0 keeps float activations: weight-only, and slow on CPU)."""
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    return quantize_onnx_nbits(art, dest, int8=None, int4=set(), block_size=block_size,
+                               accuracy_level=accuracy_level, precision="int8")
 
+
+def quantize_onnx_nbits(art: Artifact, dest: Path, *, int4: set[str], int8: set[str] | None, block_size: int = 32,
+                        accuracy_level: int = 4, precision: str = "int4",
+                        plan_account: dict[str, Any] | None = None) -> Artifact:
+    """``MatMulNBits`` at 4 bits for the modules in ``int4`` and 8 bits for those in ``int8`` (None: every other
+    MatMul with a constant weight), symmetric blocks of ``block_size`` along the input (the last zero-padded),
+    computed in int8 at ``accuracy_level`` 4. The lineage records which node became what; a module the plan
+    named that the file does not hold quantized (a weight shared with the embedding is not a constant of the
+    MatMul) is listed under ``float_matmuls_left`` with its module name."""
     import logging
+
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
 
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line a node
     t0 = time.perf_counter()
     model = onnx.load(str(art.path))
-    cfg = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=8, accuracy_level=accuracy_level)
-    q = MatMulNBitsQuantizer(model, bits=8, block_size=block_size, is_symmetric=True, accuracy_level=accuracy_level,
-                             algo_config=cfg)
-    try:
-        q.process()
-    except Exception as exc:
-        raise ConversionError(f"onnxruntime's MatMulNBits quantizer failed: {type(exc).__name__}: {exc}",
-                              hop="onnx int8") from exc
-    quantized = [n for n in q.model.model.graph.node if n.op_type == "MatMulNBits"]
-    left = [n.name for n in q.model.model.graph.node if n.op_type == "MatMul" and n.input[1] in
-            {i.name for i in q.model.model.graph.initializer}]
+    names = matmul_layers(model)
+    inits = {i.name for i in model.graph.initializer}
+    const = {n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits}
+    nodes4 = {n for n in const if names.get(n) in int4}
+    nodes8 = const - nodes4 if int8 is None else {n for n in const if names.get(n) in int8}
+    for bits, nodes in ((4, nodes4), (8, nodes8)):
+        if not nodes:
+            continue
+        cfg = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=bits,
+                                           accuracy_level=accuracy_level)
+        q = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=True,
+                                 accuracy_level=accuracy_level, algo_config=cfg,
+                                 nodes_to_exclude=sorted(const - nodes))
+        try:
+            q.process()
+        except Exception as exc:
+            raise ConversionError(f"onnxruntime's MatMulNBits quantizer ({bits} bits) failed: "
+                                  f"{type(exc).__name__}: {exc}", hop=f"onnx {precision}") from exc
+        model = q.model.model
+    by_node: dict[str, str] = {}
+    for n in model.graph.node:
+        if n.op_type == "MatMulNBits":
+            bits = next((a.i for a in n.attribute if a.name == "bits"), 0)
+            by_node[n.name] = f"int{bits}"
+    inits = {i.name for i in model.graph.initializer}
+    left = [names.get(n.name, n.name) for n in model.graph.node if n.op_type == "MatMul"
+            and (n.input[1] in inits or names.get(n.name))]
     with atomic_path(dest) as tmp:
-        onnx.save(q.model.model, str(tmp))
-    return art.derive(dest, precision="int8", step=LineageStep(
-        kind="pass", name="quantize (onnx int8)", seconds=round(time.perf_counter() - t0, 3),
-        config={"op": "MatMulNBits", "bits": 8, "block_size": block_size, "symmetric": True,
+        onnx.save(model, str(tmp))
+    counts = {b: sum(v == b for v in by_node.values()) for b in ("int4", "int8")}
+    metrics: dict[str, Any] = {"quantized_matmuls": len(by_node), "int4_matmuls": counts["int4"],
+                               "int8_matmuls": counts["int8"], "float_matmuls_left": left}
+    if plan_account is not None:
+        metrics["quantization"] = plan_account
+    return art.derive(dest, precision=precision, step=LineageStep(
+        kind="pass", name=f"quantize (onnx {precision})", seconds=round(time.perf_counter() - t0, 3),
+        config={"op": "MatMulNBits", "bits": 4 if nodes4 else 8, "block_size": block_size, "symmetric": True,
                 "accuracy_level": accuracy_level},
-        metrics={"quantized_matmuls": len(quantized), "float_matmuls_left": left}))
+        metrics=metrics))

@@ -54,9 +54,10 @@ def prompt_ids(windows: np.ndarray, n: int) -> list[int]:
 def generate_request(*, variant: str, art: Artifact, model_remote: str, measure: MeasureDefaults,
                      settings: GenerateSettings, windows: np.ndarray, scoring: tuple[str, str | None] | None,
                      greedy: list[list[int]] | None, outputs_remote: str | None,
-                     energy_sources: tuple[str, ...] = (), sustained_seconds: float | None = None) -> AgentRequest:
+                     energy_sources: tuple[str, ...] = (), sustained_seconds: float | None = None,
+                     runtime_options: dict[str, Any] | None = None) -> AgentRequest:
     """``sustained_seconds``: decode for that long (the timing loop's sustained mode, one token a step) to see
-    tokens/s under heat and clocks over time."""
+    tokens/s under heat and clocks over time. ``runtime_options`` add to (and override) the file's own."""
     need = max(max(settings.prompt_lengths()), settings.filled_at)
     gen = GenerateRequest(
         context=settings.context, prompt_ids=prompt_ids(windows, need), prompt_lengths=settings.prompt_lengths(),
@@ -70,7 +71,7 @@ def generate_request(*, variant: str, art: Artifact, model_remote: str, measure:
                         energy=EnergyRequest(sources=list(energy_sources)),
                         max_seconds=max(120.0, sustained_seconds or 0.0),
                         sustained=SustainedRequest(**request_fields(sustained_seconds)) if sustained_seconds else None,
-                        runtime_options=art.runtime_options or None)
+                        runtime_options={**art.runtime_options, **(runtime_options or {})} or None)
 
 
 def _median(xs: list[float]) -> float:

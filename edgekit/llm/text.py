@@ -4,6 +4,7 @@ its greedy generations start from. Too little text is refused with the number of
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,8 @@ class EvalText:
         return {"path": str(self.path), "kind": self.kind, "tokens": self.tokens,
                 "windows": int(self.windows.shape[0]), "window_tokens": int(self.windows.shape[1]),
                 "scored_positions": int(self.windows.shape[0] * (self.windows.shape[1] - 1)),
-                "greedy_prompts": len(self.prompts)}
+                "greedy_prompts": len(self.prompts),
+                "windows_sha256": hashlib.sha256(np.ascontiguousarray(self.windows, np.int32).tobytes()).hexdigest()}
 
 
 def read_documents(path: Path) -> tuple[str, list[str]]:

@@ -44,7 +44,8 @@ def render_markdown(r: Report) -> str:
         f"- {r.metric_line()}",
         "",
     ]
-    lines += _generation_table(r) if r.model.get("task") == "text-generation" else _fixed_table(r)
+    lines += (_generation_table(r) + _quantization_accounts(r)) if r.model.get("task") == "text-generation" \
+        else _fixed_table(r)
     if r.decision is not None:
         d = r.decision
         lines += ["", "## Decision", "", f"**Ship:** {d.reason if d.ship else 'nothing — ' + d.reason}", ""]
@@ -91,6 +92,26 @@ def _generation_table(r: Report) -> list[str]:
             f"{q.perplexity:.4g} (float {q.perplexity_float:.4g}) | {q.kld_mean:.3g} ({_f(kci[0], '{:.2g}')}-"
             f"{_f(kci[1], '{:.2g}')}) | {q.top1_agreement:.1%} | {div} |")
     return lines
+
+
+def _quantization_accounts(r: Report) -> list[str]:
+    """Each low-bit language-model file's layer account (edgekit/llm/layer_plan.py): what its layers became,
+    every layer not at the variant's own scheme named with why, padded groups, and the recovery ladder's rungs."""
+    lines: list[str] = []
+    for v in r.variants:
+        acc = next((s.metrics["quantization"] for s in reversed(v.lineage)
+                    if isinstance(s.metrics.get("quantization"), dict) and "layers" in s.metrics["quantization"]), None)
+        if acc is None:
+            continue
+        counts = ", ".join(f"{n} {k}" for k, n in acc.get("counts", {}).items())
+        lines += ["", f"**`{v.name}`** layers ({acc.get('headline')}): {counts}."]
+        lines += [f"- `{n}`: {why}" for n, why in acc.get("not_headline", {}).items()]
+        lines += [f"- `{n}`: {why}" for n, why in acc.get("padded", {}).items()]
+        for rung in acc.get("ladder", []):
+            kept = ", ".join(f"`{n}`" for n in rung["int8_layers"]) or "none"
+            lines.append(f"- host check, layers kept at int8: {kept}: KLD {rung['host_kld']:.4g} "
+                         f"({'within' if rung['within'] else 'over'} the tolerance)")
+    return (["", "## Quantization accounts", ""] + lines[1:]) if lines else []
 
 
 def _fixed_table(r: Report) -> list[str]:

@@ -120,3 +120,35 @@ def test_host_lowered_pte_runs_on_twin_like_on_host(et_twin, digits, tmp_path):
                      f"load {v['load_ms']:.0f} ms (emulated)")
     assert {v["name"] for v in on_twin["variants"]} >= {"executorch-fp32", "executorch-int8"}
     print("\n".join(lines))
+
+
+def test_a_language_model_generates_on_the_twin_with_each_runtime(et_twin, tmp_path):
+    """Issues #36/#37 on a board: a tiny Llama's KV-cache files (ONNX past/present for onnxruntime, the
+    static-cache .pte for ExecuTorch 1.1.0), float and int4 (MatMulNBits 4-bit, 8da4w: the aarch64 int4 kernels),
+    built on the host, proven at build, generating on the emulated Pi 5: every variant measured there
+    (correctness: timings under emulation mean nothing) with the float model's quality."""
+    VARIANTS = ("ort-fp32", "ort-int4", "et-fp32", "et-8da4w")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lm_zoo import build_tiny_lm, eval_text
+
+    folder, text = build_tiny_lm("llama"), eval_text(tmp_path / "text")
+    res = run_edgekit_subprocess("deploy", folder, "--eval-text", text, "--target", TARGET, "--device", NAME,
+                                 "--context", "48",
+                                 "--lm-variants", ",".join(VARIANTS), "--runs", "8", "--warmup", "2",
+                                 "--min-seconds", "0.1",
+                                 "--out", tmp_path / "lm", timeout=1800)
+    assert res.exit_code in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
+    rep = json.loads((tmp_path / "lm" / "report.json").read_text())
+    assert rep["device"]["arch"] == "aarch64" and rep["model"]["task"] == "text-generation"
+    got = {v["name"]: v for v in rep["variants"]}
+    assert set(VARIANTS) == set(got), rep["decision"]
+    for name, v in got.items():
+        q, g = v["quality"], v["generation"]
+        assert g["decode_tokens_per_s"] > 0 and g["prefill"], name
+        assert q["kld_mean"] < (1e-5 if v["precision"] == "fp32" else 0.05), (name, q["kld_mean"])
+        assert v["precision"] == ("fp32" if name.endswith("fp32") else "int4"), name
+        if v["format"] == "executorch":
+            assert v["runtime"]["version"] == "1.1.0", v["runtime"]
+    print(f"[et-arm64] language model on the twin: " + "; ".join(
+        f"{n} {v['runtime']['name']} {v['runtime']['version']}: KLD {v['quality']['kld_mean']:.2e}, "
+        f"{v['generation']['decode_tokens_per_s']:.1f} tok/s (emulated)" for n, v in got.items()))

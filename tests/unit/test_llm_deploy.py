@@ -223,6 +223,11 @@ def test_bad_inputs_are_refused_before_any_build(llama, tmp_path, cli):
     assert r.exit_code == 2 and "--eval-text" in r.stdout + r.stderr
     r = cli("deploy", str(folder), "--eval-text", str(text), "--metric", "top1", "--out", str(tmp_path / "o4"))
     assert r.exit_code == 2 and "--metric" in r.stdout + r.stderr
+    # an output-layer scheme that does not exist, and a variant that does not exist
+    r = cli("deploy", str(folder), "--eval-text", str(text), "--output-layer", "int3", "--out", str(tmp_path / "o6"))
+    assert r.exit_code == 2 and "--output-layer 'int3'" in r.stdout + r.stderr and "int8" in r.stdout + r.stderr
+    r = cli("deploy", str(folder), "--eval-text", str(text), "--lm-variants", "ort-int2", "--out", str(tmp_path / "o7"))
+    assert r.exit_code == 2 and "ort-int2" in r.stdout + r.stderr and "ort-int4" in r.stdout + r.stderr
     # a tokenizer that does not fit the model's vocabulary
     small = tmp_path / "small-vocab"
     shutil.copytree(folder, small)
@@ -232,7 +237,7 @@ def test_bad_inputs_are_refused_before_any_build(llama, tmp_path, cli):
     with pytest.raises(Exception) as err:
         deploy_lm(small, eval_text=text, out=tmp_path / "o5", options=LMOptions(candidates=ORT_ONLY))
     assert "vocab" in str(err.value).lower() or "size mismatch" in str(err.value).lower()
-    for o in ("o1", "o2", "o3", "o4"):
+    for o in ("o1", "o2", "o3", "o4", "o6", "o7"):
         assert not (tmp_path / o / "report.json").exists()
 
 

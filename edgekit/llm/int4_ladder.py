@@ -1,0 +1,95 @@
+"""INT4 that never degrades silently: each int4 file is built from a layer plan (``layer_plan``), checked on
+the host against the float model before any device time, and recovered when it misses the tolerance.
+
+The check: the file's own logits (the agent's decoder code run here, as ``parity`` does) on the first
+``HOST_WINDOWS`` eval windows, against the float model's, as the mean KL divergence over the whole vocabulary
+(the device's figure, over the top-K plus a tail bucket, is a lower bound of this one). Within the gate's
+``max_kld``: done. Otherwise the recovery ladder: the layers ranked by their measured int4 output error on
+the same text (``layer_plan.layer_errors``: sensitivity measured, not guessed), the 1, 2, 4, ... most
+sensitive kept at int8 (at most half the int4 layers), each rung rebuilt and checked again. The first rung
+inside the tolerance is the file; if none is, the variant is dropped naming every rung's figure. Every rung
+is in the account the lineage carries (``quantization.ladder``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..artifact import Artifact
+from ..errors import ConversionError
+from .layer_plan import LayerChoice, account, layer_errors
+from .parity import open_decoder
+
+HOST_WINDOWS = 2
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What an int4 build checks itself with: eval windows [W, T] and the gate's KLD tolerance."""
+
+    windows: np.ndarray
+    max_kld: float
+    head: str = "int8"  # the output layer's scheme (layer_plan.HEADS)
+
+
+def host_kld(art: Artifact, model: Any, windows: np.ndarray, context: int) -> float:
+    """Mean KL(P_float || Q_file) a position over the full vocabulary on ``windows``."""
+    import torch
+
+    dec = open_decoder(art, context)
+    total, n = 0.0, 0
+    for row in windows:
+        ids = [int(v) for v in row]
+        q = torch.log_softmax(torch.as_tensor(np.asarray(dec.forward(ids, 0), np.float64)), dim=-1)
+        with torch.no_grad():
+            p = torch.log_softmax(model(torch.as_tensor([ids])).logits[0].double(), dim=-1)
+        total += float((p.exp() * (p - q)).sum())
+        n += len(ids)
+    return total / max(n, 1)
+
+
+PlanFor = Callable[[set[str], dict[str, str]], list[LayerChoice]]
+Make = Callable[[list[LayerChoice], dict[str, Any]], Artifact]
+
+
+def build_int4(model: Any, cal: Calibration, context: int, *, plan_for: PlanFor, make: Make,
+               name: str) -> Artifact:
+    """The int4 file by ``plan_for(keep_int8, notes)`` and ``make(plan, account)``, recovered by the ladder."""
+    windows = cal.windows[:HOST_WINDOWS]
+    plan = plan_for(set(), {})
+    int4 = [c.name for c in plan if c.scheme == "int4"]
+    if not int4:
+        raise ConversionError(f"{name}: no layer can be int4: " + "; ".join(
+            f"{c.name}: {c.reason}" for c in plan if c.kind != "embedding"), hop=f"{name} (int4 layer plan)")
+    headline = next(c.label() for c in plan if c.scheme == "int4")
+    at_int4 = layer_errors(model, windows, plan, schemes={c.name: ("int4", c.group) for c in plan
+                                                          if c.scheme == "int4"})
+    ranked = sorted(int4, key=lambda n: -at_int4[n])
+    measured_on = f"the first {len(windows)} eval windows of {windows.shape[1]} tokens"
+    rungs: list[dict[str, Any]] = []
+    ks = [0] + [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= max(1, len(int4) // 2)]
+    for k in ks:
+        keep = ranked[:k]
+        notes = {n: f"kept at int8 by the recovery ladder: sensitivity rank {i + 1} (int4 output error "
+                    f"{at_int4[n]:.3g} on the text)" for i, n in enumerate(keep)}
+        plan = plan_for(set(keep), notes)
+        errors = layer_errors(model, windows, plan)
+        acc = account(plan, errors, headline=headline, measured_on=measured_on)
+        art = make(plan, acc)
+        kld = host_kld(art, model, windows, context)
+        rungs.append({"int8_layers": keep, "host_kld": round(kld, 6), "within": kld <= cal.max_kld})
+        if kld <= cal.max_kld:
+            acc = {**acc, "ladder": rungs, "sensitivity_int4": {n: round(at_int4[n], 6) for n in ranked},
+                   "host_check": f"mean KLD over the full vocabulary on {measured_on}, tolerance {cal.max_kld}"}
+            last = art.lineage[-1]
+            metrics = {**last.metrics, "quantization": {**last.metrics.get("quantization", {}), **acc}}
+            return art.model_copy(update={"lineage": (*art.lineage[:-1], last.model_copy(
+                update={"metrics": metrics}))})
+    raise ConversionError(
+        f"{name}: int4 misses the KLD tolerance {cal.max_kld} on the host even with the "
+        f"{len(rungs[-1]['int8_layers'])} most sensitive layers at int8: " + "; ".join(
+            f"{len(r['int8_layers'])} at int8: KLD {r['host_kld']:.4g}" for r in rungs),
+        hop=f"{name} (int4 recovery ladder)",
+        hint="keep more layers at int8 (an int8 variant), or raise --max-kld if the loss is acceptable")

@@ -1,0 +1,145 @@
+"""The release gate for a language model (issue #37, item 3): this run's shipped file against the last
+release's, measured side by side on the same device in the same session.
+
+``--baseline OUT/report.json`` names the last release (a language-model report with ``ship/`` beside it). Its
+shipped file, checked against the sha256 the report recorded, is measured again in this session with the same
+workload and its own runtime settings (a figure from another day is not comparable: clocks, heat and load
+differ), and the gate adds:
+
+- ``release_decode``: this release's decode tokens/s against the last release's, measured now. It fails when
+  the new figure is more than ``max_decode_regression`` (``--max-latency-regression``, default 10%) below and
+  the two 95% CIs are separated (a drop inside the noise is not a regression);
+- ``release_kld`` (when both releases come from the same model, by its sha256): the mean KLD from the float
+  model may not grow by more than ``max_kld_increase`` (default 0.01 nats a token, a fifth of the default
+  ``--max-kld``) over the last release's, measured now on the same text;
+- ``release_perplexity`` (same eval text): perplexity may not grow by more than ``max_perplexity_increase`` of
+  the last release's (default 2%).
+
+The last release's re-measurement is in the report as a variant named ``release:<its name>``; it takes no part
+in the decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..artifact import Artifact, IOSpec, LineageStep
+from ..errors import BadInputError
+from ..formats import Format
+from ..fsutil import sha256_file
+from ..report.model import Check, ComparedWith, Report, VariantResult
+
+PREFIX = "release:"
+
+
+@dataclass(frozen=True)
+class ReleaseGate:
+    max_decode_regression: float = 0.10  # as --max-latency-regression's default for fixed models
+    max_kld_increase: float = 0.01
+    max_perplexity_increase: float = 0.02
+
+
+@dataclass(frozen=True)
+class LastRelease:
+    path: Path
+    report: Report
+    variant: VariantResult
+    artifact: Artifact
+
+    @property
+    def name(self) -> str:
+        return PREFIX + self.variant.name
+
+
+def load_last_release(path: str | Path) -> LastRelease:
+    """The last release from its report.json; exit 2 naming what is wrong (not a language model's report,
+    nothing shipped, the shipped file gone or changed since)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    if not path.is_file():
+        raise BadInputError(f"--baseline {path}: no such report", hint="pass the last release's OUT/report.json")
+    report = Report.load(path)
+    if report.model.get("task") != "text-generation":
+        raise BadInputError(f"--baseline {path} is a fixed-graph model's report, not a language model's",
+                            hint="compare a language model with an earlier `edgekit deploy MODEL_DIR --eval-text` run")
+    name = report.decision.ship if report.decision is not None else None
+    v = report.variant(name) if name else None
+    shipped = report.search.shipped if report.search is not None else None
+    if v is None or shipped is None or not shipped.file:
+        raise BadInputError(f"--baseline {path}: that run shipped nothing, so there is no release to compare with",
+                            hint="use the report of a run whose gate passed")
+    file = Path(shipped.file)
+    if not file.is_file():
+        file = path.parent / "ship" / file.name
+    if not file.is_file():
+        raise BadInputError(f"--baseline {path}: its shipped file {file.name} is not in {path.parent / 'ship'}",
+                            hint="keep the last release's ship/ folder beside its report.json")
+    digest = sha256_file(file)
+    if shipped.sha256 and digest != shipped.sha256:
+        raise BadInputError(f"--baseline {path}: {file} changed since that run (sha256 {digest[:12]}, the report "
+                            f"says {shipped.sha256[:12]})", hint="restore the released file or deploy it again")
+    fmt = Format(v.format)
+    options = dict(v.runtime.options or {})
+    art = Artifact.from_file(file, fmt, IOSpec(inputs=(), outputs=()), precision=v.precision, lineage=[LineageStep(
+        kind="convert", name="last release", config={"report": str(path), "runtime_options": options})])
+    return LastRelease(path=path, report=report, variant=v, artifact=art)
+
+
+def _ci(v: VariantResult) -> tuple[float, float]:
+    g = v.generation
+    lo, hi = (g.decode_tokens_per_s_ci95 or [g.decode_tokens_per_s, g.decode_tokens_per_s]) if g else (0.0, 0.0)
+    return float(lo), float(hi)
+
+
+def release_checks(new: VariantResult | None, again: VariantResult | None, last: LastRelease, model_sha: str | None,
+                   text_sha: str | None, cfg: ReleaseGate) -> list[Check]:
+    """The release checks above; a check that cannot be judged says why (and fails: the gate never passes on a
+    figure it does not have)."""
+    if new is None:
+        return []  # nothing shipped this time: the gate already failed
+    if again is None or again.generation is None or new.generation is None:
+        return [Check(name="release_decode", variant=new.name, passed=False,
+                      message=f"the last release's file ({last.variant.name}) could not be measured again in this "
+                              "session, so this release cannot be compared with it")]
+    a, b = new.generation.decode_tokens_per_s, again.generation.decode_tokens_per_s
+    (alo, ahi), (blo, bhi) = _ci(new), _ci(again)
+    ratio = a / b if b else 0.0
+    separated = ahi < blo
+    regressed = ratio < 1 - cfg.max_decode_regression and separated
+    checks = [Check(name="release_decode", variant=new.name, value=ratio, limit=1 - cfg.max_decode_regression,
+                    passed=not regressed,
+                    message=f"decode {a:.1f} tok/s (95% CI {alo:.1f}-{ahi:.1f}) vs the last release's "
+                            f"{last.variant.name} measured now {b:.1f} ({blo:.1f}-{bhi:.1f}): {ratio:.2f}x"
+                            + (", CIs separated: a regression" if regressed else
+                               " (CIs overlap: within the noise)" if ratio < 1 - cfg.max_decode_regression else ""))]
+    same_model = model_sha is not None and model_sha == last.report.model.get("sha256")
+    same_text = text_sha is not None and text_sha == (last.report.settings.get("eval_text") or {}).get("windows_sha256")
+    if new.quality is not None and again.quality is not None:
+        if same_model:
+            grow = new.quality.kld_mean - again.quality.kld_mean
+            checks.append(Check(name="release_kld", variant=new.name, value=grow, limit=cfg.max_kld_increase,
+                                passed=grow <= cfg.max_kld_increase,
+                                message=f"KLD {new.quality.kld_mean:.4g} vs the last release's "
+                                        f"{again.quality.kld_mean:.4g} on the same model and text: "
+                                        f"{grow:+.4g} nats/token"))
+        if same_text:
+            rel = new.quality.perplexity / again.quality.perplexity - 1
+            checks.append(Check(name="release_perplexity", variant=new.name, value=rel,
+                                limit=cfg.max_perplexity_increase, passed=rel <= cfg.max_perplexity_increase,
+                                message=f"perplexity {new.quality.perplexity:.4g} vs the last release's "
+                                        f"{again.quality.perplexity:.4g} on the same text: {rel:+.2%}"))
+    return checks
+
+
+METHOD = "same_session"
+METHOD_TEXT = "the last release's shipped file measured again in this session, beside this release's files"
+
+
+def compared_with(last: LastRelease) -> ComparedWith:
+    r = last.report
+    return ComparedWith(path=str(last.path), sha256=last.artifact.sha256, method=METHOD, method_text=METHOD_TEXT,
+                        method_detail={"variant": last.variant.name, "file": str(last.artifact.path)},
+                        created_at=r.created_at, edgekit_version=r.edgekit_version, target=r.target,
+                        device=r.device.name if r.device is not None else None,
+                        model_sha256=r.model.get("sha256"), model=r.model.get("source"))

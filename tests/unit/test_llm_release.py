@@ -1,0 +1,86 @@
+"""The release gate for a language model (issue #37, item 3), with the real exporter, onnxruntime and agent:
+the last release's shipped file measured again beside this release's in the same session; a decode regression
+planted by a slower runtime setting (onnxruntime's parallel executor, which on this model costs far more than
+it gives) fails the gate, an unchanged release passes it, and a baseline that cannot be compared is exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
+
+from edgekit.errors import BadInputError, GateFailed  # noqa: E402
+from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
+
+ONE = dict(context=96, window=48, max_windows=6, candidates=("ort-int8",), runs=40, warmup=5, min_seconds=0.3)
+SLOW = {"onnxruntime": {"execution_mode": "parallel", "inter_op_threads": 2}}
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    folder = build_tiny_lm("llama")
+    text = eval_text(tmp_path_factory.mktemp("text"))
+    out = tmp_path_factory.mktemp("release-1")
+    report = deploy_lm(folder, eval_text=text, out=out, options=LMOptions(**ONE))
+    assert report.gate.passed and report.decision.ship == "ort-int8", report.decision
+    return folder, text, out
+
+
+def test_an_unchanged_release_passes_the_release_gate(released, tmp_path):
+    folder, text, last = released
+    report = deploy_lm(folder, eval_text=text, out=tmp_path / "o",
+                       options=LMOptions(**ONE, baseline=last / "report.json"))
+    checks = {c.name: c for c in report.gate.checks}
+    assert {"release_decode", "release_kld", "release_perplexity"} <= set(checks), checks
+    assert all(checks[n].passed for n in ("release_decode", "release_kld", "release_perplexity")), checks
+    # the same bytes on both sides: the quality figures agree to rounding, the speed within the noise
+    assert abs(checks["release_kld"].value) < 1e-6 and abs(checks["release_perplexity"].value) < 1e-6
+    assert checks["release_decode"].value > 0.5
+    again = report.variant("release:ort-int8")
+    assert again is not None and not again.selected and again.sha256 == report.variant("ort-int8").sha256
+    assert report.compared_with.method == "same_session" and report.compared_with.path.endswith("report.json")
+    report.raise_for_gate()
+
+
+def test_a_slower_runtime_setting_is_caught_as_a_decode_regression(released, tmp_path, cli):
+    folder, text, last = released
+    report = deploy_lm(folder, eval_text=text, out=tmp_path / "o",
+                       options=LMOptions(**ONE, baseline=last / "report.json", runtime_options=SLOW))
+    new, again = report.variant("ort-int8"), report.variant("release:ort-int8")
+    assert new.runtime.options.get("execution_mode") == "parallel" and not again.runtime.options
+    check = next(c for c in report.gate.checks if c.name == "release_decode")
+    assert not check.passed and check.value < 0.9 and "CIs separated: a regression" in check.message, check
+    assert not report.gate.passed
+    # the quality did not move: only the speed check fails
+    assert all(c.passed for c in report.gate.checks if c.name != "release_decode")
+    with pytest.raises(GateFailed) as e:
+        report.raise_for_gate()
+    assert "release_decode" in str(e.value)
+    assert "release_decode" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_a_baseline_that_cannot_be_compared_is_exit_2_before_any_build(released, tmp_path, cli):
+    folder, text, last = released
+    # its shipped file changed since
+    copy = tmp_path / "copy"
+    shutil.copytree(last, copy)
+    doc = json.loads((copy / "report.json").read_text())
+    shipped = Path(doc["search"]["shipped"]["file"])
+    doc["search"]["shipped"]["file"] = str(copy / "ship" / shipped.name)
+    (copy / "report.json").write_text(json.dumps(doc))
+    (copy / "ship" / shipped.name).write_bytes(b"not the released model")
+    with pytest.raises(BadInputError, match="changed since that run"):
+        deploy_lm(folder, eval_text=text, out=tmp_path / "o1", options=LMOptions(**ONE, baseline=copy))
+    # a fixed-graph model's report
+    doc["model"]["task"] = "classification"
+    (copy / "report.json").write_text(json.dumps(doc))
+    r = cli("deploy", str(folder), "--eval-text", str(text), "--baseline", str(copy / "report.json"),
+            "--out", str(tmp_path / "o2"))
+    assert r.exit_code == 2 and "fixed-graph model's report" in r.stdout + r.stderr
+    assert not (tmp_path / "o1" / "report.json").exists() and not (tmp_path / "o2" / "report.json").exists()
