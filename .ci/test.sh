@@ -6,4 +6,4 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/.ci/install.sh"
-exec bash "$ROOT/.ci/pytest_step.sh" default "not slow and not emu and not executorch and not litert_torch and not gpu" "$@"
+exec bash "$ROOT/.ci/pytest_step.sh" default "not slow and not emu and not executorch and not litert_torch and not llamacpp and not gpu" "$@"

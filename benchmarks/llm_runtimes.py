@@ -1,6 +1,6 @@
-"""Issue #36's table: language models of ~100M parameters through `edgekit deploy MODEL_DIR --eval-text` with
-every runtime and precision edgekit builds (onnxruntime fp32 / int8 weight-only, ExecuTorch fp32 / int8
-weight-only), beside each runtime's own benchmark tool on the same file in the same session.
+"""Issues #36/#37's table: language models of ~100M parameters through `edgekit deploy MODEL_DIR --eval-text` with
+every runtime and precision edgekit builds (onnxruntime fp32 / int8 / int4 MatMulNBits; ExecuTorch fp32 / 8da8w /
+8da4w / int8 weight-only), beside each runtime's own benchmark tool on the same file in the same session.
 
 Per model family (a Llama-style model and a Qwen2-style one: grouped-query attention, tied embeddings and q/k/v
 biases for Qwen2) and variant it prints: size, TTFT (cold, warm), prefill tokens/s at each prompt length,
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--runs", type=int, default=64, help="timed decode tokens per variant (at least)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the models and outputs here (reused)")
+    ap.add_argument("--variants", default=None, help="comma-separated variant names (default: every one)")
     args = ap.parse_args(argv)
 
     from lm_zoo import eval_text
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = build_model(family, work / f"{family}-100m", args.context)
         report = deploy_lm(folder, eval_text=text, out=work / f"{family}-out", options=LMOptions(
             context=args.context, window=128, max_windows=8, threads=args.threads, runs=args.runs, warmup=8,
-            min_seconds=1.0, remeasure=True), progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
+            min_seconds=1.0, remeasure=True, candidates=tuple(args.variants.split(",")) if args.variants else None),
+            progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
         params = report.model["parameters"]
         print(f"\n## {family} ({report.model['architecture']}, {params / 1e6:.0f}M parameters), deploy "
               f"{time.perf_counter() - t0:.0f} s; shipped {report.decision.ship}: {report.decision.reason}")
@@ -145,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
                          "tool": tool, "ratio": ratio})
         for name, why in report.decision.lost.items():
             print(f"- not {name}: {why}")
+        for v in report.variants:  # the int4 files' layer accounts (edgekit/llm/layer_plan.py)
+            acc = next((s.metrics["quantization"] for s in v.lineage if "layers" in s.metrics.get("quantization", {})),
+                       None)
+            if acc:
+                rungs = "; ".join(f"{len(r['int8_layers'])} kept at int8: host KLD {r['host_kld']:.2e}"
+                                  for r in acc.get("ladder", []))
+                print(f"- {v.name} layers: {acc['counts']}; ladder: {rungs}")
     (work / "llm_runtimes.json").write_text(json.dumps(rows, indent=2))
     return 0
 

@@ -28,6 +28,7 @@ class Format(str, Enum):
     EXECUTORCH = "executorch"
     OPENVINO = "openvino"
     NCNN = "ncnn"
+    GGUF = "gguf"  # llama.cpp's file: language models only (edgekit/llm/export_gguf.py)
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,13 @@ FORMATS: tuple[FormatSpec, ...] = (
                            Candidate("ncnn-fp16", _convert(to="ncnn", precision="fp16"))),
         extra="ncnn", ship_apply="edgekit.ship:ncnn_apply",
         packages=(Package("ncnn", "NCNN runtime", "ncnn"), Package("pnnx", "ONNX -> NCNN converter", "ncnn")),
+    ),
+    # language models only: built by edgekit/llm/export_gguf.py (llama.cpp's converter and quantizer), run by the
+    # agent's llama.cpp decoder; no fixed-graph hop makes it
+    FormatSpec(
+        format=Format.GGUF, label="GGUF (llama.cpp)", suffixes=(".gguf",), runtime="llama.cpp",
+        precisions=("fp16", "int8", "int4"),
+        search_skip="GGUF files are language models: `edgekit deploy MODEL_DIR --eval-text` races them",
     ),
 )
 

@@ -17,7 +17,6 @@ from ..transport.base import Transport
 from .package import agent_pyz
 
 
-
 def agent_source() -> Path:
     """The device agent as one file: the deterministic zipapp built from device_agents/edgekit_agent/."""
     return agent_pyz()

@@ -2,7 +2,8 @@
 runtime's float file first (the baseline), then its INT8 files (onnxruntime: int8 weights computed in int8;
 ExecuTorch: int8 weights with int8 activations per token (8da8w), and int8 weight-only), then its INT4 files
 (``MatMulNBits`` 4-bit blocks of 32; ExecuTorch 8da4w, groups of 32), each from a layer plan with its account
-and the recovery ladder (``int4_ladder``).
+and the recovery ladder (``int4_ladder``); and llama.cpp's GGUF files (Q8_0, Q4_0, Q4_K_M from one f16
+conversion, each with llama-quantize's per-tensor account: ``export_gguf``).
 A row is built when its runtime's exporter imports on this host and the target runs the runtime (its
 ``runtimes``; on the local target, what is installed here, since this host is the device)."""
 
@@ -11,14 +12,17 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..artifact import Artifact
+from ..formats import Format
 from ..targets import TargetSpec
-from .export_executorch import export_executorch
+from .export_executorch import et_io, export_executorch
+from .export_gguf import convert_to_gguf, quantize_gguf
 from .export_onnx import export_onnx, quantize_onnx_int8, quantize_onnx_nbits
 from .int4_ladder import Calibration, build_int4
 from .layer_plan import plan_int4
+from .llama_cpp import LlamaCppMissing, tools
 from .source import LMSource
 
 Build = Callable[[LMSource, Path, int, dict[str, Artifact], Calibration], Artifact]
@@ -71,6 +75,35 @@ def _et_8da4w(src: LMSource, out: Path, context: int, built: dict[str, Artifact]
     return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name="et-8da4w")
 
 
+def _gguf(file_type: str) -> Build:
+    """A GGUF file quantized by llama-quantize from the run's f16 conversion (made once, by the first)."""
+    def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
+        base = out / "gguf-f16.gguf"
+        key = (str(base), src.sha256)
+        if _GGUF_BASE.get(key) is None or not base.is_file():
+            _GGUF_BASE[key] = convert_to_gguf(src.path, base, outtype="f16")
+        f16 = _GGUF_BASE[key]
+        q = quantize_gguf(f16.path, out / f"gguf-{file_type.lower()}.gguf", file_type)
+        step = q.step()
+        step = step.model_copy(update={"metrics": {**step.metrics, "tensors": q.account}})
+        return Artifact.from_file(q.path, Format.GGUF, et_io(src), precision=GGUF_PRECISION[file_type],
+                                  lineage=[f16.step(), step])
+
+    return build
+
+
+_GGUF_BASE: dict[tuple[str, str], Any] = {}
+GGUF_PRECISION = {"F16": "fp16", "Q8_0": "int8", "Q4_0": "int4", "Q4_K_M": "int4"}
+
+
+def _llama_cpp_ready() -> str | None:
+    try:
+        tools()
+    except LlamaCppMissing as exc:
+        return f"{exc.message} ({exc.hint})"
+    return None
+
+
 @dataclass(frozen=True)
 class LMCandidate:
     name: str
@@ -78,6 +111,15 @@ class LMCandidate:
     precision: str
     build: Build
     exporter: str  # the host package the export needs
+    module: str = ""  # the runtime's Python module (local target: it runs here when this imports); "": runtime
+
+    def missing(self) -> str | None:
+        """Why this host cannot build the file (None: it can)."""
+        if self.exporter == "llama.cpp":
+            return _llama_cpp_ready()
+        if importlib.util.find_spec(self.exporter) is None:
+            return f"{self.exporter} is not installed on this host (pip install 'edgekit[{self.exporter}]')"
+        return None
 
 
 CANDIDATES = (
@@ -88,6 +130,9 @@ CANDIDATES = (
     LMCandidate("et-8da8w", "executorch", "8da8w", _et("8da8w"), "executorch"),
     LMCandidate("et-8da4w", "executorch", "8da4w", _et_8da4w, "executorch"),
     LMCandidate("et-int8", "executorch", "int8", _et("int8"), "executorch"),
+    LMCandidate("gguf-q8_0", "llama.cpp", "int8", _gguf("Q8_0"), "llama.cpp", "llama_cpp"),
+    LMCandidate("gguf-q4_0", "llama.cpp", "int4", _gguf("Q4_0"), "llama.cpp", "llama_cpp"),
+    LMCandidate("gguf-q4_k_m", "llama.cpp", "int4", _gguf("Q4_K_M"), "llama.cpp", "llama_cpp"),
 )
 BASELINE = "ort-fp32"
 
@@ -97,12 +142,13 @@ def candidates_for(target: TargetSpec) -> tuple[list[LMCandidate], dict[str, str
     chosen, skipped = [], {}
     for c in CANDIDATES:
         runs_here = c.runtime in target.runtimes or (
-            target.transport == "local" and importlib.util.find_spec(c.runtime) is not None)
+            target.transport == "local" and importlib.util.find_spec(c.module or c.runtime) is not None)
+        missing = c.missing() if runs_here else None
         if not runs_here:
             skipped[c.name] = (f"target {target.name} does not run {c.runtime} "
                                f"(its runtimes: {', '.join(target.runtimes)})")
-        elif importlib.util.find_spec(c.exporter) is None:
-            skipped[c.name] = f"{c.exporter} is not installed on this host (pip install 'edgekit[{c.exporter}]')"
+        elif missing:
+            skipped[c.name] = missing
         else:
             chosen.append(c)
     return chosen, skipped

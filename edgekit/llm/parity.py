@@ -6,7 +6,9 @@ decoder code run here (the same bytes the device runs):
 - **the cache**: the same window as a prompt and then one token at a time through the cache equals the
   file's own full-window forward within the fp32 tolerance; a quantized file whose activations are quantized
   at run time (per block: the kernels for one row and for many may round differently) within half its own
-  error against PyTorch, or the fp32 tolerance if larger. A broken cache misses by the size of the logits.
+  error against PyTorch, or the fp32 tolerance if larger; where a runtime's kernels differ by batch size
+  (llama.cpp), decoding through the cache as close to PyTorch as the full forward (1.5x its error). A broken
+  cache misses by the size of the logits.
 
 A file out of tolerance is dropped with the figures (``ConversionError``); the lineage records them."""
 
@@ -58,11 +60,20 @@ def cache_parity(art: Artifact, model: Any, tokens: list[int], *, context: int, 
     prefill_err = float(np.abs(full - ref).max())
     cache_err = float(np.abs(through_cache - full).max())
     tol = fp32_tol if art.precision == "fp32" else max(fp32_tol, 0.5 * prefill_err)
+    # a quantized file's kernels may differ by batch size (llama.cpp switches matmul kernels for long prompts):
+    # then decoding through the cache must be as close to PyTorch as the full forward is (a broken cache misses
+    # by the size of the logits, not by the quantization error)
+    cache_vs_ref = float(np.abs(through_cache - ref).max())
+    kernel_tol = fp32_tol + 1.5 * prefill_err
     out = {"tokens": t, "prefix": prefix, "prefill_max_abs_err": prefill_err, "cache_max_abs_err": cache_err,
-           "logit_scale": scale, "tolerance": tol, "prefill_cosine": _cosine(full, ref),
-           "top1_agreement": float((full.argmax(-1) == ref.argmax(-1)).mean())}
+           "cache_vs_pytorch_max_abs_err": cache_vs_ref, "logit_scale": scale, "tolerance": tol,
+           "prefill_cosine": _cosine(full, ref), "top1_agreement": float((full.argmax(-1) == ref.argmax(-1)).mean())}
     hop = f"{art.format.value} {art.precision} decoder"
-    if cache_err > tol:
+    if cache_err > tol and art.precision != "fp32" and cache_vs_ref <= kernel_tol:
+        out["cache_judged_by"] = (f"decode through the cache vs PyTorch {cache_vs_ref:.3g} <= 1.5 x the full "
+                                  f"forward's {prefill_err:.3g} (+ the fp32 tolerance): the kernels differ by "
+                                  "batch size")
+    elif cache_err > tol:
         raise ConversionError(f"decoding through the KV cache differs from the full-sequence forward by "
                               f"{cache_err:.3g} (tolerance {tol:.3g}) on {t} tokens: the cache is broken",
                               hop=hop, hint="the exporter or the runtime mishandles past key/values")

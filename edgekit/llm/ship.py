@@ -27,6 +27,11 @@ def calling(art: Artifact, src: LMSource) -> dict[str, Any]:
         return {"inputs": ins, "outputs": outs, "cache": "past/present key values: feed each call's present.N.* "
                 "back as the next call's past_key_values.N.*, starting from [1, kv_heads, 0, head_dim] zeros",
                 "kv_heads": src.kv_heads, "head_dim": src.head_dim, "layers": src.layers}
+    if art.format.value == "gguf":
+        return {"runtime": "llama.cpp (libllama; llama-cpp-python's low-level API or llama.cpp's own tools)",
+                "call": "llama_decode with a batch of (token, position, sequence 0, logits wanted) per token",
+                "cache": "inside the llama_context; llama_memory_clear begins a new sequence",
+                "tokenizer": "in the GGUF (it tokenizes as the shipped tokenizer.json does)"}
     return {"inputs": ["input_ids [1, S] int64", "cache_position [S] int64"], "outputs": ["logits [1, S, vocab]"],
             "cache": "static, inside the program's mutable buffers; cache_position 0 begins a new sequence"}
 

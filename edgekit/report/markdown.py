@@ -99,6 +99,17 @@ def _quantization_accounts(r: Report) -> list[str]:
     every layer not at the variant's own scheme named with why, padded groups, and the recovery ladder's rungs."""
     lines: list[str] = []
     for v in r.variants:
+        gguf = next((s for s in reversed(v.lineage) if isinstance(s.metrics.get("tensors"), list)), None)
+        if gguf is not None:  # llama-quantize's per-tensor account (edgekit/llm/export_gguf.py)
+            summ = gguf.metrics.get("quantization") or {}
+            types = ", ".join(f"{n} {t}" for t, n in (summ.get("types") or {}).items())
+            lines += ["", f"**`{v.name}`** tensors (asked {summ.get('requested')}): {types}."]
+            lines += [f"- `{t['name']}` at {t['actual']}: {t['reason']}" for t in gguf.metrics["tensors"]
+                      if t.get("kind") not in ("requested", "float_1d")]
+            n1d = sum(t.get("kind") == "float_1d" for t in gguf.metrics["tensors"])
+            if n1d:
+                lines.append(f"- {n1d} 1-D tensors (norms, biases) stay float: llama-quantize quantizes 2-D weights")
+            continue
         acc = next((s.metrics["quantization"] for s in reversed(v.lineage)
                     if isinstance(s.metrics.get("quantization"), dict) and "layers" in s.metrics["quantization"]), None)
         if acc is None:

@@ -18,6 +18,8 @@ from .decoder import Decoder
 from .executorch_decoder import ExecuTorchDecoder
 from .executorch_runner import ExecuTorchRunner
 from .litert_runner import LiteRTRunner
+from .llamacpp_decoder import LlamaCppDecoder
+from .llamacpp_runner import LlamaCppRunner
 from .ncnn_runner import NCNNRunner
 from .openvino_runner import OpenVINORunner
 from .ort_decoder import OnnxDecoder
@@ -41,7 +43,8 @@ def register(cls: type[Runner]) -> type[Runner]:
     return cls
 
 
-for _cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner, OpenVINORunner, NCNNRunner, OnnxDecoder, ExecuTorchDecoder):
+for _cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner, OpenVINORunner, NCNNRunner, LlamaCppRunner, OnnxDecoder,
+             ExecuTorchDecoder, LlamaCppDecoder):
     register(_cls)
 
 
@@ -95,4 +98,4 @@ def load_plugins(spec: str | None = None) -> list[str]:
 __all__ = ["RUNNERS", "DECODERS", "Runner", "Decoder", "register", "runner_for", "decoder_for", "available_runtimes",
            "load_plugins", "OnnxRunner",
            "LiteRTRunner", "ExecuTorchRunner", "OpenVINORunner", "NCNNRunner", "OnnxDecoder", "ExecuTorchDecoder",
-           "PLUGINS_ENV"]
+           "LlamaCppRunner", "LlamaCppDecoder", "PLUGINS_ENV"]
