@@ -1,6 +1,8 @@
 """Issues #36/#37's table: language models of ~100M parameters through `edgekit deploy MODEL_DIR --eval-text` with
 every runtime and precision edgekit builds (onnxruntime fp32 / int8 / int4 MatMulNBits; ExecuTorch fp32 / 8da8w /
-8da4w / int8 weight-only), beside each runtime's own benchmark tool on the same file in the same session.
+8da4w / int8 weight-only; llama.cpp GGUF Q8_0 / Q4_0 / Q4_K_M), beside each runtime's own benchmark tool on the
+same file in the same session (ExecuTorch's TextLLMRunner; llama.cpp's llama-bench, and llama-perplexity
+--kl-divergence against the f16 GGUF's logits beside edgekit's KLD against the PyTorch model).
 
 Per model family (a Llama-style model and a Qwen2-style one: grouped-query attention, tied embeddings and q/k/v
 biases for Qwen2) and variant it prints: size, TTFT (cold, warm), prefill tokens/s at each prompt length,
@@ -82,6 +84,37 @@ def executorch_runner(pte: Path, tokenizer: Path, prompt: str, new_tokens: int, 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def llama_bench(gguf: Path, threads: int, new_tokens: int = 64) -> dict:
+    """llama.cpp's own `llama-bench` on the file: token generation (tg) tokens/s, 3 repetitions."""
+    from edgekit.llm.llama_cpp import tools
+
+    out = subprocess.run([str(tools().tool("llama-bench")), "-m", str(gguf), "-p", "0", "-n", str(new_tokens),
+                          "-r", "3", "-t", str(threads), "-o", "json"], capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+    return json.loads(out.stdout)[0]
+
+
+def llama_perplexity_kld(gguf: Path, base: Path, text: Path, threads: int, work: Path, ctx: int = 128,
+                         chunks: int = 8) -> dict:
+    """`llama-perplexity --kl-divergence` of the file against the f16 base's logits on the same text (llama.cpp
+    scores the second half of each chunk of ``ctx`` tokens, over the whole vocabulary)."""
+    import re
+
+    from edgekit.llm.llama_cpp import tools
+
+    exe = str(tools().tool("llama-perplexity"))
+    logits = work / f"{base.stem}-kld-base.bin"
+    common = ["-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
+    if not logits.is_file():
+        subprocess.run([exe, "-m", str(base), "--kl-divergence-base", str(logits), *common], capture_output=True,
+                       text=True, timeout=3600, check=True)
+    out = subprocess.run([exe, "-m", str(gguf), "--kl-divergence-base", str(logits), "--kl-divergence", *common],
+                         capture_output=True, text=True, timeout=3600)
+    m = re.search(r"Mean\s+KLD:\s+([0-9.eE+-]+)", out.stdout + out.stderr)
+    return {"kld": float(m.group(1))} if m else {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+
+
 def commit() -> str:
     try:
         return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -122,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - t0:.0f} s; shipped {report.decision.ship}: {report.decision.reason}")
         print("| variant | size MB | TTFT ms cold/warm | prefill tok/s by prompt | decode tok/s [95% CI] | "
               "itl p50/p95 ms | decode tok/s at a full cache | peak RSS MB | KV MB | ppl | KLD | top-1 | "
-              "runtime's own tool: decode tok/s | edgekit / tool |")
-        print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "runtime's own tool: decode tok/s | edgekit / tool | llama-perplexity KLD |")
+        print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         prompt = text.read_text(encoding="utf-8")[:200]
         for v in report.variants:
             g, q = v.generation, v.quality
-            tool, ratio = "none (plain onnxruntime)", ""
+            tool, ratio, peer_kld = "none (plain onnxruntime)", "", ""
             if v.format == "executorch":
                 st = executorch_runner(Path(v.artifact_path), folder / "tokenizer.json", prompt, 64, args.threads)
                 if "decode_token_per_sec" in st:
@@ -135,16 +168,26 @@ def main(argv: list[str] | None = None) -> int:
                     ratio = f"{g.decode_tokens_per_s / st['decode_token_per_sec']:.2f}"
                 else:
                     tool = f"failed: {st.get('error')}"
+            if v.format == "gguf":
+                lb = llama_bench(Path(v.artifact_path), args.threads)
+                if "avg_ts" in lb:
+                    tool = f"{lb['avg_ts']:.1f} (llama-bench tg{lb.get('n_gen')})"
+                    ratio = f"{g.decode_tokens_per_s / lb['avg_ts']:.2f}"
+                else:
+                    tool = f"failed: {lb.get('error')}"
+                pk = llama_perplexity_kld(Path(v.artifact_path), Path(v.artifact_path).parent / "gguf-f16.gguf",
+                                          text, args.threads, work)
+                peer_kld = f"{pk['kld']:.2e}" if "kld" in pk else f"failed: {pk.get('error')}"
             ci = g.decode_tokens_per_s_ci95 or [0, 0]
             pre = ", ".join(f"{p['tokens']}: {p['tokens_per_s']:.0f}" for p in g.prefill)
             row = (f"| {v.name}{' (shipped)' if v.selected else ''} | {v.size_bytes / 2**20:.0f} | "
                    f"{g.ttft_cold_ms:.1f}/{g.ttft_ms:.1f} | {pre} | {g.decode_tokens_per_s:.1f} [{ci[0]:.1f}, "
                    f"{ci[1]:.1f}] | {g.inter_token_ms['p50']:.2f}/{g.inter_token_ms['p95']:.2f} | "
                    f"{g.decode_filled.get('tokens_per_s') or 0:.1f} | {g.peak_rss_mb:.0f} | {g.kv_cache_mb:.1f} | "
-                   f"{q.perplexity:.1f} | {q.kld_mean:.2e} | {q.top1_agreement:.1%} | {tool} | {ratio} |")
+                   f"{q.perplexity:.1f} | {q.kld_mean:.2e} | {q.top1_agreement:.1%} | {tool} | {ratio} | {peer_kld} |")
             print(row, flush=True)
             rows.append({"family": family, "variant": v.name, "decode_tokens_per_s": g.decode_tokens_per_s,
-                         "tool": tool, "ratio": ratio})
+                         "tool": tool, "ratio": ratio, "kld": q.kld_mean, "peer_kld": peer_kld})
         for name, why in report.decision.lost.items():
             print(f"- not {name}: {why}")
         for v in report.variants:  # the int4 files' layer accounts (edgekit/llm/layer_plan.py)
