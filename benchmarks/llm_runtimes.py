@@ -104,7 +104,7 @@ def llama_perplexity_kld(gguf: Path, base: Path, text: Path, threads: int, work:
     from edgekit.llm.llama_cpp import tools
 
     exe = str(tools().tool("llama-perplexity"))
-    logits = work / f"{base.stem}-kld-base.bin"
+    logits = work / f"{base.parent.parent.name}-{base.stem}-kld-base.bin"  # one a model (FAMILY-out/artifacts)
     common = ["-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
     if not logits.is_file():
         subprocess.run([exe, "-m", str(base), "--kl-divergence-base", str(logits), *common], capture_output=True,
@@ -113,6 +113,49 @@ def llama_perplexity_kld(gguf: Path, base: Path, text: Path, threads: int, work:
                          capture_output=True, text=True, timeout=3600)
     m = re.search(r"Mean\s+KLD:\s+([0-9.eE+-]+)", out.stdout + out.stderr)
     return {"kld": float(m.group(1))} if m else {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+
+
+def paired_with_llama_bench(gguf: Path, threads: int, context: int, rounds: int = 5, n: int = 64) -> dict:
+    """edgekit's decode loop (the agent's llama.cpp decoder, the bytes the device runs, greedy from an empty cache
+    as the generation workload decodes) and `llama-bench` tg``n`` alternated round by round, so both see the
+    same moment of a shared host: per-round ratios and their median."""
+    from edgekit.agent.inprocess import load_agent
+
+    dec = load_agent().runners.decoder_for("llama.cpp").open(str(gguf), {"threads": threads,
+                                                                          "generate": {"context": context}})
+    ours, theirs = [], []
+    for _ in range(rounds):
+        lb = llama_bench(gguf, threads, n)
+        theirs.append(float(lb.get("avg_ts") or 0.0))
+        tok = 1
+        dec.forward([tok], 0)  # a new sequence, as llama-bench's tg starts from an empty cache
+        t0 = time.perf_counter()
+        for i in range(1, n + 1):
+            tok = int(dec.forward([tok], i)[-1].argmax())
+        ours.append(n / (time.perf_counter() - t0))
+    ratios = sorted(a / b for a, b in zip(ours, theirs) if b)
+    return {"edgekit": ours, "llama_bench": theirs, "ratio_median": ratios[len(ratios) // 2] if ratios else None}
+
+
+def peers_only(work: Path, text: Path, threads: int, context: int) -> None:
+    """The GGUF files a earlier run kept under ``work``: edgekit's decode loop beside llama-bench (alternated),
+    and llama-perplexity's KLD against the f16 file beside edgekit's (report.json: the device's, over the float
+    model's top-256 plus a tail bucket, against PyTorch)."""
+    print("| model | file | edgekit decode tok/s (median of rounds) | llama-bench tg64 (median) | "
+          "edgekit / llama-bench "
+          "(median of per-round ratios) | edgekit KLD (top-256 + tail, vs PyTorch) | llama-perplexity KLD (full "
+          "vocabulary, vs the f16 GGUF) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for out in sorted(work.glob("*-out")):
+        rep = json.loads((out / "report.json").read_text())
+        kld = {v["name"]: v["quality"]["kld_mean"] for v in rep["variants"]}
+        for f in sorted((out / "artifacts").glob("gguf-q*.gguf")):
+            pr = paired_with_llama_bench(f, threads, context)
+            pk = llama_perplexity_kld(f, out / "artifacts" / "gguf-f16.gguf", text, threads, work)
+            med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+            print(f"| {out.name[:-4]} | {f.stem} | {med(pr['edgekit']):.1f} | {med(pr['llama_bench']):.1f} | "
+                  f"{pr['ratio_median']:.2f} | {kld.get(f.stem, float('nan')):.2e} | "
+                  f"{pk.get('kld', float('nan')):.2e} |", flush=True)
 
 
 def commit() -> str:
@@ -131,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=64, help="timed decode tokens per variant (at least)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the models and outputs here (reused)")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: every one)")
+    ap.add_argument("--peers-only", action="store_true",
+                    help="with --keep: only the GGUF files an earlier run kept, beside llama-bench and "
+                    "llama-perplexity")
     args = ap.parse_args(argv)
 
     from lm_zoo import eval_text
@@ -142,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     text = eval_text(work / "text")
     print(f"# llm_runtimes: {isa()}; edgekit {commit()}; threads {args.threads}; context {args.context}")
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    if args.peers_only:
+        peers_only(work, text, args.threads, args.context)
+        return 0
     rows = []
     for family in args.families.split(","):
         t0 = time.perf_counter()

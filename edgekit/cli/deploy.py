@@ -55,7 +55,8 @@ def deploy_cmd(
     lm_variants: Optional[str] = typer.Option(
         None, "--lm-variants", rich_help_panel=PANEL_LM,
         help="A language model's variants to build and race, comma-separated (default: every one whose runtime the "
-        "target runs: ort-fp32, ort-int8, ort-int4, et-fp32, et-8da8w, et-8da4w, et-int8)."),
+        "target runs: ort-fp32, ort-int8, ort-int4, et-fp32, et-8da8w, et-8da4w, et-int8, gguf-q8_0, gguf-q4_0, "
+        "gguf-q4_k_m)."),
     output_layer: Optional[str] = typer.Option(
         None, "--output-layer", rich_help_panel=PANEL_LM,
         help="A language model's output layer (lm_head) in its int4 files: float, int8 (default) or int4; the "

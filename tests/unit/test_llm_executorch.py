@@ -70,3 +70,23 @@ def test_8da4w_keeps_a_width_the_group_does_not_divide_at_int8_and_names_it(tmp_
     assert len(narrow) == 12 and all("int8 per channel: input width 48 is not a multiple of the group 32" in w
                                      for w in narrow.values()), narrow
     assert acc["counts"]["int4 g32"] == 2 and not any("down_proj" in n for n in narrow)
+
+
+def test_8da4w_recovers_a_planted_outlier_by_keeping_that_layer_at_8da8w(tmp_path):
+    """The recovery ladder on ExecuTorch: plain 8da4w misses the KLD tolerance on the host because of one planted
+    outlier layer; the first rung keeps exactly that layer (the most sensitive by its measured int4 error) at
+    int8 and the rebuilt .pte is inside the tolerance."""
+    from lm_zoo import planted_outlier_lm
+
+    from edgekit.llm.candidates import CANDIDATES
+    from edgekit.llm.int4_ladder import Calibration
+    from edgekit.llm.source import load_lm
+    from edgekit.llm.text import load_eval_text
+
+    src = load_lm(planted_outlier_lm(build_tiny_lm("llama"), tmp_path / "po", layer=0, scale=64.0))
+    windows = load_eval_text(eval_text(tmp_path / "t"), src.tokenizer, window=48, max_windows=2).windows
+    build = {c.name: c.build for c in CANDIDATES}["et-8da4w"]
+    art = build(src, tmp_path, 96, {}, Calibration(windows=windows, max_kld=0.05))
+    ladder = art.lineage[-1].metrics["quantization"]["ladder"]
+    assert [r["within"] for r in ladder] == [False, True], ladder
+    assert ladder[1]["int8_layers"] == ["model.layers.0.mlp.down_proj"] and ladder[0]["host_kld"] > 0.05
