@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=64, help="timed decode tokens per variant (at least)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the models and outputs here (reused)")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: every one)")
+    ap.add_argument("--top-k", type=int, default=32000,
+                    help="the KLD's top-K (default: the whole vocabulary; random weights spread their mass)")
     ap.add_argument("--peers-only", action="store_true",
                     help="with --keep: only the GGUF files an earlier run kept, beside llama-bench and "
                     "llama-perplexity")
@@ -197,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = build_model(family, work / f"{family}-100m", args.context)
         report = deploy_lm(folder, eval_text=text, out=work / f"{family}-out", options=LMOptions(
             context=args.context, window=128, max_windows=8, threads=args.threads, runs=args.runs, warmup=8,
-            min_seconds=1.0, remeasure=True, candidates=tuple(args.variants.split(",")) if args.variants else None),
+            min_seconds=1.0, remeasure=True, top_k=args.top_k,
+            candidates=tuple(args.variants.split(",")) if args.variants else None),
             progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
         params = report.model["parameters"]
         print(f"\n## {family} ({report.model['architecture']}, {params / 1e6:.0f}M parameters), deploy "

@@ -57,6 +57,11 @@ def deploy_cmd(
         help="A language model's variants to build and race, comma-separated (default: every one whose runtime the "
         "target runs: ort-fp32, ort-int8, ort-int4, et-fp32, et-8da8w, et-8da4w, et-int8, gguf-q8_0, gguf-q4_0, "
         "gguf-q4_k_m)."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k", rich_help_panel=PANEL_LM,
+        help="A language model's KLD: the float model's top-K tokens a position whose log-probs the device returns "
+        "(default 256; up to the vocabulary for an exact KLD). The gate refuses to judge a KLD when the top-K "
+        "hold under 95% of the float model's probability mass."),
     output_layer: Optional[str] = typer.Option(
         None, "--output-layer", rich_help_panel=PANEL_LM,
         help="A language model's output layer (lm_head) in its int4 files: float, int8 (default) or int4; the "
@@ -127,11 +132,12 @@ def deploy_cmd(
                             runs=runs, min_seconds=min_seconds, remeasure=remeasure, no_wait=no_wait,
                             lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb, sustained=sustained,
                             output_layer=output_layer, lm_variants=lm_variants, baseline=baseline,
-                            max_latency_regression=max_latency_regression)
+                            max_latency_regression=max_latency_regression, top_k=top_k)
         _finish(report, out, as_json)
         return
     if eval_data is None or eval_text is not None or context is not None or max_kld is not None \
-            or max_perplexity_increase is not None or output_layer is not None or lm_variants is not None:
+            or max_perplexity_increase is not None or output_layer is not None or lm_variants is not None \
+            or top_k is not None:
         from ..errors import BadInputError
 
         raise BadInputError("--eval-text, --context, --max-kld, --max-perplexity-increase, --output-layer and "
@@ -202,9 +208,9 @@ def _is_lm(model: Path) -> bool:
 def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: str, device: str | None, out: Path,
                as_json: bool, *, context, max_kld, max_ppl, objective: str, threads, warmup, runs, min_seconds,
                remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained, output_layer=None,
-               lm_variants=None, baseline=None, max_latency_regression=None):
+               lm_variants=None, baseline=None, max_latency_regression=None, top_k=None):
     from ..errors import BadInputError
-    from ..llm.deploy import LMOptions, deploy_lm
+    from ..llm.deploy import DEFAULT_TOP_K, LMOptions, deploy_lm
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
     from ..llm.release import ReleaseGate
 
@@ -224,6 +230,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                      lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained,
                      head=output_layer or "int8",
                      candidates=tuple(v.strip() for v in lm_variants.split(",") if v.strip()) if lm_variants else None,
+                     top_k=DEFAULT_TOP_K if top_k is None else top_k,
                      baseline=baseline, release=ReleaseGate() if max_latency_regression is None else
                      ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:

@@ -108,6 +108,8 @@ class Prepared:
 
 def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str | Path, o: LMOptions,
             progress: Progress) -> Prepared:
+    if o.top_k < 1:
+        raise BadInputError(f"--top-k {o.top_k}: at least 1 (the float model's tokens a position the device scores)")
     if o.head not in HEADS:
         raise BadInputError(f"--output-layer {o.head!r}: the output layer of an int4 file is one of {', '.join(HEADS)}")
     if o.objective not in OBJECTIVES:

@@ -273,6 +273,8 @@ class LMQuality(_Open):
     kld_mean: float = Field(description="mean KL(float || device) per position over the top-K tokens + one tail bucket")
     kld_ci95: list[float] | None = None
     kld_bound: str | None = Field(None, description="exact, or lower (the tail merged: a lower bound)")
+    float_tail_mass_mean: float | None = Field(
+        None, description="the float model's mean probability outside its top-K: how much the KLD bound leaves out")
     top1_agreement: float
     top1_agreement_ci95: list[float] | None = None
     greedy: dict[str, Any] | None = Field(None, description="greedy continuations against the float model's")

@@ -296,3 +296,20 @@ def test_a_sustained_decode_reports_tokens_over_time(llama, tmp_path):
     assert s["seconds"] >= 2.0 and len(s["bins"]) >= 2 and s["first"]["runs"] > 0 and s["last"]["runs"] > 0
     # the decode wraps at the context (a new sequence) instead of overflowing it: thousands of tokens in 2 s
     assert v.latency_ms.runs > 64 and v.generation.decode_tokens_per_s > 0
+
+
+def test_a_kld_whose_top_k_misses_the_mass_is_not_judged(llama, tmp_path):
+    """The device's KLD covers the float model's top-K tokens plus one tail bucket: a lower bound. With K=4
+    most of the float model's mass is outside them, and the gate fails the check (asking for a larger --top-k)
+    instead of passing a figure that could hide a loss; at the default K the same file passes."""
+    folder, text = llama
+    small = deploy_lm(folder, eval_text=text, out=tmp_path / "k4", options=LMOptions(
+        context=64, window=32, max_windows=2, candidates=("ort-int8",), top_k=4, **FAST))
+    q = small.variant("ort-int8").quality
+    assert q.top_k == 4 and q.kld_bound == "lower" and q.float_tail_mass_mean > 0.05
+    check = next(c for c in small.gate.checks if c.name == "kld")
+    assert not check.passed and "KLD not judgeable" in check.message and "--top-k" in check.message
+    assert small.decision.ship is None and not small.gate.passed
+    full = deploy_lm(folder, eval_text=text, out=tmp_path / "k256", options=LMOptions(
+        context=64, window=32, max_windows=2, candidates=("ort-int8",), **FAST))
+    assert full.variant("ort-int8").quality.float_tail_mass_mean < 0.05 and full.gate.passed
