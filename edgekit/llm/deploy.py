@@ -248,11 +248,8 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
     if last is not None:
         shipped = next((v for v in results if v.name == decision.ship), None)
         gate.checks += release_checks(shipped, again, last, p.src.sha256, p.text.describe().get("windows_sha256"),
-                                      o.release)
+                                      o.release, failed.get(last.name))
         gate.passed = gate.passed and all(c.passed for c in gate.checks)
-        if again is None and last.name in failed:
-            session_warn = f"the last release's file could not be measured again: {failed[last.name]}"
-            decision.reason += f" ({session_warn})"
     progress("writing the report")
     report = Report(
         edgekit_version=__version__, created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -90,6 +90,13 @@ def _quantized_copy(src: LMSource, precision: str, plan: list[LayerChoice] | Non
     model = copy.deepcopy(src.model)
     if precision == "fp32":
         return model, {}
+    import torch
+
+    head = model.get_output_embeddings()
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    if not linears:  # a quantized file that quantized nothing must not be raced as one
+        raise ConversionError(f"{src.architecture} has no nn.Linear layer besides the output layer: {precision} "
+                              "would quantize nothing", hop=HOP)
     if precision == "int8":
         return model, int8_weight_only(model)
     if precision == "8da8w":

@@ -147,6 +147,7 @@ def quantize_onnx_nbits(art: Artifact, dest: Path, *, int4: set[str], int8: set[
     names = matmul_layers(model)
     inits = {i.name for i in model.graph.initializer}
     const = {n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits}
+    before = {n.name for n in model.graph.node if n.op_type == "MatMulNBits"}  # an input quantized already
     nodes4 = {n for n in const if names.get(n) in int4}
     nodes8 = const - nodes4 if int8 is None else {n for n in const if names.get(n) in int8}
     for bits, nodes in ((4, nodes4), (8, nodes8)):
@@ -165,9 +166,12 @@ def quantize_onnx_nbits(art: Artifact, dest: Path, *, int4: set[str], int8: set[
         model = q.model.model
     by_node: dict[str, str] = {}
     for n in model.graph.node:
-        if n.op_type == "MatMulNBits":
+        if n.op_type == "MatMulNBits" and n.name not in before:
             bits = next((a.i for a in n.attribute if a.name == "bits"), 0)
             by_node[n.name] = f"int{bits}"
+    if not by_node:  # a quantized file that quantized nothing must not be raced as one
+        raise ConversionError(f"no MatMul with a constant weight to quantize in {art.path.name} (its linear layers "
+                              "are other ops)", hop=f"onnx {precision}")
     inits = {i.name for i in model.graph.initializer}
     left = [names.get(n.name, n.name) for n in model.graph.node if n.op_type == "MatMul"
             and (n.input[1] in inits or names.get(n.name))]

@@ -93,7 +93,7 @@ def _ci(v: VariantResult) -> tuple[float, float]:
 
 
 def release_checks(new: VariantResult | None, again: VariantResult | None, last: LastRelease, model_sha: str | None,
-                   text_sha: str | None, cfg: ReleaseGate) -> list[Check]:
+                   text_sha: str | None, cfg: ReleaseGate, again_failure: str | None = None) -> list[Check]:
     """The release checks above; a check that cannot be judged says why (and fails: the gate never passes on a
     figure it does not have)."""
     if new is None:
@@ -101,7 +101,8 @@ def release_checks(new: VariantResult | None, again: VariantResult | None, last:
     if again is None or again.generation is None or new.generation is None:
         return [Check(name="release_decode", variant=new.name, passed=False,
                       message=f"the last release's file ({last.variant.name}) could not be measured again in this "
-                              "session, so this release cannot be compared with it")]
+                              "session, so this release cannot be compared with it"
+                              + (f": {again_failure}" if again_failure else ""))]
     a, b = new.generation.decode_tokens_per_s, again.generation.decode_tokens_per_s
     (alo, ahi), (blo, bhi) = _ci(new), _ci(again)
     ratio = a / b if b else 0.0

@@ -81,7 +81,16 @@ def is_lm_source(path: str | Path) -> bool:
         archs = json.loads(cfg.read_text(encoding="utf-8")).get("architectures") or []
     except (OSError, ValueError):
         return True  # a broken config in a model folder: load_lm says what is wrong
-    return any(str(a).endswith("ForCausalLM") for a in archs)
+    return is_causal(archs)
+
+
+# transformers names its text-generation heads *ForCausalLM, and the oldest ones (GPT-2, OpenAI GPT, CTRL)
+# *LMHeadModel
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+def is_causal(archs: list[Any]) -> bool:
+    return any(str(a).endswith(CAUSAL_SUFFIXES) for a in archs)
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
@@ -108,14 +117,36 @@ def check_folder(folder: Path) -> dict[str, Any]:
                              "folder's code", hint="use an architecture transformers ships (Llama, Qwen2/3, Gemma, "
                              "Phi...), or convert the model to one")
     archs = [str(a) for a in data.get("architectures") or []]
-    if not any(a.endswith("ForCausalLM") for a in archs):
+    if not is_causal(archs):
         raise ModelLoadError(f"{folder}/config.json names architectures {archs or 'none'}: not a causal language "
-                             "model (*ForCausalLM)", hint="the language-model path reads text-generation models")
+                             "model (*ForCausalLM or *LMHeadModel)",
+                             hint="the language-model path reads text-generation models")
     weights = [p for p in folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith("pytorch_model")]
     if not weights:
         raise ModelLoadError(f"{folder} has no weights (model.safetensors or pytorch_model*.bin)",
                              hint="save the model with save_pretrained() into this folder")
     return data
+
+
+def linears_from_conv1d(model: Any) -> int:
+    """GPT-2's family computes its projections with transformers' ``Conv1D`` (``x @ W + b``, W stored [in, out]),
+    which no exporter or quantizer here treats as a linear layer: ONNX gets a Gemm that MatMulNBits skips,
+    torchao and the int8 pass see no ``nn.Linear``, and every "int8" file of such a model would quantize nothing.
+    Each becomes the ``nn.Linear`` it is (weight = W transposed; the same function) before anything reads the
+    model. Returns how many were replaced."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    swaps = [(n, m) for n, m in model.named_modules() if isinstance(m, Conv1D)]
+    for name, conv in swaps:
+        parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+        lin = torch.nn.Linear(conv.weight.shape[0], conv.weight.shape[1], bias=conv.bias is not None)
+        with torch.no_grad():
+            lin.weight.copy_(conv.weight.T)
+            if conv.bias is not None:
+                lin.bias.copy_(conv.bias)
+        setattr(parent, name.rpartition(".")[2], lin.eval())
+    return len(swaps)
 
 
 def load_lm(path: str | Path) -> LMSource:
@@ -155,6 +186,7 @@ def load_lm(path: str | Path) -> LMSource:
                                                          dtype=torch.float32).eval()
     except (ValueError, OSError, RuntimeError, KeyError) as exc:
         raise ModelLoadError(f"cannot load the weights in {folder}: {exc}") from exc
+    linears_from_conv1d(model)
     try:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError, TypeError) as exc:

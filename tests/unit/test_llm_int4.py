@@ -119,3 +119,33 @@ def test_the_account_reaches_the_report(text, tmp_path):
     md = (out / "report.md").read_text()
     assert "## Quantization accounts" in md and "`model.layers.1.mlp.up_proj`: input width 48" in md
     assert "host check, layers kept at int8: none" in md
+
+
+def test_gpt2s_conv1d_layers_are_quantized_not_skipped(text, tmp_path):
+    """GPT-2's family computes its projections with transformers' Conv1D, which no exporter or quantizer treats as
+    a linear layer: before the fix every "int8" ONNX file of such a model held 0 quantized MatMuls and raced as
+    int8. The source turns each Conv1D into the nn.Linear it is (same function), and a quantization pass that
+    finds nothing to quantize is an error, never a silently float "int8" file."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from edgekit.llm.export_onnx import quantize_onnx_int8
+
+    torch.manual_seed(0)
+    folder = tmp_path / "gpt2"
+    model = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=384, n_positions=128)).eval()
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(build_tiny_lm("llama"), local_files_only=True).save_pretrained(folder)
+    src = load_lm(folder)
+    assert not any(type(m).__name__ == "Conv1D" for m in src.model.modules())
+    ids = torch.randint(0, 384, (1, 24))
+    with torch.no_grad():
+        assert torch.equal(src.model(ids).logits, model(ids).logits)  # the same function
+    cal = Calibration(windows=_windows(src, text), max_kld=0.05)
+    base = BUILD["ort-fp32"](src, tmp_path, 96, {}, cal)
+    q = quantize_onnx_int8(base, tmp_path / "q.onnx")
+    # c_attn, attn c_proj, c_fc, mlp c_proj in each of 2 blocks; the output layer shares the embedding's weight
+    # (tied), not a constant of its MatMul: it stays float and is named
+    assert q.lineage[-1].metrics["quantized_matmuls"] == 4 * 2
+    assert q.lineage[-1].metrics["float_matmuls_left"] == ["lm_head"]
+    with pytest.raises(ConversionError, match="no MatMul with a constant weight"):
+        quantize_onnx_int8(q, tmp_path / "again.onnx")  # nothing left to quantize: an error, not a copy
