@@ -35,6 +35,7 @@ from ..data import Dataset
 from ..errors import BadInputError, ConversionError, DataError, MissingExtraError
 from .onnx2tf_errors import strip_ansi
 from .onnx_to_tflite import TfliteConfig, onnx_to_tflite
+from .tflite.host_harness import PSEUDO_OP_FIXES
 
 HOP = "->tflite"
 
@@ -95,7 +96,6 @@ def _keep_layout_skip(onnx_art: Artifact) -> str | None:
 def _pseudo_op_fixes(onnx_art: Artifact) -> list[str]:
     import onnx
 
-    from .onnx_to_tflite import PSEUDO_OP_FIXES
     from .opcheck import model_ops
 
     ops = model_ops(onnx.load(str(onnx_art.path), load_external_data=False))

@@ -127,7 +127,7 @@ def test_the_host_loads_the_agent_once_under_one_name():
 
     from edgekit.agent import inprocess
     from edgekit.agent.bundle import agent_source
-    from edgekit.convert.onnx_to_tflite import _agent
+    from edgekit.convert.tflite.host_harness import _agent
 
     mod = inprocess.load_agent()
     assert mod is inprocess.load_agent() is _agent() is sys.modules[inprocess.MODULE_NAME]

@@ -33,7 +33,7 @@ def int8_model(tmp_path_factory):
 
 @pytest.fixture
 def agent():
-    from edgekit.convert.onnx_to_tflite import _agent
+    from edgekit.convert.tflite.host_harness import _agent
 
     return _agent()
 

@@ -199,7 +199,7 @@ def test_inputs_without_a_common_batch_axis_run_whole(cli, tmp_path):
 def test_a_litert_crash_is_a_conversion_error_not_a_dead_edgekit(tmp_path, monkeypatch):
     """A LiteRT kernel that aborts (seen: 'free(): double free' on a full-integer detector) is probed in a
     child process: edgekit survives, and the error names the crash."""
-    from edgekit.convert import onnx_to_tflite as o2t
+    from edgekit.convert.tflite import host_harness as o2t
     from edgekit.errors import ConversionError
 
     f = tmp_path / "m.tflite"

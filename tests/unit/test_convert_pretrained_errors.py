@@ -197,7 +197,7 @@ def test_keep_input_layout_is_skipped_with_its_reason_on_a_rank2_model(tmp_path)
 
 
 def test_quantized_outputs_are_matched_by_name_or_shape_not_position():
-    from edgekit.convert.onnx_to_tflite import _align
+    from edgekit.convert.tflite.layout import _align
 
     # the fp32 file (onnx2tf) and the dynamic-range file (TFLiteConverter) of one two-head model:
     # the second lists its outputs in the other order, under other names, without a signature
@@ -329,7 +329,8 @@ class _TwoHeads:
 @needs_onnx2tf
 def test_multi_output_dynamic_int8_keeps_each_output_with_its_name(tmp_path):
     from edgekit.convert.chain import convert_to_tflite
-    from edgekit.convert.onnx_to_tflite import TfliteConfig, _tflite_details, run_tflite_all
+    from edgekit.convert.onnx_to_tflite import TfliteConfig, run_tflite_all
+    from edgekit.convert.tflite.host_harness import _tflite_details
 
     src = _source(_TwoHeads.export(tmp_path / "two.onnx"), tmp_path)
     xs = _data((3, 12, 12), n=16)
@@ -351,10 +352,11 @@ def test_multi_output_dynamic_int8_keeps_each_output_with_its_name(tmp_path):
 def test_same_shape_outputs_without_names_are_told_apart_by_their_values(tmp_path, monkeypatch):
     from edgekit.convert import onnx_to_tflite as o2t
     from edgekit.convert.chain import convert_to_tflite
+    from edgekit.convert.tflite import layout
 
     # a quantized file whose signature is unreadable and whose two (1, 4) outputs have no ONNX names:
     # nothing but their values tells them apart (position alone would be a guess)
-    monkeypatch.setattr(o2t, "_signature_indices", lambda path: ({}, {}))
+    monkeypatch.setattr(layout, "_signature_indices", lambda path: ({}, {}))
     src = _source(_TwoHeads.export(tmp_path / "two.onnx", sizes=(4, 4)), tmp_path)
     xs = _data((3, 12, 12), n=16)
     art = convert_to_tflite(src.artifact, tmp_path / "two.tflite",

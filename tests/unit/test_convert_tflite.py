@@ -69,7 +69,7 @@ def test_fp32_offline_nchw_data_on_nhwc_graph(mobilenet, tmp_path, monkeypatch):
 
 
 def test_shape_mismatch_hint_does_not_blame_quantization(monkeypatch, tmp_path):
-    from edgekit.convert import onnx_to_tflite as o2t
+    from edgekit.convert.tflite import host_harness as o2t
 
     class MismatchRunner:  # what LiteRT raises when NCHW data meets an NHWC fp32 graph (seen in the test above)
         inputs = [{"name": "x", "shape": [1, 16, 16, 3], "dtype": "float32"}]
@@ -87,7 +87,7 @@ def test_shape_mismatch_hint_does_not_blame_quantization(monkeypatch, tmp_path):
 
 
 def test_sample_file_is_built_from_user_data():
-    from edgekit.convert.onnx_to_tflite import _sample_images
+    from edgekit.convert.tflite.onnx2tf_offline import _sample_images
 
     x = np.random.default_rng(0).standard_normal((7, 3, 5, 6)).astype(np.float32)
     s = _sample_images([x])
