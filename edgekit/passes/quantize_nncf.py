@@ -71,7 +71,7 @@ class QuantizeNncf(Pass):
         import openvino as ov
 
         from ..source import model_batch
-        from .quantize_accuracy_aware import _Scorer
+        from .accuracy_ladder import _Scorer
 
         xs = list(ctx.eval.xs)
         scorer = _Scorer(xs, ctx.eval.y, plan)
