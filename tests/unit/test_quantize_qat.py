@@ -192,7 +192,7 @@ def test_the_simulation_agrees_with_onnxruntime(unequalized, fp32, tmp_path):
     import torch
 
     from edgekit.passes.quantize_ort import OrtQuantizeConfig
-    from edgekit.passes.quantize_qat import simulate
+    from edgekit.passes.qat_simulation import simulate
 
     _, _, calib, ev, _ = unequalized
     src, art = fp32
