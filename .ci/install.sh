@@ -7,8 +7,8 @@ cd "$ROOT"
 
 # System packages for the real-device tests (sshd, the adb client, qemu for the arm64 twin, chromium
 # for the HTML report check and the browser target; cmake, ninja and a compiler build llama.cpp for
-# .ci/llama_cpp.sh). Only installed when we are root and apt is there.
-APT_PACKAGES="openssh-server iproute2 nftables adb qemu-user-static binfmt-support debootstrap chromium espeak-ng cmake ninja-build build-essential"
+# .ci/llama_cpp.sh; the aarch64 cross compiler builds it for the arm64 twin). Only installed when we are root and apt is there.
+APT_PACKAGES="openssh-server iproute2 nftables adb qemu-user-static binfmt-support debootstrap chromium espeak-ng cmake ninja-build build-essential g++-aarch64-linux-gnu"
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   missing=""
   for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done

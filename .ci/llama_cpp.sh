@@ -32,4 +32,7 @@ t0=$(date +%s)
 echo "llama.cpp step: ready in $(( $(date +%s) - t0 )) s"
 
 [ "${EDGEKIT_LLAMACPP_INSTALL_ONLY:-0}" = 1 ] && exit 0
-exec bash .ci/pytest_step.sh llamacpp "llamacpp" -p no:cacheprovider tests/unit/test_llm_llamacpp.py
+# the arm64 twin's test cross-builds llama.cpp for the Pi 5 (~100 s cold, cached beside the host build) unless the
+# background build in .ci/run did (`--board rpi5`), and provisions it on the twin (~40 s)
+exec bash .ci/pytest_step.sh llamacpp "llamacpp" -p no:cacheprovider tests/unit/test_llm_llamacpp.py \
+  tests/integration/test_llamacpp_arm64.py

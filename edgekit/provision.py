@@ -16,9 +16,11 @@ for aarch64 on an x86-64 host with its dependencies would chase its x86-only nvi
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -70,8 +72,39 @@ def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]
                                             "that runs: see README, ExecuTorch" if r == "executorch" else ""))
             continue  # its wheels are among the target's packages
         packages += [p for p in extra.packages if p not in packages]
-        no_deps += [p for p in extra.no_deps if p not in no_deps]
+        no_deps += [p for p in (*extra.no_deps, *extra.host_built) if p not in no_deps]
     return packages, no_deps
+
+
+def host_built_wheels(spec: TargetSpec, runtimes=()) -> list[str]:
+    """The pins among the named runtimes' wheels that edgekit builds on this host (``host_built``)."""
+    table = spec.wheels.runtime_packages if spec.wheels else {}
+    return [p for r in runtimes if r in table for p in table[r].host_built]
+
+
+def build_host_wheel(spec: TargetSpec, pin: str, dest: Path, progress: Callable[[str], None]) -> Path:
+    """Build the wheel ``pin`` names for the device into ``dest`` (edgekit knows how for llama-cpp-python: the
+    binding with llama.cpp cross-compiled for the target's ``march``; edgekit/llm/llama_cpp.py)."""
+    from .llm import llama_cpp
+
+    name, _, version = pin.partition("==")
+    if re.sub(r"[-_.]+", "-", name.strip().lower()) != "llama-cpp-python":
+        raise BadInputError(f"target '{spec.name}': edgekit cannot build {pin} on the host (host_built knows "
+                            "llama-cpp-python only)", hint="move it to `packages` or `no_deps` to download it")
+    if version.strip() != llama_cpp.VERSION:
+        raise BadInputError(f"target '{spec.name}' asks for {pin}; this edgekit builds llama-cpp-python "
+                            f"{llama_cpp.VERSION} (its GGUF files are written by that version's converter)",
+                            hint=f"host_built: [llama-cpp-python=={llama_cpp.VERSION}]")
+    if not spec.march:
+        raise BadInputError(f"target '{spec.name}' has no `march`: llama.cpp is compiled for the device's cores",
+                            hint="add e.g. `march: armv8.2-a+dotprod+fp16` (Cortex-A76) to the target file")
+    wheel = llama_cpp.board_wheel(llama_cpp.BoardBuild(spec.arch, spec.march), say=progress)
+    out = Path(dest) / wheel.name
+    if not out.is_file() or out.read_bytes() != wheel.read_bytes():
+        tmp = out.with_name(out.name + ".part")
+        shutil.copyfile(wheel, tmp)
+        os.replace(tmp, out)
+    return out
 
 
 def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = None, *,
@@ -99,9 +132,14 @@ def build_wheelhouse(spec: TargetSpec, dest: Path | None = None, packages: list[
     base = list(packages or (spec.wheels.packages if spec.wheels else ()))
     progress(f"downloading wheels for {spec.name} into {dest}")
     _pip_download(spec, download_command(spec, dest, base + [p for p in extra if p not in base]))
+    built = host_built_wheels(spec, runtimes)
+    pins = [p for p in pins if p not in built]
     if pins:
         progress(f"downloading {', '.join(pins)} (without their declared dependencies) into {dest}")
         _pip_download(spec, download_command(spec, dest, pins, no_deps=True))
+    for pin in built:
+        progress(f"building {pin} for {spec.name} on this host")
+        build_host_wheel(spec, pin, dest, progress)
     return dest
 
 
@@ -115,6 +153,8 @@ def ensure_wheelhouse(spec: TargetSpec, wheelhouse: Path | None = None, runtimes
         return Path(wheelhouse), False
     wh = default_wheelhouse(spec)
     if not wheelhouse_lacks(spec, wh, runtimes):
+        for pin in host_built_wheels(spec, runtimes):  # the cached build may be newer than the wheelhouse's copy
+            build_host_wheel(spec, pin, wh, progress)
         return wh, False
     return build_wheelhouse(spec, wh, progress=progress, runtimes=runtimes), True
 
@@ -173,7 +213,7 @@ def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[s
     wheels = _wheels(Path(wheelhouse))
     # a runtime's pinned wheels travel only when that runtime is asked for (torch alone is ~146 MB)
     unasked = [_pin_pattern(p) for r, rw in (spec.wheels.runtime_packages if spec.wheels else {}).items()
-               for p in rw.no_deps if p not in pins]
+               for p in (*rw.no_deps, *rw.host_built) if p not in pins]
     wheels = [w for w in wheels if not any(m.match(w.name.lower()) for m in unasked)]
     missing = [p for p in pins if not any(_pin_pattern(p).match(w.name.lower()) for w in wheels)]
     if missing:

@@ -51,6 +51,10 @@ class RuntimeWheels(_Strict):
     no_deps: tuple[str, ...] = Field((), description="exact pins downloaded and installed without their declared "
                                      "dependencies (pip evaluates a wheel's markers against this host, not the "
                                      "device: torch's nvidia-* requirements would follow onto an aarch64 device)")
+    host_built: tuple[str, ...] = Field((), description="exact pins of wheels edgekit builds on this host for the "
+                                        "device instead of downloading them (`llama-cpp-python==0.3.36`: the "
+                                        "binding with llama.cpp cross-compiled for the target's `march`), "
+                                        "installed without their declared dependencies")
 
 
 class WheelSpec(_Strict):
@@ -91,6 +95,8 @@ class TargetSpec(_Strict):
     cores: int = Field(ge=1)
     memory_mb: int = Field(ge=1)
     runtimes: tuple[RuntimeName, ...] = Field(min_length=1, description="in order of preference")
+    march: str | None = Field(None, description="the GCC -march of the device's cores, for native code edgekit "
+                              "cross-builds on the host (llama.cpp); e.g. armv8.2-a+dotprod+fp16 (Cortex-A76)")
 
     @field_validator("runtimes")
     @classmethod

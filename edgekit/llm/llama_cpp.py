@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -361,6 +362,155 @@ def install_binding(python: str = sys.executable, sdist: Path | None = None,
         f"(no native build; {LIB_ENV}={lib_path()})")
 
 
+# ------------------------------------------------------------------ for a board: cross-built, shipped as a wheel
+# A board gets llama.cpp compiled on this host with Debian's cross compiler (building under qemu-user emulation
+# takes hours), for its cores' -march (the target's ``march``), and the binding with that library inside: one
+# wheel (``llama_cpp/lib/libllama.so`` beside the binding's Python, where the binding looks first), provisioned
+# like any other runtime wheel (``edgekit devices provision NAME --runtime llama.cpp``, ``sim up --runtime``).
+# No OpenMP (ggml's own thread pool): a board's minimal OS need not carry libgomp.
+CROSS = {"aarch64": "aarch64-linux-gnu"}  # arch -> the GNU triplet of Debian's cross compiler
+WHEEL_TAG = {"aarch64": "linux_aarch64"}
+BOARD_CMAKE_ARGS = tuple(a for a in CMAKE_ARGS if a != "-DGGML_NATIVE=ON") + (
+    "-DGGML_NATIVE=OFF", "-DGGML_OPENMP=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_COMMON=OFF")
+
+
+@dataclass(frozen=True)
+class BoardBuild:
+    """llama.cpp for a board: its architecture and its cores' GCC ``-march`` (e.g. ``armv8.2-a+dotprod+fp16``
+    for the Raspberry Pi 5's Cortex-A76)."""
+
+    arch: str
+    march: str
+
+    @property
+    def triplet(self) -> str:
+        if self.arch not in CROSS:
+            raise LlamaCppMissing(f"edgekit cross-builds llama.cpp for {', '.join(CROSS)} only, not {self.arch}",
+                                  hint="build llama-cpp-python on the device (pip install llama-cpp-python)")
+        return CROSS[self.arch]
+
+    @property
+    def root(self) -> Path:
+        slug = "".join(c if c.isalnum() or c in ".-" else "_" for c in self.march)
+        return cache_root() / f"{VERSION}-{self.arch}-{slug}"
+
+    @property
+    def wheel_name(self) -> str:
+        return f"llama_cpp_python-{VERSION}-py3-none-{WHEEL_TAG[self.arch]}.whl"
+
+    def cmake_args(self) -> list[str]:
+        t = self.triplet
+        flags = f"-march={self.march}"
+        return [*BOARD_CMAKE_ARGS, "-DCMAKE_SYSTEM_NAME=Linux", f"-DCMAKE_SYSTEM_PROCESSOR={self.arch}",
+                f"-DCMAKE_C_COMPILER={t}-gcc", f"-DCMAKE_CXX_COMPILER={t}-g++",
+                # GGML_CPU_ARM_ARCH is ggml's own -march; the flags make the rest of the build agree
+                f"-DGGML_CPU_ARM_ARCH={self.march}", f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+
+
+def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | None = None,
+                say: Callable[[str], None] = print) -> Path:
+    """The binding wheel for ``board`` with its cross-built library inside, built once into the cache (a temp
+    folder renamed into place; the wheel written last, so a killed build never looks complete). Deterministic:
+    sorted entries, fixed timestamps (a re-provision sends nothing new)."""
+    root = board.root
+    wheel = root / board.wheel_name
+    if wheel.is_file() and (root / "build.json").is_file():
+        info = json.loads((root / "build.json").read_text(encoding="utf-8"))
+        if info.get("cmake_args") == board.cmake_args():
+            return wheel
+    compiler = f"{board.triplet}-g++"
+    if shutil.which(compiler) is None:
+        raise LlamaCppMissing(f"cross-building llama.cpp for {board.arch} needs {compiler}, which is not on PATH",
+                              hint=f"apt-get install g++-{board.triplet} (Debian's cross compiler)")
+    if shutil.which("cmake") is None:
+        raise LlamaCppMissing("building llama.cpp needs cmake, which is not on PATH", hint="apt-get install cmake")
+    with _locked(cache_root()):
+        if wheel.is_file():
+            return wheel
+        src_archive = Path(sdist) if sdist else sdist_path()
+        t0 = time.perf_counter()
+        work = Path(tempfile.mkdtemp(dir=cache_root(), prefix=f".{root.name}.building-"))
+        try:
+            say(f"llama.cpp {VERSION}: cross-building for {board.arch} -march={board.march} in {work}...")
+            src = _extract_vendor(src_archive, work / "src")
+            build, log = work / "build", work / "build.log"
+            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+            _run_logged(["cmake", "-S", str(src), "-B", str(build), *gen, *board.cmake_args()], log)
+            _run_logged(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs or _jobs()),
+                         "--target", "llama"], log)
+            # every name the loader may ask for (libllama.so and the sonames libllama.so.0 -> ...): a wheel holds
+            # no symbolic links, so each name carries the file's bytes
+            libs = {so.name: so for so in sorted((build / "bin").glob("lib*.so*"))
+                    if re.fullmatch(r"lib[\w-]+\.so(\.\d+)?", so.name)}
+            missing = [n for n in LIBS if f"lib{n}.so" not in libs]
+            if missing:
+                raise EdgekitError(f"the {board.arch} build of llama.cpp made no lib{missing[0]}.so (in {build})")
+            host_wheel = _binding_wheel(src_archive, work / "host-wheel")
+            stage = work / "stage"
+            stage.mkdir()
+            _write_board_wheel(host_wheel, libs, stage / board.wheel_name, board)
+            info = {"llama_cpp_python": VERSION, "arch": board.arch, "march": board.march,
+                    "cmake_args": board.cmake_args(), "seconds": round(time.perf_counter() - t0, 1),
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (stage / "build.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+            if root.exists():
+                os.replace(root, work / "old")
+            os.replace(stage, root)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        say(f"llama.cpp {VERSION} for {board.arch} ({board.march}): {info['seconds']:.0f} s -> {root / wheel.name}")
+        return wheel
+
+
+def _binding_wheel(sdist: Path, dest: Path) -> Path:
+    """The binding's pure-Python wheel built from the sdist without llama.cpp (``-DLLAMA_BUILD=OFF``)."""
+    dest.mkdir(parents=True)
+    env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps",
+                          "--no-cache-dir", str(sdist), "-w", str(dest)], capture_output=True, text=True, env=env)
+    got = sorted(dest.glob("llama_cpp_python-*.whl"))
+    if res.returncode != 0 or not got:
+        raise LlamaCppMissing(f"pip could not build the llama-cpp-python binding's wheel: "
+                              f"{(res.stderr or res.stdout).strip()[-800:]}")
+    return got[0]
+
+
+def _write_board_wheel(host_wheel: Path, libs: dict[str, Path], out: Path, board: BoardBuild) -> None:
+    """The host wheel's Python files plus ``llama_cpp/lib/<libs>``, tagged for the board; RECORD rewritten
+    (sha256 of every file), entries sorted, timestamps fixed."""
+    import base64
+    import zipfile
+
+    dist_info = f"llama_cpp_python-{VERSION}.dist-info"
+    files: dict[str, bytes] = {}
+    with zipfile.ZipFile(host_wheel) as zin:
+        for name in zin.namelist():
+            if name.endswith("/") or name == f"{dist_info}/RECORD":
+                continue
+            data = zin.read(name)
+            if name == f"{dist_info}/WHEEL":
+                lines = [ln for ln in data.decode().splitlines() if not ln.startswith("Tag:")]
+                lines.append(f"Tag: py3-none-{WHEEL_TAG[board.arch]}")
+                data = ("\n".join(lines) + "\n").encode()
+            files[name] = data
+    for name, path in libs.items():
+        files[f"llama_cpp/lib/{name}"] = path.read_bytes()
+    record = []
+    for name, data in sorted(files.items()):
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    tmp = out.with_name(out.name + ".part")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for name, data in sorted(files.items()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (0o755 if name.endswith(".so") or ".so." in name else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(info, data)
+    os.replace(tmp, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -371,12 +521,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild", action="store_true", help="build again even when a complete build is cached")
     ap.add_argument("--no-binding", action="store_true", help="build the tools and libraries only")
     ap.add_argument("--jobs", type=int, help="parallel compile jobs (default: the CPUs this process may use)")
+    ap.add_argument("--board", metavar="TARGET", action="append", default=[],
+                    help="also cross-build the binding wheel for a board target (its arch and march; e.g. rpi5)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         t = ensure_built(args.sdist, jobs=args.jobs, rebuild=args.rebuild)
         if not args.no_binding:
             install_binding(sdist=args.sdist)
+        for name in args.board:
+            from ..targets import load_target
+
+            spec = load_target(name)
+            if not spec.march:
+                raise EdgekitError(f"target {name} has no `march`: llama.cpp is compiled for the device's cores")
+            board_wheel(BoardBuild(spec.arch, spec.march), args.sdist, jobs=args.jobs)
     except EdgekitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -390,4 +549,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["VERSION", "TOOLS", "INSTALL", "LIB_ENV", "LlamaCppMissing", "LlamaCppTools", "build_dir", "tools",
-           "lib_path", "ensure_built", "install_binding", "binding_check"]
+           "lib_path", "ensure_built", "install_binding", "binding_check", "BoardBuild", "board_wheel"]

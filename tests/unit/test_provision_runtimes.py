@@ -82,3 +82,48 @@ def test_openvino_and_ncnn_pins_on_every_board_are_the_host_s_versions():
             # OpenVINO's aarch64 wheels are manylinux_2_35: the board's platforms must take them
             assert runtime != "openvino" or "manylinux_2_35_aarch64" in spec.wheels.platforms, name
     assert {"rpi4", "rpi5", "jetson-orin-nano"} <= set(boards)
+
+
+def test_llama_cpp_wheel_is_built_on_the_host_not_downloaded(tmp_path, monkeypatch):
+    """llama-cpp-python has no aarch64 wheel on any index: the target names it `host_built`, provisioning builds it
+    (llama.cpp cross-compiled for the target's march) instead of asking pip, and installs it without deps."""
+    from edgekit import provision
+    from edgekit.llm import llama_cpp
+
+    spec = load_target("rpi5")
+    packages, pins = runtime_wheels(spec, ["llama.cpp"])
+    assert pins == ["llama-cpp-python==0.3.36"] and "diskcache>=5.6.1" in packages
+    assert provision.host_built_wheels(spec, ["llama.cpp"]) == pins
+    assert provision.host_built_wheels(spec, ["executorch"]) == []
+    built: list = []
+
+    def fake_board_wheel(board, say=print):  # the build itself is tested in tests/integration/test_llamacpp_arm64
+        built.append(board)
+        w = tmp_path / "cache" / f"llama_cpp_python-{llama_cpp.VERSION}-py3-none-linux_aarch64.whl"
+        w.parent.mkdir(exist_ok=True)
+        w.write_bytes(b"wheel")
+        return w
+
+    downloads: list = []
+    monkeypatch.setattr(llama_cpp, "board_wheel", fake_board_wheel)
+    monkeypatch.setattr(provision, "_pip_download", lambda spec, argv: downloads.append(argv))
+    provision.build_wheelhouse(spec, tmp_path / "wh", runtimes=["llama.cpp"])
+    assert built == [llama_cpp.BoardBuild("aarch64", "armv8.2-a+dotprod+fp16")]
+    assert not any("llama-cpp-python==0.3.36" in argv for argv in downloads)  # never asked of pip
+    assert (tmp_path / "wh" / "llama_cpp_python-0.3.36-py3-none-linux_aarch64.whl").read_bytes() == b"wheel"
+    with pytest.raises(BadInputError, match="no `march`"):
+        provision.build_host_wheel(spec.model_copy(update={"march": None}), pins[0], tmp_path, print)
+    with pytest.raises(BadInputError, match="this edgekit builds llama-cpp-python 0.3.36"):
+        provision.build_host_wheel(spec, "llama-cpp-python==0.3.30", tmp_path, print)
+    with pytest.raises(BadInputError, match="cannot build torch==2.10.0"):
+        provision.build_host_wheel(spec, "torch==2.10.0", tmp_path, print)
+
+
+def test_a_board_build_for_an_architecture_without_a_cross_compiler_is_refused():
+    from edgekit.llm.llama_cpp import BoardBuild, LlamaCppMissing
+
+    with pytest.raises(LlamaCppMissing, match="cross-builds llama.cpp for aarch64 only, not armv7l"):
+        BoardBuild("armv7l", "armv7-a").cmake_args()
+    args = BoardBuild("aarch64", "armv8-a").cmake_args()
+    assert "-DGGML_NATIVE=OFF" in args and "-DGGML_NATIVE=ON" not in args and "-DGGML_OPENMP=OFF" in args
+    assert "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++" in args and "-DGGML_CPU_ARM_ARCH=armv8-a" in args
