@@ -157,14 +157,11 @@ def targets_dirs() -> list[Path]:
     src = Path(__file__).resolve().parent.parent / "targets"
     if src.is_dir():
         dirs.append(src)
-    try:
-        from importlib.resources import files
-
-        shipped = Path(str(files("edgekit._targets")))
-        if shipped.is_dir() and shipped not in dirs:
-            dirs.append(shipped)
-    except (ModuleNotFoundError, TypeError):
-        pass
+    # the wheel's copy, edgekit/_targets: a folder without __init__.py (a namespace package), for which
+    # importlib.resources.files() returns a MultiplexedPath whose str() is its repr, not a path
+    shipped = Path(__file__).resolve().parent / "_targets"
+    if shipped.is_dir() and shipped not in dirs:
+        dirs.append(shipped)
     return dirs
 
 

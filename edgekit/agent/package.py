@@ -32,9 +32,9 @@ def package_dir() -> Path:
     src = Path(__file__).resolve().parents[2] / "device_agents" / PACKAGE
     if (src / "__init__.py").is_file():
         return src
-    from importlib.resources import files
-
-    shipped = Path(str(files("edgekit._device_agents"))) / PACKAGE
+    # the wheel's copy (edgekit/_device_agents is a namespace package: importlib.resources.files() gives a
+    # MultiplexedPath there, whose str() is not a path)
+    shipped = Path(__file__).resolve().parents[1] / "_device_agents" / PACKAGE
     if (shipped / "__init__.py").is_file():
         return shipped
     raise FileNotFoundError("edgekit's device agent is missing from this installation; reinstall edgekit")

@@ -8,15 +8,18 @@ import sys
 from importlib import metadata
 
 import typer
+from rich.markup import escape
 
 from ..formats import FORMATS
 from .common import EXIT_BAD_INPUT, out_console
 
-HELP = """Check this host: Python packages per extra, system tools, the local agent, target files.
+HELP = """Check this host: Python packages per extra, system tools, the local agent, target files, and what each
+target needs on this host (present or missing, with the command that sets it up: `edgekit setup --target NAME`).
 
 Example: edgekit doctor --json
 
-Exit codes: 0 the core works, 2 a core dependency is missing or the local agent does not run.
+Exit codes: 0 the core works (a target's missing requirement is listed, not an error), 2 a core dependency is
+missing or the local agent does not run.
 """
 
 # (distribution, extra or "core", what it is for): each format's packages from the format registry
@@ -35,7 +38,8 @@ TOOLS = [("adb", "Android devices (apt install adb)"), ("sshd", "edgekit sim (ap
 
 
 def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    from ..targets import list_targets, load_target
+    from ..host_setup import all_statuses
+    from ..targets import list_targets
 
     pkgs = []
     for dist, extra, what in PACKAGES:
@@ -50,29 +54,34 @@ def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
     for name, what in TOOLS:
         path = shutil.which(name) or (shutil.which(name, path="/usr/sbin:/sbin") if name in ("sshd", "ip") else None)
         tools.append({"tool": name, "for": what, "path": path})
-    targets, target_errors = [], []
-    for t in list_targets():
-        try:
-            load_target(t)
-            targets.append(t)
-        except Exception as exc:  # a broken target file is reported, the rest still checked
-            target_errors.append(f"{t}: {exc}")
+    statuses, target_errors = all_statuses()
+    broken = {e.split(":", 1)[0] for e in target_errors}
+    targets = [t for t in list_targets() if t not in broken]
+    setup = [s.as_dict() for s in statuses]
     agent = _probe_local_agent()
     core_ok = all(p["version"] for p in pkgs if p["extra"] == "core") and agent.get("ok")
     doc = {"python": sys.version.split()[0], "packages": pkgs, "tools": tools, "targets": targets,
-           "target_errors": target_errors, "local_agent": agent, "ok": bool(core_ok)}
+           "target_errors": target_errors, "setup": setup, "local_agent": agent, "ok": bool(core_ok)}
     if as_json:
         print(json.dumps(doc))
     else:
         out_console.print(f"python {doc['python']}")
         for p in pkgs:
-            mark = "[green]ok[/]" if p["version"] else ("[red]missing[/]" if p["extra"] == "core" else "[yellow]missing[/]")
+            mark = ("[green]ok[/]" if p["version"] else "[red]missing[/]" if p["extra"] == "core"
+                    else "[yellow]missing[/]")
             out_console.print(f"  {mark} {p['package']} {p['version'] or ''} ({p['for']})"
-                              + (f"  -> {p['install']}" if p["install"] else ""), highlight=False)
+                              + (f"  -> {escape(p['install'])}" if p["install"] else ""), highlight=False)
         for t in tools:
             mark = "[green]ok[/]" if t["path"] else "[yellow]missing[/]"
             out_console.print(f"  {mark} {t['tool']} {t['path'] or ''} ({t['for']})", highlight=False)
-        out_console.print(f"  targets: {', '.join(targets)}" + (f"; broken: {target_errors}" if target_errors else ""))
+        out_console.print(f"  targets: {', '.join(targets)}" + (f"; broken: {target_errors}" if target_errors else ""),
+                          highlight=False)
+        out_console.print("  what the targets need on this host:")
+        for s in setup:
+            mark = "[green]ok[/]" if s["present"] else "[yellow]missing[/]"
+            tail = escape(s["where"]) if s["present"] else f"-> {escape(s['fix'])}"
+            out_console.print(f"    {s['target']}: {mark} {s['requirement']} ({escape(s['for'])}) {tail}",
+                              highlight=False)
         a = agent
         out_console.print(f"  local agent: {'ok' if a.get('ok') else 'FAILED'} "
                           f"{a.get('runtimes') or a.get('error') or ''}", highlight=False)

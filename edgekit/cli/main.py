@@ -11,18 +11,19 @@ from .. import __version__
 from . import convert as _convert
 from . import deploy as _deploy
 from . import devices as _devices
-from . import report as _report
-from . import sim as _sim
-from . import targets as _targets
-from . import plan as _plan
-from . import train as _train
 from . import distill as _distill
-from . import prune as _prune
-from . import quantize as _quantize
-from . import profile as _profile
 from . import doctor as _doctor
 from . import lab as _lab
+from . import plan as _plan
+from . import profile as _profile
+from . import prune as _prune
+from . import quantize as _quantize
+from . import report as _report
 from . import run as _run
+from . import setup as _setup
+from . import sim as _sim
+from . import targets as _targets
+from . import train as _train
 from .common import help_text
 
 app = typer.Typer(
@@ -63,6 +64,7 @@ app.add_typer(_sim.app, name="sim")
 app.add_typer(_lab.app, name="lab")
 app.command("profile", help=help_text(_profile.HELP), no_args_is_help=True)(_profile.profile_cmd)
 app.command("doctor", help=help_text(_doctor.HELP))(_doctor.doctor_cmd)
+app.command("setup", help=help_text(_setup.HELP), no_args_is_help=True)(_setup.setup_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

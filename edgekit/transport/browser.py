@@ -1,15 +1,16 @@
 """The browser as a device: a page in a real headless Chromium, running models with ONNX Runtime Web (WASM).
 
 The "device" is this host's browser: a loopback HTTP server (``127.0.0.1``, a free port) serves the page
-agent (``device_agents/browser/agent.html`` + ``agent.js``), the runtime's files (npm-installed at setup
-into ``device_agents/browser/node_modules``, never fetched at run time) and the delivered files, with the
+agent (``device_agents/browser/agent.html`` + ``agent.js``), the runtime's files (npm-installed at setup by
+``edgekit setup --target browser``, never fetched at run time: edgekit/transport/web_runtimes.py says where they
+are looked up) and the delivered files, with the
 COOP/COEP headers that make the page cross-origin isolated (WASM threads need SharedArrayBuffer; the timer
 is 5 us instead of 100 us). Chromium runs headless with every host name unresolvable but the loopback
 address (``MAP * ~NOTFOUND, EXCLUDE 127.0.0.1``), so the page reaches nothing but the server.
 
 Delivery and hashing work as on the local target (the files land in the served folder); the agent command
-(``python edgekit_agent-<sha>.pyz request.json``) goes to the page through ``edgekit.agent.browser_bridge``, and ``--probe``
-answers with the browser's facts. A browser that exits or stops answering is a transport failure (exit 3);
+(``python edgekit_agent-<sha>.pyz request.json``) goes to the page through ``edgekit.agent.browser_bridge``, and
+``--probe`` answers with the browser's facts. A browser that exits or stops answering is a transport failure (exit 3);
 a model ONNX Runtime Web cannot load is the variant's failure. The page reads its WASM thread count once,
 so a request for another count reloads it.
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 from ..errors import DeviceError, TransportError
 from .base import CommandResult
 from .local import LocalTransport, default_local_workdir
+from .web_runtimes import find, node_modules, page_dir
 
 PAGE_FILES = ("agent.html", "agent.js")
 RUNTIME_PACKAGE = "onnxruntime-web"
@@ -40,27 +42,13 @@ HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-P
            "Cache-Control": "no-store"}
 TYPES = {".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
          ".json": "application/json"}
-INSTALL_HINT = "bash .ci/install.sh installs them (npm ci --ignore-scripts --prefix device_agents/browser)"
-
-
-def page_dir() -> Path:
-    """device_agents/browser from the source tree, or the copy shipped in the wheel."""
-    src = Path(__file__).resolve().parents[2] / "device_agents" / "browser"
-    if (src / "agent.html").is_file():
-        return src
-    from importlib.resources import files
-
-    return Path(str(files("edgekit._device_agents"))) / "browser"
+INSTALL_HINT = "`edgekit setup --target browser` installs them (npm ci from edgekit's packaged lockfile)"
 
 
 def runtime_dist() -> Path:
-    """ONNX Runtime Web's dist folder (EDGEKIT_BROWSER_RUNTIMES: a folder holding node_modules)."""
-    base = Path(os.environ.get("EDGEKIT_BROWSER_RUNTIMES") or page_dir())
-    dist = base / "node_modules" / RUNTIME_PACKAGE / "dist"
-    if not (dist / "ort.wasm.min.js").is_file():
-        raise DeviceError(f"the browser runtimes are not installed ({dist} has no ort.wasm.min.js)",
-                          hint=INSTALL_HINT + "; or set EDGEKIT_BROWSER_RUNTIMES to a folder with node_modules")
-    return dist
+    """ONNX Runtime Web's dist folder (edgekit/transport/web_runtimes.py: $EDGEKIT_BROWSER_RUNTIMES, the source
+    tree's node_modules or the user cache); a DeviceError naming `edgekit setup --target browser` when none."""
+    return node_modules() / RUNTIME_PACKAGE / "dist"
 
 
 def runtime_version() -> str | None:
@@ -72,8 +60,9 @@ def runtime_version() -> str | None:
 
 def litert_dir() -> Path | None:
     """LiteRT.js's package folder (``@litertjs/core``: dist/ and wasm/), None where it is not installed."""
-    base = Path(os.environ.get("EDGEKIT_BROWSER_RUNTIMES") or page_dir()) / "node_modules" / "@litertjs"
-    return base if (base / "core" / "dist" / "index.js").is_file() else None
+    found = find()
+    base = found.node_modules / "@litertjs" if found else None
+    return base if base is not None and (base / "core" / "dist" / "index.js").is_file() else None
 
 
 def litert_version() -> str | None:
@@ -291,8 +280,9 @@ class BrowserPage:
         kw = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": err, "start_new_session": True}
         if self.profile is None:
             return subprocess.Popen([*argv, page], **kw)
-        # DevTools over a pipe: Chromium reads commands on fd 3 and answers on fd 4; bash (dash takes no fd above 9) maps our pipe
-        # ends onto those numbers (the string holds only these integers) and execs the browser in its place
+        # DevTools over a pipe: Chromium reads commands on fd 3 and answers on fd 4; bash (dash takes no fd above 9)
+        # maps our pipe ends onto those numbers (the string holds only these integers) and execs the browser in its
+        # place
         cmd_r, cmd_w = os.pipe()
         ans_r, ans_w = os.pipe()
         try:
