@@ -73,8 +73,12 @@ def _gguf_lineage() -> list[dict]:
 
 
 def _lm_report() -> Report:
+    proof = {"tokens": 48, "prefix": 24, "prefill_max_abs_err": 3.81e-6, "cache_max_abs_err": 2.86e-6,
+             "cache_vs_pytorch_max_abs_err": 3.81e-6, "logit_scale": 8.02, "tolerance": 8.12e-3,
+             "prefill_cosine": 1.0, "top1_agreement": 1.0}
     base = [{"kind": "source", "name": "transformers", "config": {"path": "tiny-llama"}},
-            {"kind": "convert", "name": "torch->onnx (kv cache)", "config": {"opset": 18}, "seconds": 3.2}]
+            {"kind": "convert", "name": "torch->onnx (kv cache)", "config": {"opset": 18}, "seconds": 3.2,
+             "metrics": {"cache_parity": proof}}]
     vs = [_lm_variant("ort-fp32", "onnx", "fp32", tok_s=8856.3, ci=[8722.1, 8992.3], kld=1.7e-12, ppl=21.13,
                       lineage=base, divergence=[None, None, None, None]),
           _lm_variant("ort-int4", "onnx", "int4", tok_s=8784.0, ci=[8677.6, 8883.9], kld=0.00671, ppl=21.76,
@@ -141,3 +145,13 @@ def test_a_file_under_several_settings_shows_its_account_once():
     section = html[html.index("<h2 id=quantization-accounts>"):html.index("<h2 id=gate>")]
     assert section.count("<code>lm_head</code>") == 1 and "ort-int4, ort-int4@t2</b> layers" in section
     assert html.count("<table id=lm-race>") == 1 and "ort-int4@t2" in html[html.index("<table id=lm-race>"):]
+
+
+def test_a_kv_cache_exports_proof_is_its_lineage_parity():
+    html = render_html(_lm_report())
+    tree = parse(html[html.index("<h2 id=lineage>"):])
+    fp32 = next(tree.iter("details", cls="lineage"))
+    rows = [[c.text() for c in r] for r in next(fp32.iter("table", cls="lineage-steps")).rows()]
+    export = next(r for r in rows if r[2] == "torch->onnx (kv cache)")
+    assert export[3] == "fp32" and "max |err| 3.81e-06" in export[4] and "top-1 100.0%" in export[4]
+    assert "through the KV cache: max |err| 2.86e-06 (tolerance 8.12e-03)" in export[4]

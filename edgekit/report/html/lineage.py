@@ -56,10 +56,29 @@ def step_precision(step: LineageStep, produced: str | None = None) -> str:
     return produced or ""
 
 
+def _float(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _cache_parity_cell(cp: dict[str, Any]) -> str:
+    """A language-model export's proof (edgekit/llm/parity.py): the full forward against PyTorch, then decoding
+    through the KV cache against the full forward, within its tolerance."""
+    cosine, top1 = _float(cp.get("prefill_cosine")), _float(cp.get("top1_agreement"))
+    figures = [f"max |err| {num(_float(cp.get('prefill_max_abs_err')), '{:.2e}')}"]
+    if cosine is not None:
+        figures.append(f"cosine {cosine:.6f}")
+    if top1 is not None:
+        figures.append(f"top-1 {top1:.1%}")
+    cache = (f"through the KV cache: max |err| {num(_float(cp.get('cache_max_abs_err')), '{:.2e}')} "
+             f"(tolerance {num(_float(cp.get('tolerance')), '{:.2e}')})")
+    return esc(" · ".join(figures)) + " <span class=muted>vs pytorch</span><br>" + esc(cache)
+
+
 def _parity_cell(step: LineageStep) -> str:
     par = step.parity
     if par is None:
-        return ""
+        cp = step.metrics.get("cache_parity")
+        return _cache_parity_cell(cp) if isinstance(cp, dict) else ""
     figures = [f"max |err| {num(par.max_abs_err, '{:.2e}')}"]
     if par.cosine is not None:
         figures.append(f"cosine {par.cosine:.6f}")

@@ -24,7 +24,7 @@ tr.fail td{background:#fff4f4}.bad{color:#a50e0e;font-weight:600}.good{color:#13
 figure svg{max-width:100%;height:auto}code{background:#f5f5f5;padding:1px 4px;border-radius:3px}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}.scroll{overflow-x:auto}
 table.record{font-size:.95em;margin:2px 0}table.record th{font-weight:500;white-space:nowrap}
-details.record>summary{font-weight:400;color:#555}
+details.record>summary{font-weight:400;color:#555}table.lineage-steps td:nth-child(3){white-space:nowrap}
 """
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
