@@ -26,6 +26,10 @@ def test_wheel_contains_targets_and_agent(tmp_path):
     wheel = next(tmp_path.glob("edgekit-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "edgekit/_targets/rpi4.yaml" in names
+    # the browser page and the lockfile `edgekit setup --target browser` installs its runtimes from (not node_modules)
+    assert {f"edgekit/_device_agents/browser/{f}" for f in ("agent.html", "agent.js", "package.json",
+                                                            "package-lock.json")} <= names
+    assert not any("node_modules" in n for n in names)
     assert "edgekit/variant_search/run.py" in names and "edgekit/train/worker.py" in names
     # every module of the agent package, and the zipapp built from the wheel's copy is the source tree's
     # byte for byte (delivery by content and the measurement cache's keys do not depend on how edgekit came)
