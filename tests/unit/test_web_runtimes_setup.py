@@ -6,6 +6,7 @@ records its arguments (the real npm run is tests/integration/test_wheel_install.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -201,3 +202,34 @@ def test_setup_failure_is_reported_with_its_hint(cli, host, monkeypatch):
     assert r.exit_code == 3
     assert "browser: failed web-runtimes" in r.stdout and "could not reach" in r.stderr and "npm config set" in r.stderr
     assert _cache_entries(host) == []
+
+
+def test_setup_twin_builds_the_rootfs_through_the_sim_module_once(cli, host, monkeypatch):
+    from edgekit.sim import arm64
+
+    rootfs = host / "rootfs" / "debian-bookworm-arm64-v1"
+    built: list[int] = []
+
+    def fake_ensure_rootfs(say):
+        built.append(1)
+        rootfs.mkdir(parents=True)
+        (rootfs / arm64.STAMP).write_text("{}")
+        return arm64.Rootfs(rootfs, True, 1.0)
+
+    monkeypatch.setattr(arm64, "rootfs_dir", lambda: rootfs)
+    monkeypatch.setattr(arm64, "ensure_host", lambda: {})
+    monkeypatch.setattr(arm64, "ensure_rootfs", fake_ensure_rootfs)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    for tool in ("qemu-aarch64-static", "debootstrap"):
+        (host / "bin" / tool).write_text("#!/bin/sh\n")
+        (host / "bin" / tool).chmod(0o755)
+    doc = json.loads(cli("doctor", "--json").stdout)
+    row = next(s for s in doc["setup"] if s["requirement"] == "arm64-rootfs")
+    assert not row["present"] and row["fix"] == "edgekit setup --twin"
+    r = cli("setup", "--twin", "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    acts = {x["requirement"]: x["action"] for x in json.loads(r.stdout)["requirements"]}
+    assert acts == {"root": "present", "qemu-aarch64-static": "present", "debootstrap": "present",
+                    "arm64-rootfs": "installed"}
+    r = cli("setup", "--twin", "--json")
+    assert r.exit_code == 0 and built == [1]  # the second run finds it
