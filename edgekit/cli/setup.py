@@ -82,6 +82,9 @@ def setup_cmd(
         for r in rows:
             tail = escape(r["where"] or "") if r["where"] else f"-> {escape(r['fix'])}"
             out_console.print(f"  {r['target']}: {marks[r['action']]} {r['requirement']} {tail}", highlight=False)
+        for name, reqs in plan:
+            if not reqs:
+                out_console.print(f"  {name}: nothing to set up on this host beyond edgekit itself", highlight=False)
     if errors:
         if as_json:
             raise typer.Exit(errors[0].exit_code)

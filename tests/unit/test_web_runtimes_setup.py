@@ -194,6 +194,8 @@ def test_setup_refuses_nothing_to_do_and_unknown_targets(cli, host):
     assert r.exit_code == 2 and "known targets" in r.stderr
     r = cli("setup", "--json")
     assert r.exit_code == 2 and "--target" in r.stderr
+    r = cli("setup", "--target", "local")
+    assert r.exit_code == 0 and "local: nothing to set up" in r.stdout
 
 
 def test_setup_failure_is_reported_with_its_hint(cli, host, monkeypatch):
