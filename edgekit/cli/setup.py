@@ -79,9 +79,10 @@ def setup_cmd(
 
         marks = {"present": "[green]ok[/]", "installed": "[green]installed[/]", "missing": "[red]missing[/]",
                  "failed": "[red]failed[/]"}
-        for r in rows:
-            tail = escape(r["where"] or "") if r["where"] else f"-> {escape(r['fix'])}"
-            out_console.print(f"  {r['target']}: {marks[r['action']]} {r['requirement']} {tail}", highlight=False)
+        for row in rows:
+            tail = escape(row["where"]) if row["where"] else f"-> {escape(row['fix'])}"
+            out_console.print(f"  {row['target']}: {marks[row['action']]} {row['requirement']} {tail}",
+                              highlight=False)
         for name, reqs in plan:
             if not reqs:
                 out_console.print(f"  {name}: nothing to set up on this host beyond edgekit itself", highlight=False)
