@@ -1,4 +1,4 @@
-"""A language model's HTML report (edgekit/report/html/language_model.py): the race on the device as a table
+"""A language model's HTML report (edgekit/report/html_language_model.py): the race on the device as a table
 (decode tok/s with its CI, TTFT, perplexity, KLD, top-1, greedy divergence) in place of the fixed-graph
 variants table, and each low-bit file's quantization account with the layers or tensors not at its scheme named
 with why (the same figures report.md shows). Built from the report models, no deploy."""

@@ -1,4 +1,4 @@
-"""The HTML report's lineage (edgekit/report/html/lineage.py): one file measured under several runtime settings
+"""The HTML report's lineage (edgekit/report/html_lineage.py): one file measured under several runtime settings
 (the digits demo: a TFLite file under threads x delegate x options) shows its lineage once, naming the settings
 that share it; each step's kind, hop, precision, parity and time are columns; the full record is collapsed
 key/value tables, never raw dict text."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from edgekit.report.html import render_html
-from edgekit.report.html.lineage import group_lineages, step_precision
+from edgekit.report.html_lineage import group_lineages, step_precision
 from edgekit.report.model import LineageStep
 from tests.unit.html_tree import parse
 from tests.unit.report_factory import report, variant

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import LineageStep, Report, VariantResult
-from .markup import esc, inline, num, record
+from .html_markup import esc, inline, num, record
+from .model import LineageStep, Report, VariantResult
 
 
 @dataclass

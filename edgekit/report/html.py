@@ -1,4 +1,13 @@
-"""The page: one self-contained HTML file (inline CSS, plots as inline SVG, no scripts, no network).
+"""The HTML report: one self-contained file (inline CSS, plots as inline SVG, no scripts, no network), a view of
+report.json for people. This module is the page (:func:`render_html`, the entry point ``write.py`` calls); each
+concern is a module beside it:
+
+- ``html_tables``: the variants, parity per output, gate checks, comparison, per-op profile and fleet tables;
+- ``html_language_model``: a language model's race on the device and its quantization accounts;
+- ``html_search``: the variant search's candidates and its timeline bar;
+- ``html_lineage``: each distinct lineage once (the runtime settings of one file share it), its steps in columns;
+- ``html_plots``: the matplotlib figures as inline SVG (``pip install 'edgekit[report]'``);
+- ``html_markup``: the stylesheet, escaping, number formatting, records as key/value tables.
 
 Sections, top to bottom: the verdict; the header (target, device, model); the decision; the variants (a
 language model's race and its quantization accounts instead, for task text-generation); the gate checks; the
@@ -7,13 +16,15 @@ state; each distinct lineage once. Everything taken from the report is HTML-esca
 
 from __future__ import annotations
 
-from ..model import Report
-from .language_model import is_language_model, quantization_accounts, race_table
-from .lineage import lineage_section
-from .markup import CSS, esc, kv_table
-from .plots import plots
-from .search import search_section
-from .tables import checks_table, comparison_section, fleet_table, outputs_table, profile_section, variants_table
+from .html_language_model import is_language_model, quantization_accounts, race_table
+from .html_lineage import lineage_section
+from .html_markup import CSS, esc, kv_table
+from .html_plots import pareto_front, parity_hops, plots, sustained_series
+from .html_search import search_section
+from .html_tables import checks_table, comparison_section, fleet_table, outputs_table, profile_section, variants_table
+from .model import Report
+
+__all__ = ["render_html", "pareto_front", "parity_hops", "sustained_series"]
 
 
 def _header(r: Report) -> str:

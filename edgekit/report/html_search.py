@@ -4,9 +4,9 @@ library)."""
 
 from __future__ import annotations
 
-from ...timeline import stage_totals, timeline_line
-from ..model import Report, SearchSection
-from .markup import esc, num
+from ..timeline import stage_totals, timeline_line
+from .html_markup import esc, num
+from .model import Report, SearchSection
 
 
 def search_section(r: Report) -> str:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Report, VariantResult
-from .lineage import group_lineages
-from .markup import esc, num
+from .html_lineage import group_lineages
+from .html_markup import esc, num
+from .model import Report, VariantResult
 
 
 def is_language_model(r: Report) -> bool:

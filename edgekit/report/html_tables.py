@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from ...measure.compare import format_p
-from ..model import ComparedWith, Report, VariantResult
-from .markup import esc, num
+from ..measure.compare import format_p
+from .html_markup import esc, num
+from .model import ComparedWith, Report, VariantResult
 
 
 def variants_table(r: Report) -> str:

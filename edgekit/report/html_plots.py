@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from ..model import HopParity, Report, VariantResult
-from .markup import PALETTE, esc
+from .html_markup import PALETTE, esc
+from .model import HopParity, Report, VariantResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
