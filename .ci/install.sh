@@ -2,7 +2,9 @@
 # Install everything edgekit and its tests need, idempotently: system packages, the venv, the stack.
 # Used by the README's commands and by .ci/run. Re-running is cheap (a stamp skips finished steps).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# -P: the real checkout even when reached through a link to .ci/ (the docs step runs the README's commands in a
+# scratch folder of links), so `pip install -e .` always installs this checkout
+ROOT="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # System packages for the real-device tests (sshd, the adb client, qemu for the arm64 twin, chromium
@@ -54,6 +56,7 @@ pipi --upgrade pip
 # The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 pipi "torch==2.13.0"
 # lab: labgrid (its coordinator and client) for the shared-lab tests; kept out of `all` (see pyproject.toml).
+# docs: mkdocs and its plugins for CI's docs step (.ci/docs.sh), pinned.
 # `all` without OpenVINO's and NCNN's extras first; then pip is asked what those two would change, and the
 # install refuses if they would move torch, onnx, numpy or another package the stack was checked against
 # (.ci/guard_extra.py: a new openvino/nncf/ncnn/pnnx release pinning another numpy fails here, by name)
@@ -61,9 +64,9 @@ GUARDED_EXTRAS="openvino,ncnn"
 BASE="$("$VENV/bin/python" -c 'import re, sys, tomllib
 all_ = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["all"][0]
 print(",".join(e for e in re.search(r"\[(.*)\]", all_).group(1).split(",") if e not in sys.argv[1].split(",")))' "$GUARDED_EXTRAS")"
-pipi -e ".[$BASE,dev,lab]"
+pipi -e ".[$BASE,dev,docs,lab]"
 "$VENV/bin/python" .ci/guard_extra.py "$GUARDED_EXTRAS" >>"$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
 tail -1 "$LOG"
-pipi -e ".[all,dev,lab]"
+pipi -e ".[all,dev,docs,lab]"
 "$VENV/bin/python" -c "import edgekit, torch, onnxruntime; print('edgekit install: ok (torch', torch.__version__, ')')"
 echo "$WANT" > "$STAMP"
