@@ -75,7 +75,7 @@ def render_html(r: Report) -> str:
         _verdict(r), _header(r), _decision(r), *_variants(r),
         "<h2 id=gate>Gate checks</h2>", checks_table(r),
         comparison_section(r), search_section(r), fleet_table(r), profile_section(r),
-        "<h2 id=plots>Plots</h2>", *plots(r),
+        "<h2 id=plots>Plots</h2>", *(plots(r) or ["<p class=muted>No figure applies to this report.</p>"]),
         "<h2 id=device>Device state</h2>",
         kv_table(r.device.model_dump(mode="json", exclude_none=True), "device-table"),
         "<h2 id=lineage>Lineage of each variant</h2>"
