@@ -18,8 +18,8 @@ def is_language_model(r: Report) -> bool:
 
 
 _RACE_HEAD = ["variant", "format", "precision", "runtime", "size KB", "TTFT ms (cold)", "prefill tok/s by prompt",
-              "decode tok/s", "decode 95% CI", "inter-token p50/p95 ms", "decode tok/s at a full cache", "peak MB",
-              "KV MB", "perplexity (float)", "KLD", "KLD 95% CI", "top-1 agree", "greedy: first divergence"]
+              "decode tok/s (95% CI)", "inter-token p50/p95 ms", "decode tok/s at a full cache", "peak MB", "KV MB",
+              "perplexity (float)", "KLD (95% CI)", "top-1 agree", "greedy: first divergence"]
 
 
 def _race_row(r: Report, v: VariantResult) -> str | None:
@@ -36,15 +36,15 @@ def _race_row(r: Report, v: VariantResult) -> str | None:
              esc(f"{v.runtime.name} {v.runtime.version or ''} x{v.runtime.threads}"),
              num(v.size_bytes / 1024, "{:.1f}"),
              f"{num(g.ttft_ms)} ({num(g.ttft_cold_ms)})", esc(pre),
-             num(g.decode_tokens_per_s, "{:.1f}"), f"{num(ci[0], '{:.1f}')}–{num(ci[1], '{:.1f}')}",
+             f"{num(g.decode_tokens_per_s, '{:.1f}')} ({num(ci[0], '{:.1f}')}–{num(ci[1], '{:.1f}')})",
              f"{num(g.inter_token_ms.get('p50'))} / {num(g.inter_token_ms.get('p95'))}",
              num(g.decode_filled.get("tokens_per_s"), "{:.1f}"), num(g.peak_rss_mb, "{:.1f}"),
              num(g.kv_cache_mb, "{:.2f}") + (f" <span class=muted>({esc(g.kv_cache_source)})</span>"
                                              if g.kv_cache_source else ""),
-             f"{q.perplexity:.4g} ({q.perplexity_float:.4g})", f"{q.kld_mean:.3g}",
-             f"{num(kci[0], '{:.2g}')}–{num(kci[1], '{:.2g}')}", num(q.top1_agreement, "{:.1%}"),
+             f"{q.perplexity:.4g} ({q.perplexity_float:.4g})",
+             f"{q.kld_mean:.3g} ({num(kci[0], '{:.2g}')}–{num(kci[1], '{:.2g}')})", num(q.top1_agreement, "{:.1%}"),
              esc(_greedy_text(q.greedy))]
-    numeric = {4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+    numeric = {4, 5, 7, 8, 9, 10, 11, 12, 13, 14}
     return ("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(cells))
             + "</tr>")
 

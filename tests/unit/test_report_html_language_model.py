@@ -98,15 +98,15 @@ def test_the_race_table_holds_every_variants_generation_and_quality():
     race = next(parse(html).iter("table", id="lm-race"))
     rows = [[c.text() for c in row] for row in race.rows()]
     head = rows[0]
-    for col in ("variant", "TTFT ms (cold)", "decode tok/s", "decode 95% CI", "perplexity (float)", "KLD",
-                "KLD 95% CI", "top-1 agree", "greedy: first divergence"):
+    for col in ("variant", "TTFT ms (cold)", "decode tok/s (95% CI)", "perplexity (float)", "KLD (95% CI)",
+                "top-1 agree", "greedy: first divergence"):
         assert col in head, col
     cell = {r[0].split(" ")[0]: dict(zip(head, r)) for r in rows[1:]}
     assert list(cell) == ["ort-fp32", "ort-int4", "gguf-q4_0"]
     int4 = cell["ort-int4"]
-    assert int4["decode tok/s"] == "8784.0" and int4["decode 95% CI"] == "8677.6–8883.9"
+    assert int4["decode tok/s (95% CI)"] == "8784.0 (8677.6–8883.9)"
     assert int4["TTFT ms (cold)"] == "0.145 (0.734)" and int4["perplexity (float)"] == "21.76 (21.13)"
-    assert int4["KLD"] == "0.00671" and int4["top-1 agree"] == "95.7%"
+    assert int4["KLD (95% CI)"] == "0.00671 (0.0057–0.0078)" and int4["top-1 agree"] == "95.7%"
     assert int4["greedy: first divergence"] == "token 9, token 16, same, token 2 (of 32)"
     assert "(baseline)" in cell["ort-fp32"]["variant"]
     for r in rows[1:]:
