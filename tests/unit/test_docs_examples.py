@@ -190,3 +190,36 @@ def test_the_ship_reference_describes_every_key_write_ship_writes(tmp_path):
     assert ship.measured.by_shape and ship.measured.weighted_p50_ms == 1.1
     rt = RuntimeConfig.model_validate(json.loads((tmp_path / "out" / "ship" / "runtime.json").read_text()))
     assert rt.runtime == "litert" and rt.apply
+
+
+def _dict_keys(node) -> dict[str, object]:
+    """A dict literal's string keys, each with its value node (``**spread`` entries skipped)."""
+    import ast
+
+    return {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+
+
+def test_the_ship_reference_describes_every_key_a_language_models_ship_json_has():
+    """write_lm_ship needs a whole language model to run; its ship.json and runtime.json literals are read from the
+    source instead, key by key, against the reference's models."""
+    import ast
+
+    ShipManifest, RuntimeConfig = _ship_models()
+    tree = ast.parse((ROOT / "edgekit" / "llm" / "ship.py").read_text(encoding="utf-8"))
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "write_lm_ship")
+    literals = {t.id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+                for t in n.targets if isinstance(t, ast.Name)}
+    meta, rt = _dict_keys(literals["meta"]), _dict_keys(literals["rt"])
+
+    def fields(model) -> set[str]:
+        return {f.alias or name for name, f in model.model_fields.items()}
+
+    assert set(meta) <= fields(ShipManifest), set(meta) - fields(ShipManifest)
+    assert set(rt) <= fields(RuntimeConfig), set(rt) - fields(RuntimeConfig)
+    nested = {"generator": ShipManifest.model_fields["generator"], "eval": ShipManifest.model_fields["eval"],
+              "measured": ShipManifest.model_fields["measured"]}
+    for key, field in nested.items():
+        options = getattr(field.annotation, "__args__", (field.annotation,))  # Generator | None -> Generator
+        model = next(a for a in options if hasattr(a, "model_fields"))
+        keys = set(_dict_keys(meta[key]))
+        assert keys and keys <= fields(model), (key, keys - fields(model))
