@@ -235,7 +235,11 @@ def _models_md(root: type, level: str) -> list[str]:
     defs = schema.get("$defs", {})
     models = _models_by_name(root)
     parts = []
-    for name in [root.__name__, *[n for n in defs if n != root.__name__]]:
+    # the root first, then each model where its first field reaches it (depth first, in field order): a reader meets
+    # a section's model right after the section that uses it, not in alphabetical order
+    order = [n for n in models if n == root.__name__ or n in defs]
+    order += [n for n in defs if n not in order]
+    for name in order:
         model = models.get(name)
         sub = schema if name == root.__name__ else defs[name]
         if model is None or sub.get("type") != "object" or "properties" not in sub:
