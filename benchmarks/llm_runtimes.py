@@ -115,6 +115,46 @@ def llama_perplexity_kld(gguf: Path, base: Path, text: Path, threads: int, work:
     return {"kld": float(m.group(1))} if m else {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
 
 
+def edgekit_kld_on_peer_chunks(gguf: Path, base: Path, text: Path, threads: int, ctx: int = 128,
+                               chunks: int = 8) -> dict:
+    """edgekit's KLD computation (``quality.kl_per_position``, the whole vocabulary) on exactly the positions
+    ``llama-perplexity --kl-divergence`` scores, against the same f16 file: the text tokenized by the GGUF's own
+    tokenizer (BOS where the vocabulary adds one), chunks of ``ctx`` tokens whose first token becomes BOS, the
+    logits at positions ctx/2 .. ctx-2 of each chunk; both files run by the agent's llama.cpp decoder (the bytes
+    the device runs). The deploy's own KLD differs from llama.cpp's by design (its windows spread over the text,
+    no BOS, the PyTorch model as the reference): this isolates the computation."""
+    import numpy as np
+
+    from edgekit.agent.inprocess import load_agent
+
+    from edgekit.llm.quality import kl_per_position
+
+    runners = load_agent().runners
+    runners.llamacpp_runner.import_llama_cpp()  # LLAMA_CPP_LIB_PATH set to edgekit's build
+    import llama_cpp
+
+    vocab = llama_cpp.Llama(str(gguf), vocab_only=True, verbose=False)
+    toks = vocab.tokenize(text.read_bytes(), add_bos=True, special=False)
+    bos = vocab.token_bos()
+    add_bos = bool(toks) and toks[0] == bos
+    if len(toks) < ctx * chunks:
+        return {"error": f"{len(toks)} tokens, fewer than {chunks} chunks of {ctx}"}
+
+    def log_probs(path: Path) -> np.ndarray:
+        dec = runners.decoder_for("llama.cpp").open(str(path), {"threads": threads, "generate": {"context": ctx}})
+        rows = []
+        for i in range(chunks):
+            chunk = list(toks[i * ctx:(i + 1) * ctx])
+            if add_bos:
+                chunk[0] = bos
+            logits = np.asarray(dec.forward(chunk, 0), dtype=np.float64)[ctx // 2:ctx - 1]
+            rows.append(logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
+        return np.concatenate(rows)
+
+    kl, _ = kl_per_position(log_probs(base), log_probs(gguf))
+    return {"kld": float(kl.mean()), "positions": int(kl.size), "bos": add_bos}
+
+
 def paired_with_llama_bench(gguf: Path, threads: int, context: int, rounds: int = 5, n: int = 64) -> dict:
     """edgekit's decode loop (the agent's llama.cpp decoder, the bytes the device runs, greedy from an empty cache
     as the generation workload decodes) and `llama-bench` tg``n`` alternated round by round, so both see the
@@ -143,19 +183,23 @@ def peers_only(work: Path, text: Path, threads: int, context: int) -> None:
     model's top-256 plus a tail bucket, against PyTorch)."""
     print("| model | file | edgekit decode tok/s (median of rounds) | llama-bench tg64 (median) | "
           "edgekit / llama-bench "
-          "(median of per-round ratios) | edgekit KLD (top-256 + tail, vs PyTorch) | llama-perplexity KLD (full "
-          "vocabulary, vs the f16 GGUF) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "(median of per-round ratios) | edgekit deploy KLD (its windows, vs PyTorch) | edgekit KLD on "
+          "llama-perplexity's positions (vs the f16 GGUF) | llama-perplexity KLD (vs the f16 GGUF) | edgekit / "
+          "llama-perplexity (same positions) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for out in sorted(work.glob("*-out")):
         rep = json.loads((out / "report.json").read_text())
         kld = {v["name"]: v["quality"]["kld_mean"] for v in rep["variants"]}
         for f in sorted((out / "artifacts").glob("gguf-q*.gguf")):
             pr = paired_with_llama_bench(f, threads, context)
-            pk = llama_perplexity_kld(f, out / "artifacts" / "gguf-f16.gguf", text, threads, work)
+            base = out / "artifacts" / "gguf-f16.gguf"
+            pk = llama_perplexity_kld(f, base, text, threads, work)
+            ek = edgekit_kld_on_peer_chunks(f, base, text, threads)
             med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+            nan = float("nan")
             print(f"| {out.name[:-4]} | {f.stem} | {med(pr['edgekit']):.1f} | {med(pr['llama_bench']):.1f} | "
-                  f"{pr['ratio_median']:.2f} | {kld.get(f.stem, float('nan')):.2e} | "
-                  f"{pk.get('kld', float('nan')):.2e} |", flush=True)
+                  f"{pr['ratio_median']:.2f} | {kld.get(f.stem, nan):.2e} | {ek.get('kld', nan):.2e} | "
+                  f"{pk.get('kld', nan):.2e} | {ek.get('kld', nan) / pk.get('kld', nan):.3f} |", flush=True)
 
 
 def commit() -> str:
@@ -199,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = build_model(family, work / f"{family}-100m", args.context)
         report = deploy_lm(folder, eval_text=text, out=work / f"{family}-out", options=LMOptions(
             context=args.context, window=128, max_windows=8, threads=args.threads, runs=args.runs, warmup=8,
-            min_seconds=1.0, remeasure=True, top_k=args.top_k,
+            min_seconds=1.0, remeasure=True, top_k=args.top_k, search=not args.variants,
             candidates=tuple(args.variants.split(",")) if args.variants else None),
             progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
         params = report.model["parameters"]

@@ -54,9 +54,11 @@ def deploy_cmd(
     max_perplexity_increase: Optional[float] = typer.Option(None, "--max-perplexity-increase", rich_help_panel=PANEL_LM, help="Largest perplexity increase over the float model, a fraction (default 0.05)."),
     lm_variants: Optional[str] = typer.Option(
         None, "--lm-variants", rich_help_panel=PANEL_LM,
-        help="A language model's variants to build and race, comma-separated (default: every one whose runtime the "
-        "target runs: ort-fp32, ort-int8, ort-int4, et-fp32, et-8da8w, et-8da4w, et-int8, gguf-q8_0, gguf-q4_0, "
-        "gguf-q4_k_m)."),
+        help="A language model's variants to build and race, comma-separated (default: the short search, those of "
+        "ort-fp32, ort-int8, ort-int4, et-8da4w, gguf-q8_0, gguf-q4_0, gguf-q4_k_m whose runtime the target runs; "
+        "--search adds et-fp32, et-8da8w, et-int8 and the other int4 group sizes: ort-int4-b128, et-8da4w-g64, "
+        "et-8da4w-g128). Unless --threads fixes them, each runtime's best file is measured again at other thread "
+        "counts (FILE@tN)."),
     top_k: Optional[int] = typer.Option(
         None, "--top-k", rich_help_panel=PANEL_LM,
         help="A language model's KLD: the float model's top-K tokens a position whose log-probs the device returns "
@@ -81,7 +83,7 @@ def deploy_cmd(
     target: str = typer.Option("local", "--target", "-t", rich_help_panel=PANEL_TARGET, help="Target class (`edgekit targets list`) or a target .yaml."),
     device: Optional[str] = typer.Option(None, "--device", "-d", rich_help_panel=PANEL_TARGET, help="Device name from the inventory (not needed for local)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", rich_help_panel=PANEL_SEARCH, help="Recipe YAML: variants, passes, measure, gate."),
-    search: Optional[bool] = typer.Option(None, "--search/--no-search", rich_help_panel=PANEL_SEARCH, help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
+    search: Optional[bool] = typer.Option(None, "--search/--no-search", rich_help_panel=PANEL_SEARCH, help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings; a language model: every runtime, precision and int4 group size), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
     objective: str = typer.Option("p50", "--objective", rich_help_panel=PANEL_SEARCH, help="The search's 'best' (no recipe, or --search): p50, p99, energy or size; a language model: decode (tokens/s, the default), ttft or prefill."),
     time_budget: Optional[float] = typer.Option(None, "--time-budget", rich_help_panel=PANEL_SEARCH, help="The search's total seconds (default: 300 for the short search, 900 with --search); candidates not reached are dropped with that reason."),
     no_cache: bool = typer.Option(False, "--no-cache", rich_help_panel=PANEL_SEARCH, help="Recompute every pass instead of reusing cached outputs."),
@@ -132,7 +134,7 @@ def deploy_cmd(
                             runs=runs, min_seconds=min_seconds, remeasure=remeasure, no_wait=no_wait,
                             lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb, sustained=sustained,
                             output_layer=output_layer, lm_variants=lm_variants, baseline=baseline,
-                            max_latency_regression=max_latency_regression, top_k=top_k)
+                            max_latency_regression=max_latency_regression, top_k=top_k, search=search)
         _finish(report, out, as_json)
         return
     if eval_data is None or eval_text is not None or context is not None or max_kld is not None \
@@ -208,7 +210,7 @@ def _is_lm(model: Path) -> bool:
 def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: str, device: str | None, out: Path,
                as_json: bool, *, context, max_kld, max_ppl, objective: str, threads, warmup, runs, min_seconds,
                remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained, output_layer=None,
-               lm_variants=None, baseline=None, max_latency_regression=None, top_k=None):
+               lm_variants=None, baseline=None, max_latency_regression=None, top_k=None, search=None):
     from ..errors import BadInputError
     from ..llm.deploy import DEFAULT_TOP_K, LMOptions, deploy_lm
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
@@ -217,6 +219,9 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
     if eval_text is None:
         raise BadInputError(f"{model} is a language model: it needs --eval-text FILE (plain text or JSONL of prompts)",
                             hint="e.g. --eval-text eval.txt: a few thousand tokens of text like what the app will see")
+    if search and lm_variants:
+        raise BadInputError("--search races every language-model variant; --lm-variants names some",
+                            hint="drop one of them")
     if refused:
         raise BadInputError(f"a language model does not take {', '.join(refused)} (yet)",
                             hint="the language-model loop takes --eval-text, --context, --max-kld, "
@@ -230,7 +235,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                      lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained,
                      head=output_layer or "int8",
                      candidates=tuple(v.strip() for v in lm_variants.split(",") if v.strip()) if lm_variants else None,
-                     top_k=DEFAULT_TOP_K if top_k is None else top_k,
+                     top_k=DEFAULT_TOP_K if top_k is None else top_k, search=bool(search),
                      baseline=baseline, release=ReleaseGate() if max_latency_regression is None else
                      ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:

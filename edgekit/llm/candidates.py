@@ -1,9 +1,10 @@
 """The language-model variants edgekit builds and races: one row each (name, runtime, precision), the
 runtime's float file first (the baseline), then its INT8 files (onnxruntime: int8 weights computed in int8;
 ExecuTorch: int8 weights with int8 activations per token (8da8w), and int8 weight-only), then its INT4 files
-(``MatMulNBits`` 4-bit blocks of 32; ExecuTorch 8da4w, groups of 32), each from a layer plan with its account
-and the recovery ladder (``int4_ladder``); and llama.cpp's GGUF files (Q8_0, Q4_0, Q4_K_M from one f16
-conversion, each with llama-quantize's per-tensor account: ``export_gguf``).
+(``MatMulNBits`` 4-bit blocks of 32, or 128; ExecuTorch 8da4w, groups of 32, 64 or 128), each from a layer plan
+with its account and the recovery ladder (``int4_ladder``); and llama.cpp's GGUF files (Q8_0, Q4_0, Q4_K_M from
+one f16 conversion, each with llama-quantize's per-tensor account: ``export_gguf``). The default deploy races
+the ``SHORT`` rows; ``--search`` races every row.
 A row is built when its runtime's exporter imports on this host and the target runs the runtime (its
 ``runtimes``; on the local target, what is installed here, since this host is the device)."""
 
@@ -41,19 +42,25 @@ def _ort_int8(src: LMSource, out: Path, context: int, built: dict[str, Artifact]
     return quantize_onnx_int8(_ort_base(src, out, context, built), out / "ort-int8.onnx")
 
 
-def _ort_int4(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
-    base = _ort_base(src, out, context, built)
+def _ort_int4(block: int = GROUP) -> Build:
+    """MatMulNBits 4-bit in blocks of ``block`` along the input (the last zero-padded), int8 compute."""
+    name = "ort-int4" if block == GROUP else f"ort-int4-b{block}"
 
-    def plan_for(keep: set[str], notes: dict[str, str]) -> list:
-        return plan_int4(src.model, group=GROUP, head=cal.head, keep_int8=keep, pads=True, int8_group=GROUP,
-                         ladder_note=notes)
+    def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
+        base = _ort_base(src, out, context, built)
 
-    def make(plan: list, acc: dict) -> Artifact:
-        return quantize_onnx_nbits(base, out / "ort-int4.onnx", int4={c.name for c in plan if c.scheme == "int4"},
-                                   int8={c.name for c in plan if c.scheme == "int8"}, block_size=GROUP,
-                                   plan_account=acc)
+        def plan_for(keep: set[str], notes: dict[str, str]) -> list:
+            return plan_int4(src.model, group=block, head=cal.head, keep_int8=keep, pads=True, int8_group=block,
+                             ladder_note=notes)
 
-    return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name="ort-int4")
+        def make(plan: list, acc: dict) -> Artifact:
+            return quantize_onnx_nbits(base, out / f"{name}.onnx", int4={c.name for c in plan if c.scheme == "int4"},
+                                       int8={c.name for c in plan if c.scheme == "int8"}, block_size=block,
+                                       plan_account=acc)
+
+        return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
+
+    return build
 
 
 def _et(precision: str) -> Build:
@@ -63,16 +70,23 @@ def _et(precision: str) -> Build:
     return build
 
 
-def _et_8da4w(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
-    def plan_for(keep: set[str], notes: dict[str, str]) -> list:
-        return plan_int4(src.model, group=GROUP, head=cal.head, keep_int8=keep, pads=False, int8_group=None,
-                         ladder_note=notes)
+def _et_8da4w(group: int = GROUP) -> Build:
+    """torchao int4 weights in groups of ``group`` with int8 activations per token (XNNPACK); a layer whose width
+    the group does not divide is kept at int8 per channel, named in the account."""
+    name = "et-8da4w" if group == GROUP else f"et-8da4w-g{group}"
 
-    def make(plan: list, acc: dict) -> Artifact:
-        return export_executorch(src, out / "et-8da4w.pte", context=context, precision="8da4w", plan=plan,
-                                 plan_account=acc)
+    def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
+        def plan_for(keep: set[str], notes: dict[str, str]) -> list:
+            return plan_int4(src.model, group=group, head=cal.head, keep_int8=keep, pads=False, int8_group=None,
+                             ladder_note=notes)
 
-    return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name="et-8da4w")
+        def make(plan: list, acc: dict) -> Artifact:
+            return export_executorch(src, out / f"{name}.pte", context=context, precision="8da4w", plan=plan,
+                                     plan_account=acc)
+
+        return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
+
+    return build
 
 
 def _gguf(file_type: str) -> Build:
@@ -125,16 +139,26 @@ class LMCandidate:
 CANDIDATES = (
     LMCandidate("ort-fp32", "onnxruntime", "fp32", _ort_fp32, "onnxruntime"),
     LMCandidate("ort-int8", "onnxruntime", "int8", _ort_int8, "onnxruntime"),
-    LMCandidate("ort-int4", "onnxruntime", "int4", _ort_int4, "onnxruntime"),
+    LMCandidate("ort-int4", "onnxruntime", "int4", _ort_int4(), "onnxruntime"),
     LMCandidate("et-fp32", "executorch", "fp32", _et("fp32"), "executorch"),
     LMCandidate("et-8da8w", "executorch", "8da8w", _et("8da8w"), "executorch"),
-    LMCandidate("et-8da4w", "executorch", "8da4w", _et_8da4w, "executorch"),
+    LMCandidate("et-8da4w", "executorch", "8da4w", _et_8da4w(), "executorch"),
     LMCandidate("et-int8", "executorch", "int8", _et("int8"), "executorch"),
     LMCandidate("gguf-q8_0", "llama.cpp", "int8", _gguf("Q8_0"), "llama.cpp", "llama_cpp"),
     LMCandidate("gguf-q4_0", "llama.cpp", "int4", _gguf("Q4_0"), "llama.cpp", "llama_cpp"),
     LMCandidate("gguf-q4_k_m", "llama.cpp", "int4", _gguf("Q4_K_M"), "llama.cpp", "llama_cpp"),
+    # the other group sizes (--search): larger groups read fewer scales per weight, smaller ones keep more detail
+    LMCandidate("ort-int4-b128", "onnxruntime", "int4", _ort_int4(128), "onnxruntime"),
+    LMCandidate("et-8da4w-g64", "executorch", "8da4w", _et_8da4w(64), "executorch"),
+    LMCandidate("et-8da4w-g128", "executorch", "8da4w", _et_8da4w(128), "executorch"),
 )
 BASELINE = "ort-fp32"
+# The short search (the default): each runtime's likeliest winners, measured on the benchmark models
+# (benchmarks/llm_runtimes.py: int4 is each runtime's fastest; int8 stays as the fallback when int4 misses the
+# tolerance, as tiny models do) plus the float baseline. Left to --search: ExecuTorch's float and int8 files
+# (slower than its 8da4w and than ONNX Runtime's fp32 in every measured row; int8 weight-only runs at ~2 tok/s
+# on XNNPACK) and the other int4 group sizes.
+SHORT = ("ort-fp32", "ort-int8", "ort-int4", "et-8da4w", "gguf-q8_0", "gguf-q4_0", "gguf-q4_k_m")
 
 
 def candidates_for(target: TargetSpec) -> tuple[list[LMCandidate], dict[str, str]]:

@@ -41,7 +41,7 @@ from ..report.model import (
 from ..report.write import write_report
 from ..targets import MeasureDefaults, TargetSpec
 from ..transport.base import Transport
-from .candidates import BASELINE, CANDIDATES, LMCandidate, candidates_for
+from .candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from .int4_ladder import Calibration
 from .judge import OBJECTIVES, LMGate, judge
 from .layer_plan import HEADS
@@ -54,6 +54,7 @@ from .request import GenerateSettings, generate_request, generation_figures
 from .ship import write_lm_ship
 from .source import LMSource, load_lm
 from .text import EvalText, load_eval_text
+from .threads import file_of, not_competing, settings_to_try, tuned_name
 
 Progress = Callable[[str], None]
 DEFAULT_CONTEXT = 512  # a model's own context is often 8k+: a phone app's prompt + answer rarely need more
@@ -75,7 +76,8 @@ class LMOptions:
     warmup: int | None = None
     runs: int | None = None
     min_seconds: float | None = None
-    candidates: tuple[str, ...] | None = None  # names from candidates.CANDIDATES; default: every one that runs
+    candidates: tuple[str, ...] | None = None  # names from candidates.CANDIDATES; default: the short search's
+    search: bool = False  # race every row of candidates.CANDIDATES that runs (default: candidates.SHORT)
     head: str = "int8"  # the output layer in int4 files: float, int8 or int4 (layer_plan.HEADS)
     # {runtime: {option: value}}: the session settings the application runs the files with (onnxruntime:
     # graph_optimization_level, execution_mode...), applied to every file of that runtime
@@ -180,13 +182,16 @@ def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) ->
 
 
 def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str | None, transport: Transport | None,
-            progress: Progress) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession]:
+            progress: Progress) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession, str | None]:
     """Each file's generation workload and scoring on the device, one session; the files of a runtime named in
-    ``o.runtime_options`` run with those options (a release's file keeps its own)."""
+    ``o.runtime_options`` run with those options (a release's file keeps its own). Then, unless ``--threads``
+    fixed them, each runtime's best file at the other thread counts (``threads.py``). Returns the results, the
+    failures, the first result document, the session and why the threads were capped (None: not)."""
     spec, m = p.spec, _measure(p.spec, o)
     results: list[VariantResult] = []
     dropped: dict[str, str] = {}
     first_doc: dict = {}
+    capped: str | None = None
     with DeviceSession(spec, device, source_io=None, plan=None, transport=transport, lock_wait=o.lock_wait,
                        lock_timeout=o.lock_timeout, remeasure=o.remeasure, progress=progress) as session:
         tmp = p.out_dir / "artifacts"
@@ -194,25 +199,35 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
         np.save(tmp / "top_ids.npy", p.ref.top_ids)
         remotes = session.deliver_files([tmp / "windows.npy", tmp / "top_ids.npy"], kind="eval")
         session.deliver(built.values())
-        for name, art in built.items():
+
+        def one(name: str, art: Artifact, mm: MeasureDefaults) -> None:
+            nonlocal first_doc
             progress(f"measuring {name} on the device (prefill at {p.settings.prompt_lengths()} tokens, "
-                     f"{m.runs}+ decode steps, {p.text.windows.shape[0]} scored windows)")
+                     f"{mm.runs}+ decode steps at {mm.threads} thread(s), {p.text.windows.shape[0]} scored windows)")
             req = generate_request(
-                variant=name, art=art, model_remote=session.remote(art.path), measure=m, settings=p.settings,
+                variant=name, art=art, model_remote=session.remote(art.path), measure=mm, settings=p.settings,
                 windows=p.text.windows, scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
                 greedy=p.text.prompts,
                 outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
                 energy_sources=tuple(spec.energy_sources), sustained_seconds=o.sustained_seconds,
                 runtime_options=None if name.startswith(RELEASE_PREFIX) else o.runtime_options.get(
                     str(format_spec(art.format).runtime)))
-            res = session.run(req, RunSettings(measure=m, timeout_s=req.timeout_s + 600))
+            res = session.run(req, RunSettings(measure=mm, timeout_s=req.timeout_s + 600))
             if isinstance(res, MeasureFailure):
                 dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (
                     f"; {res.hint}" if res.hint else "")
-                continue
+                return
             first_doc = first_doc or res.doc
             results.append(_variant(name, art, res.doc, res.outputs, p))
-    return results, dropped, first_doc, session
+
+        for name, art in built.items():
+            one(name, art, m)
+        if o.threads is None:
+            ours = [v for v in results if not v.name.startswith(RELEASE_PREFIX)]
+            rows, capped = settings_to_try(ours, o.gate, o.objective, first_doc, spec)
+            for name, t in rows:
+                one(tuned_name(name, t), built[name], m.model_copy(update={"threads": t}))
+    return results, dropped, first_doc, session, capped
 
 
 def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetSpec = "local",
@@ -231,6 +246,10 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
         if unknown:
             raise BadInputError(f"unknown language-model variant(s) {unknown}; known: {[c.name for c in CANDIDATES]}")
         chosen = [c for c in chosen if c.name in o.candidates]
+    elif not o.search:
+        skipped.update({c.name: "not in the short search (--search races every variant)" for c in chosen
+                        if c.name not in SHORT})
+        chosen = [c for c in chosen if c.name in SHORT]
     if not chosen:
         raise BadInputError(f"no language-model runtime to build for target {spec.name}: "
                             + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
@@ -239,12 +258,14 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
     if not built:
         raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
     to_measure = {**built, **({last.name: last.artifact} if last else {})}
-    measured, failed, first_doc, session = measure(p, to_measure, o, device, transport, progress)
+    measured, failed, first_doc, session, capped = measure(p, to_measure, o, device, transport, progress)
     results = [v for v in measured if not v.name.startswith(RELEASE_PREFIX)]
     again = next((v for v in measured if last is not None and v.name == last.name), None)
     dropped.update({k: v for k, v in failed.items() if not k.startswith(RELEASE_PREFIX)})
     baseline = BASELINE if any(v.name == BASELINE for v in results) else (results[0].name if results else BASELINE)
-    gate, decision = judge(results, baseline, o.gate, o.objective, dropped)
+    ties = not_competing(results, o.objective)  # thread settings not clearly faster than the measured threads
+    gate, decision = judge([v for v in results if v.name not in ties], baseline, o.gate, o.objective,
+                           {**dropped, **ties})
     if last is not None:
         shipped = next((v for v in results if v.name == decision.ship), None)
         gate.checks += release_checks(shipped, again, last, p.src.sha256, p.text.describe().get("windows_sha256"),
@@ -260,17 +281,21 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
             "decode_tokens_filled": p.settings.decode_tokens, "filled_at": p.settings.filled_at,
             "prefill_repeats": p.settings.prefill_repeats, "greedy_tokens": p.settings.greedy_tokens},
             "measure": _measure(spec, o).model_dump(), "objective": o.objective,
+            "threads_tuned": None if o.threads is not None else {
+                "rows": [v.name for v in results if "@t" in v.name], "capped": capped},
             "gate": {"max_kld": o.gate.max_kld, "max_perplexity_increase": o.gate.max_perplexity_increase},
             "skipped": skipped},
         baseline=baseline, variants=results + ([again] if again is not None else []), gate=gate,
-        compared_with=compared_with(last) if last is not None else None, decision=decision, warnings=session.warnings(),
-        search=SearchSection(mode="quick", objective=o.objective, selected=decision.ship,
+        compared_with=compared_with(last) if last is not None else None, decision=decision,
+        warnings=session.warnings() + ([capped] if capped else []),
+        search=SearchSection(mode="full" if o.search else "quick", objective=o.objective, selected=decision.ship,
                              seconds=round(time.perf_counter() - t0, 2), candidates=[
                                  SearchCandidate(name=n, status="selected" if n == decision.ship else (
                                      "dropped" if n in dropped else "measured"), reason=decision.lost.get(n))
-                                 for n in dict.fromkeys([*built, *dropped])]))
+                                 for n in dict.fromkeys([*built, *(v.name for v in results), *dropped])]))
     if decision.ship is not None:
         v = report.variant(decision.ship)
-        report.search.shipped = ShippedFile(**write_lm_ship(p.out_dir, v, built[decision.ship], p.src, p.settings))
+        report.search.shipped = ShippedFile(**write_lm_ship(p.out_dir, v, built[file_of(decision.ship)], p.src,
+                                                            p.settings))
     write_report(report, p.out_dir)
     return report

@@ -134,7 +134,7 @@ def test_a_language_model_generates_on_the_twin_with_each_runtime(et_twin, tmp_p
     folder, text = build_tiny_lm("llama"), eval_text(tmp_path / "text")
     res = run_edgekit_subprocess("deploy", folder, "--eval-text", text, "--target", TARGET, "--device", NAME,
                                  "--context", "48",
-                                 "--lm-variants", ",".join(VARIANTS), "--runs", "8", "--warmup", "2",
+                                 "--lm-variants", ",".join(VARIANTS), "--runs", "8", "--warmup", "2", "--threads", "1",
                                  "--min-seconds", "0.1",
                                  "--out", tmp_path / "lm", timeout=1800)
     assert res.exit_code in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]

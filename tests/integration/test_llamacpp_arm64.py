@@ -99,7 +99,7 @@ def test_gguf_files_generate_on_the_twin_and_are_scored_from_its_logits(llama_tw
 
     folder, text = build_tiny_lm("llama"), eval_text(tmp_path / "text")
     res = run_edgekit_subprocess("deploy", folder, "--eval-text", text, "--target", TARGET, "--device", NAME,
-                                 "--context", "48", "--lm-variants", ",".join(VARIANTS), "--runs", "6",
+                                 "--context", "48", "--lm-variants", ",".join(VARIANTS), "--threads", "1", "--runs", "6",
                                  "--warmup", "1", "--min-seconds", "0.1", "--out", tmp_path / "lm", timeout=1800)
     assert res.exit_code in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
     rep = json.loads((tmp_path / "lm" / "report.json").read_text())

@@ -21,7 +21,7 @@ from edgekit.errors import BadInputError, ConversionError  # noqa: E402
 from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
 
 ORT_ONLY = ("ort-fp32", "ort-int8")
-FAST = dict(runs=20, warmup=3, min_seconds=0.1)
+FAST = dict(runs=20, warmup=3, min_seconds=0.1, threads=1)  # threads fixed: no FILE@tN rows
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_a_planted_degenerate_variant_fails_the_gate_on_the_device(llama, tmp_pa
     good = export_onnx(p.src, tmp_path / "out" / "artifacts" / "good.onnx", context=64)
     _planted_degenerate(good.path, tmp_path / "bad.onnx", token=7)
     bad = Artifact.from_file(tmp_path / "bad.onnx", Format.ONNX, lm_io(p.src), precision="int8")
-    results, dropped, _, _ = d.measure(p, {"ort-fp32": good, "planted": bad}, o, None, None, lambda _m: None)
+    results, dropped, _, _, _ = d.measure(p, {"ort-fp32": good, "planted": bad}, o, None, None, lambda _m: None)
     assert not dropped
     gate, decision = judge(results, "ort-fp32", LMGate(), "decode", {})
     planted = next(v for v in results if v.name == "planted")
@@ -313,3 +313,60 @@ def test_a_kld_whose_top_k_misses_the_mass_is_not_judged(llama, tmp_path):
     full = deploy_lm(folder, eval_text=text, out=tmp_path / "k256", options=LMOptions(
         context=64, window=32, max_windows=2, candidates=("ort-int8",), **FAST))
     assert full.variant("ort-int8").quality.float_tail_mass_mean < 0.05 and full.gate.passed
+
+
+def test_threads_are_tuned_per_runtime_and_a_setting_ships_only_when_clearly_faster(llama, tmp_path):
+    """Issue #37's race: after the files are measured, each runtime's best file inside the gate is measured again
+    (timings and scoring) at the other thread counts the device allows (FILE@tN); a setting ships only when its
+    decode CI is above its file's at the measured threads, and ship/runtime.json carries the shipped threads.
+    --threads fixes them: nothing is tuned."""
+    import json
+    import os
+
+    from edgekit.llm.threads import file_of
+
+    folder, text = llama
+    opts = dict(context=64, window=32, max_windows=2, candidates=ORT_ONLY, runs=20, warmup=3, min_seconds=0.1)
+    r = deploy_lm(folder, eval_text=text, out=tmp_path / "o", options=LMOptions(**opts))
+    limit = min(2, len(os.sched_getaffinity(0)))  # the local target has 2 cores; this process may use fewer
+    rows = [v for v in r.variants if "@t" in v.name]
+    assert [v.runtime.threads for v in rows] == ([2] if limit == 2 else []), [v.name for v in r.variants]
+    assert r.settings["threads_tuned"]["rows"] == [v.name for v in rows]
+    for row in rows:
+        base = r.variant(file_of(row.name))
+        assert base.runtime.threads == 1 and row.sha256 == base.sha256
+        assert row.quality.positions == base.quality.positions > 0  # scored again on the device, not copied
+        lo, hi = row.generation.decode_tokens_per_s_ci95[0], base.generation.decode_tokens_per_s_ci95[1]
+        if r.decision.ship == row.name:
+            assert lo > hi, (lo, hi)
+        else:
+            assert row.name in r.decision.lost
+            assert lo <= hi or "slower" in r.decision.lost[row.name], r.decision.lost[row.name]
+    shipped = r.variant(r.decision.ship)
+    runtime = json.loads((tmp_path / "o" / "ship" / "runtime.json").read_text())
+    assert runtime["threads"] == shipped.runtime.threads
+    fixed = deploy_lm(folder, eval_text=text, out=tmp_path / "f", options=LMOptions(**opts, threads=1))
+    assert not [v for v in fixed.variants if "@" in v.name] and fixed.settings["threads_tuned"] is None
+
+
+def test_the_short_search_leaves_the_slow_rows_to_search(llama, tmp_path, monkeypatch):
+    """Without --lm-variants the race builds the short list (each runtime's likeliest winners); the rest are named
+    in settings.skipped with the flag that races them; --search races every row."""
+    from edgekit.llm import candidates, deploy
+
+    seen: list[list[str]] = []
+
+    def stop(p, chosen, progress, cal):
+        seen.append([c.name for c in chosen])
+        raise BadInputError("stop after choosing")
+
+    monkeypatch.setattr(deploy, "build", stop)
+    folder, text = llama
+    for search in (False, True):
+        with pytest.raises(BadInputError, match="stop after choosing"):
+            deploy_lm(folder, eval_text=text, out=tmp_path / f"o{search}", options=LMOptions(
+                context=64, window=32, max_windows=2, search=search))
+    runnable, _ = candidates.candidates_for(deploy.target_spec("local"))
+    assert seen[0] == [c.name for c in runnable if c.name in candidates.SHORT]
+    assert seen[1] == [c.name for c in runnable]
+    assert "ort-int4" in seen[0] and "ort-int4-b128" not in seen[0] and "ort-int4-b128" in seen[1]

@@ -29,7 +29,7 @@ def test_executorch_and_onnxruntime_race_on_the_device(tmp_path):
     text = eval_text(tmp_path / "t")
     report = deploy_lm(folder, eval_text=text, out=tmp_path / "o",
                        options=LMOptions(context=64, window=32, max_windows=6, runs=20, warmup=3, min_seconds=0.1,
-                                         candidates=ORT_ET))
+                                         candidates=ORT_ET, threads=1))
     names = {v.name for v in report.variants}
     assert names == set(ORT_ET), report.decision
     et32, et8, dyn = report.variant("et-fp32"), report.variant("et-int8"), report.variant("et-8da8w")

@@ -110,7 +110,7 @@ def test_the_account_reaches_the_report(text, tmp_path):
     out = tmp_path / "o"
     report = deploy_lm(folder, eval_text=text, out=out, options=LMOptions(
         context=96, window=48, max_windows=6, candidates=("ort-fp32", "ort-int4"), runs=15, warmup=2,
-        min_seconds=0.1, head="float"))
+        min_seconds=0.1, head="float", threads=1))
     v = report.variant("ort-int4")
     assert v is not None and v.precision == "int4" and 0 < v.quality.kld_mean < 0.05, report.decision
     doc = json.loads((out / "report.json").read_text())

@@ -418,7 +418,8 @@ def test_llama_cpp_races_onnxruntime_in_the_deploy_loop(llama, tiny, tmp_path, c
     text = eval_text(tmp_path / "t")
     names = ("ort-int8", "gguf-q8_0", "gguf-q4_0", "gguf-q4_k_m")
     r = cli("deploy", str(tiny), "--eval-text", str(text), "--context", "96", "--lm-variants", ",".join(names),
-            "--runs", "30", "--warmup", "3", "--min-seconds", "0.2", "--out", str(tmp_path / "o"), "--json")
+            "--runs", "30", "--warmup", "3", "--min-seconds", "0.2", "--threads", "1", "--out", str(tmp_path / "o"),
+            "--json")
     assert r.exit_code == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rep = json.loads((tmp_path / "o" / "report.json").read_text())
     got = {v["name"]: v for v in rep["variants"]}

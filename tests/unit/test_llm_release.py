@@ -18,7 +18,8 @@ from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
 from edgekit.errors import BadInputError, GateFailed  # noqa: E402
 from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
 
-ONE = dict(context=96, window=48, max_windows=6, candidates=("ort-int8",), runs=40, warmup=5, min_seconds=0.3)
+ONE = dict(context=96, window=48, max_windows=6, candidates=("ort-int8",), runs=40, warmup=5, min_seconds=0.3,
+           threads=1)
 SLOW = {"onnxruntime": {"execution_mode": "parallel", "inter_op_threads": 2}}
 
 

@@ -1,0 +1,77 @@
+"""Threads per runtime in a language model's race (issue #37): the thread count that decodes fastest differs by
+runtime and device (llama.cpp's matmuls scale with cores until memory bandwidth is the limit, onnxruntime's
+intra-op pool pays later on small models, XNNPACK in between), so after the race each runtime's best file inside
+the quality gate is measured again, on the device, at the other thread counts up to the cores the agent may use
+(``variant_search.tuning.thread_limit``: the target's cores, at most 4, capped by CPU affinity and cgroup quota).
+
+Each setting is a full row of the race, named ``FILE@tN`` (the fixed-graph search's spelling): the same file,
+its own timings and its own scoring on the device (its logits are scored again rather than assumed unchanged).
+A setting competes only when it is clearly faster than its file at the measured threads (decode: the 95% CIs
+of tokens/s separated; TTFT and prefill: 5% better); otherwise it loses with that reason and the default stays.
+``--threads N`` fixes the threads: nothing is tuned. ``ship/runtime.json`` records the shipped setting's
+threads."""
+
+from __future__ import annotations
+
+from ..report.model import VariantResult
+from ..targets import TargetSpec
+from ..variant_search.tuning import thread_limit
+from .judge import LMGate, objective_value, variant_checks
+
+MARGIN = 0.05  # TTFT / prefill: a setting must be this much better to replace the measured threads
+
+
+def tuned_name(name: str, threads: int) -> str:
+    return f"{name}@t{threads}"
+
+
+def file_of(name: str) -> str:
+    """The built file a row measures (``gguf-q4_0@t2`` -> ``gguf-q4_0``)."""
+    return name.split("@", 1)[0]
+
+
+def thread_counts(limit: int) -> list[int]:
+    """1, 2, 4 ... up to ``limit``, and ``limit`` itself."""
+    return sorted({t for t in (1, 2, 4) if t <= limit} | {limit})
+
+
+def settings_to_try(results: list[VariantResult], cfg: LMGate, objective: str, doc: dict | None,
+                    spec: TargetSpec) -> tuple[list[tuple[str, int]], str | None]:
+    """([(file, threads)] to measure: each runtime's best file inside the gate at every other thread count),
+    and why the threads were capped below the target's cores (None: not capped)."""
+    limit, why = thread_limit(doc, spec.cores)
+    best: dict[str, VariantResult] = {}
+    for v in results:
+        value = objective_value(v, objective)
+        if value is None or any(not c.passed for c in variant_checks(v, cfg)):
+            continue
+        cur = best.get(v.runtime.name)
+        if cur is None or value > (objective_value(cur, objective) or 0.0):
+            best[v.runtime.name] = v
+    rows = [(v.name, t) for v in best.values() for t in thread_counts(limit) if t != v.runtime.threads]
+    return rows, why
+
+
+def not_competing(results: list[VariantResult], objective: str) -> dict[str, str]:
+    """{row: why it does not replace its file's measured threads} for the ``@tN`` rows not clearly faster."""
+    by_name = {v.name: v for v in results}
+    out: dict[str, str] = {}
+    for v in results:
+        base = by_name.get(file_of(v.name))
+        if base is None or base is v or v.generation is None or base.generation is None:
+            continue
+        if objective == "decode":
+            lo = (v.generation.decode_tokens_per_s_ci95 or [0.0, 0.0])[0]
+            hi = (base.generation.decode_tokens_per_s_ci95 or [0.0, 0.0])[1]
+            if lo > hi:
+                continue
+            out[v.name] = (f"not proved faster than {base.name} at {base.runtime.threads} thread(s): decode "
+                           f"{v.generation.decode_tokens_per_s:.1f} tok/s (95% CI from {lo:.1f}) vs "
+                           f"{base.generation.decode_tokens_per_s:.1f} (up to {hi:.1f}): the CIs overlap")
+        else:
+            a, b = objective_value(v, objective), objective_value(base, objective)
+            if a is not None and b is not None and a > b + abs(b) * MARGIN:
+                continue
+            out[v.name] = (f"not {MARGIN:.0%} better than {base.name} at {base.runtime.threads} thread(s) by "
+                           f"{objective}")
+    return out
