@@ -33,6 +33,7 @@ def released(tmp_path_factory):
     return folder, text, out
 
 
+@pytest.mark.serial  # the same file measured twice in a row: another worker's load between them reads as a regression
 def test_an_unchanged_release_passes_the_release_gate(released, tmp_path):
     folder, text, last = released
     report = deploy_lm(folder, eval_text=text, out=tmp_path / "o",
