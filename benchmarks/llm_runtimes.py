@@ -192,6 +192,11 @@ def peers_only(work: Path, text: Path, threads: int, context: int) -> None:
         kld = {v["name"]: v["quality"]["kld_mean"] for v in rep["variants"]}
         for f in sorted((out / "artifacts").glob("gguf-q*.gguf")):
             pr = paired_with_llama_bench(f, threads, context)
+            # the same at llama-bench's own context (tg64 makes a 64-position context; ours needs one more): how
+            # much of a gap is the deploy's larger KV cache rather than the decode loop
+            small = paired_with_llama_bench(f, threads, 72)
+            print(f"  .. {f.stem}: at context {context} {pr['ratio_median']:.2f}, at context 72 "
+                  f"{small['ratio_median']:.2f}", file=sys.stderr, flush=True)
             base = out / "artifacts" / "gguf-f16.gguf"
             pk = llama_perplexity_kld(f, base, text, threads, work)
             ek = edgekit_kld_on_peer_chunks(f, base, text, threads)
