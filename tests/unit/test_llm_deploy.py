@@ -369,4 +369,5 @@ def test_the_short_search_leaves_the_slow_rows_to_search(llama, tmp_path, monkey
     runnable, _ = candidates.candidates_for(deploy.target_spec("local"))
     assert seen[0] == [c.name for c in runnable if c.name in candidates.SHORT]
     assert seen[1] == [c.name for c in runnable]
-    assert "ort-int4" in seen[0] and "ort-int4-b128" not in seen[0] and "ort-int4-b128" in seen[1]
+    assert "ort-int4" in seen[0] and "et-int8" not in seen[0] and "ort-int4-b128" in seen[0]
+    assert {"et-int8", "et-8da4w-g64"} <= set(seen[1]) - set(seen[0])
