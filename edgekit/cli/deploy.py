@@ -57,8 +57,8 @@ def deploy_cmd(
         help="A language model's variants to build and race, comma-separated (default: the short search, those of "
         "ort-fp32, ort-int8, ort-int4, ort-int4-b128, et-8da4w, gguf-q8_0, gguf-q4_0, gguf-q4_k_m whose runtime the "
         "target runs; --search adds et-fp32, et-8da8w, et-int8 and ExecuTorch's other int4 group sizes: "
-        "et-8da4w-g64, et-8da4w-g128). Unless --threads fixes them, each runtime's best file is measured again at other thread "
-        "counts (FILE@tN)."),
+        "et-8da4w-g64, et-8da4w-g128). Unless --threads fixes them, each runtime's best file is measured again at "
+        "other thread counts (FILE@tN)."),
     top_k: Optional[int] = typer.Option(
         None, "--top-k", rich_help_panel=PANEL_LM,
         help="A language model's KLD: the float model's top-K tokens a position whose log-probs the device returns "
