@@ -1,5 +1,5 @@
 """Convert every architecture of tests/models_zoo.py through every format and precision and print
-parity and conversion time per hop (the numbers behind the README's support table).
+parity and conversion time per hop (the numbers behind the support table in docs/benchmarks/conversion.md).
 
     python benchmarks/convert_matrix.py [--only mlp,gru] [--json out.json]
 

@@ -69,7 +69,7 @@ def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]
                 raise BadInputError(f"target '{spec.name}' names no device wheels for the {r} runtime",
                                     hint=f"add wheels.runtime_packages.{r} to the target file (see targets/rpi5.yaml)"
                                          + ("; on a Cortex-A72 (Raspberry Pi 4) PyPI has no torch/executorch pair "
-                                            "that runs: see README, ExecuTorch" if r == "executorch" else ""))
+                                            "that runs: see docs/runtimes/executorch.md" if r == "executorch" else ""))
             continue  # its wheels are among the target's packages
         packages += [p for p in extra.packages if p not in packages]
         no_deps += [p for p in (*extra.no_deps, *extra.host_built) if p not in no_deps]

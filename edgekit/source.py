@@ -232,7 +232,7 @@ def _unfed(path: Path, names: list[str], fed: int):
                      f"{fed}: inputs {', '.join(names[fed:])} are fed (--const/--state) only where edgekit carries them "
                      "(the reference outputs, the eval pass on the device and the host filter, static INT8 "
                      "calibration), not in this step",
-                     hint="a streaming model's state or constants: see README 'Streaming models'")
+                     hint="a streaming model's state or constants: see docs/guides/streams.md")
 
 
 REFERENCE_OPSET = 13

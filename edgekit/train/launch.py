@@ -6,7 +6,7 @@
 
 torchrun's failure policy (documented, not reimplemented): when any worker exits non-zero, the
 agent on that node stops the node's other workers and, if ``--max-restarts`` allows, restarts the
-whole group (all ranks, from the last checkpoint when ``--resume`` semantics are wanted, see README);
+whole group (all ranks, from the last checkpoint when ``--resume`` semantics are wanted, see docs/guides/training.md);
 with the default ``--max-restarts 0`` it exits with a summary naming the first failed rank. Workers on
 other nodes see their peer's TCP connection close (gloo) and fail too; ``collective_timeout`` bounds
 any wait that no closed connection interrupts.

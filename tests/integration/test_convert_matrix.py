@@ -86,8 +86,8 @@ def test_onnx(zoo, tmp_path, name):
 @pytest.mark.parametrize("name", list(models_zoo.ZOO))
 def test_tflite(zoo, tmp_path, name, label, extra):
     if name == "transformer" and label in ("int8", "int8-int8io"):
-        # README support table: exact GELU is ONNX Erf; TFLite has no builtin Erf (a Flex op) and
-        # onnx2tf's builtin pseudo-Erf has a DIV whose int8 kernel meets a zero divisor at run time.
+        # the support table (docs/benchmarks/conversion.md): exact GELU is ONNX Erf; TFLite has no builtin Erf
+        # (a Flex op) and onnx2tf's builtin pseudo-Erf has a DIV whose int8 kernel meets a zero divisor at run time.
         from edgekit.errors import ConversionError
 
         with pytest.raises(ConversionError) as ei:

@@ -62,15 +62,15 @@ def test_compress_recipe_deploys_every_variant_and_reruns_from_cache(cli, digits
     _faster_as_claimed(rep2.variant("pruned-distilled"), rep2.variant("fp32"), ab=False)  # same files: A/B above
 
 
-# README ("Compression that carries its own evidence"): the pruned + distilled digits CNN runs at 1.48x fp32's
-# speed on the local device (pruned alone 1.45x). The bound is the README's lowest pruned figure, 1.45x, less
+# docs/benchmarks/compression.md: the pruned + distilled digits CNN runs at 1.48x fp32's
+# speed on the local device (pruned alone 1.45x). The bound is that page's lowest pruned figure, 1.45x, less
 # 10% for noise: 1.305x (seen here: 1.455-1.483x by A/B). It is checked on an A/B interleaved re-measurement
 # of the two report files in one agent process (the release gate's method): the report's own figure comes
 # from two measurements made one after the other, which on this shared 2-core host drift apart by more
 # than the claim (the same two files read 1.47x, then 0.87x, with 5000 runs each), so that figure is checked
 # for what it is (fp32 p50 / the variant's p50), and the claim about the model on the drift-free method.
 # Later (2026-12-03, a busier host) the same A/B read 1.26-1.29x in some runs, all three sessions of a run alike,
-# 1.45x+ in others: the bound is the lowest figure seen less ~5% (the README gives the range).
+# 1.45x+ in others: the bound is the lowest figure seen less ~5% (that page gives the range).
 CLAIMED_SPEEDUP = 1.45
 NOISE_MARGIN = 0.17
 

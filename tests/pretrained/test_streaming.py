@@ -17,7 +17,7 @@ from tests import pretrained
 
 pytestmark = pytest.mark.slow
 FAST = ("--runs", "10", "--min-seconds", "0", "--warmup", "2")
-# what the user types (README, "Streaming models")
+# what the user types (docs/guides/streams.md)
 STREAM = ("--const", "sr=16000", "--state", "stateN:state")
 
 
