@@ -126,7 +126,6 @@ def edgekit_kld_on_peer_chunks(gguf: Path, base: Path, text: Path, threads: int,
     import numpy as np
 
     from edgekit.agent.inprocess import load_agent
-
     from edgekit.llm.quality import kl_per_position
 
     runners = load_agent().runners
@@ -177,34 +176,41 @@ def paired_with_llama_bench(gguf: Path, threads: int, context: int, rounds: int 
     return {"edgekit": ours, "llama_bench": theirs, "ratio_median": ratios[len(ratios) // 2] if ratios else None}
 
 
-def peers_only(work: Path, text: Path, threads: int, context: int) -> None:
+def peers_only(work: Path, text: Path, threads: int, context: int) -> list[str]:
     """The GGUF files a earlier run kept under ``work``: edgekit's decode loop beside llama-bench (alternated),
     and llama-perplexity's KLD against the f16 file beside edgekit's (report.json: the device's, over the float
     model's top-256 plus a tail bucket, against PyTorch)."""
-    print("| model | file | edgekit decode tok/s (median of rounds) | llama-bench tg64 (median) | "
-          "edgekit / llama-bench "
-          "(median of per-round ratios) | edgekit deploy KLD (its windows, vs PyTorch) | edgekit KLD on "
-          "llama-perplexity's positions (vs the f16 GGUF) | llama-perplexity KLD (vs the f16 GGUF) | edgekit / "
-          "llama-perplexity (same positions) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [f"| model | file | edgekit decode tok/s (median of rounds) | llama-bench tg64 (median) | edgekit / "
+             f"llama-bench (median of per-round ratios), context {context} | the same at context 72 | edgekit deploy "
+             "KLD (its windows, vs PyTorch) | edgekit KLD on llama-perplexity's positions (vs the f16 GGUF) | "
+             "llama-perplexity KLD (vs the f16 GGUF) | edgekit / llama-perplexity (same positions) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    print("\n".join(lines), flush=True)
     for out in sorted(work.glob("*-out")):
         rep = json.loads((out / "report.json").read_text())
-        kld = {v["name"]: v["quality"]["kld_mean"] for v in rep["variants"]}
+        def deploy_kld(q: dict) -> str:  # the report's KLD, said to be a bound where its top-K missed the mass
+            tail = q.get("float_tail_mass_mean") or 0.0
+            return f"{q['kld_mean']:.2e}" + (f" (top-{q.get('top_k')}: a lower bound, {tail:.0%} of the float mass "
+                                             "outside)" if tail > 0.05 else "")
+
+        kld = {v["name"]: deploy_kld(v["quality"]) for v in rep["variants"]}
         for f in sorted((out / "artifacts").glob("gguf-q*.gguf")):
             pr = paired_with_llama_bench(f, threads, context)
             # the same at llama-bench's own context (tg64 makes a 64-position context; ours needs one more): how
             # much of a gap is the deploy's larger KV cache rather than the decode loop
             small = paired_with_llama_bench(f, threads, 72)
-            print(f"  .. {f.stem}: at context {context} {pr['ratio_median']:.2f}, at context 72 "
-                  f"{small['ratio_median']:.2f}", file=sys.stderr, flush=True)
             base = out / "artifacts" / "gguf-f16.gguf"
             pk = llama_perplexity_kld(f, base, text, threads, work)
             ek = edgekit_kld_on_peer_chunks(f, base, text, threads)
             med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
             nan = float("nan")
-            print(f"| {out.name[:-4]} | {f.stem} | {med(pr['edgekit']):.1f} | {med(pr['llama_bench']):.1f} | "
-                  f"{pr['ratio_median']:.2f} | {kld.get(f.stem, nan):.2e} | {ek.get('kld', nan):.2e} | "
-                  f"{pk.get('kld', nan):.2e} | {ek.get('kld', nan) / pk.get('kld', nan):.3f} |", flush=True)
+            lines.append(f"| {out.name[:-4]} | {f.stem} | {med(pr['edgekit']):.1f} | {med(pr['llama_bench']):.1f} | "
+                         f"{pr['ratio_median']:.2f} | {small['ratio_median']:.2f} | "
+                         f"{kld.get(f.stem, 'not measured')} | "
+                         f"{ek.get('kld', nan):.2e} | {pk.get('kld', nan):.2e} | "
+                         f"{ek.get('kld', nan) / pk.get('kld', nan):.3f} |")
+            print(lines[-1], flush=True)
+    return lines
 
 
 def commit() -> str:
@@ -225,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: every one)")
     ap.add_argument("--top-k", type=int, default=32000,
                     help="the KLD's top-K (default: the whole vocabulary; random weights spread their mass)")
+    ap.add_argument("--docs", action="store_true",
+                    help="with --peers-only: write the table into docs/benchmarks/language-models.md (its section "
+                    "between the `benchmark llm_runtimes --peers-only` markers)")
     ap.add_argument("--peers-only", action="store_true",
                     help="with --keep: only the GGUF files an earlier run kept, beside llama-bench and "
                     "llama-perplexity")
@@ -240,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# llm_runtimes: {isa()}; edgekit {commit()}; threads {args.threads}; context {args.context}")
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     if args.peers_only:
-        peers_only(work, text, args.threads, args.context)
+        lines = peers_only(work, text, args.threads, args.context)
+        if args.docs:
+            from _docs import write_section
+
+            write_section(ROOT / "docs" / "benchmarks" / "language-models.md", "llm_runtimes --peers-only",
+                          "One thread; decode rounds of 64 tokens alternated with llama-bench tg64.\n\n"
+                          + "\n".join(lines))
         return 0
     rows = []
     for family in args.families.split(","):
