@@ -61,13 +61,16 @@ def not_competing(results: list[VariantResult], objective: str) -> dict[str, str
         if base is None or base is v or v.generation is None or base.generation is None:
             continue
         if objective == "decode":
-            lo = (v.generation.decode_tokens_per_s_ci95 or [0.0, 0.0])[0]
-            hi = (base.generation.decode_tokens_per_s_ci95 or [0.0, 0.0])[1]
-            if lo > hi:
+            lo, hi = v.generation.decode_tokens_per_s_ci95 or [0.0, 0.0]
+            b_lo, b_hi = base.generation.decode_tokens_per_s_ci95 or [0.0, 0.0]
+            if lo > b_hi:
                 continue
-            out[v.name] = (f"not proved faster than {base.name} at {base.runtime.threads} thread(s): decode "
-                           f"{v.generation.decode_tokens_per_s:.1f} tok/s (95% CI from {lo:.1f}) vs "
-                           f"{base.generation.decode_tokens_per_s:.1f} (up to {hi:.1f}): the CIs overlap")
+            figures = (f"decode {v.generation.decode_tokens_per_s:.1f} tok/s (95% CI {lo:.1f}-{hi:.1f}) vs "
+                       f"{base.generation.decode_tokens_per_s:.1f} ({b_lo:.1f}-{b_hi:.1f})")
+            out[v.name] = (f"slower at {v.runtime.threads} threads than {base.name} at {base.runtime.threads}: "
+                           f"{figures}" if hi < b_lo else
+                           f"not proved faster than {base.name} at {base.runtime.threads} thread(s): {figures}: "
+                           "the CIs overlap")
         else:
             a, b = objective_value(v, objective), objective_value(base, objective)
             if a is not None and b is not None and a > b + abs(b) * MARGIN:
