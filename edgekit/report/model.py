@@ -263,39 +263,39 @@ class LMQuality(_Open):
     """A language model's quality from the device's own log-probabilities on the eval text, against the
     float model on the host (edgekit/llm/quality.py)."""
 
-    positions: int
-    windows: int
+    positions: int  # scored positions: windows x (window tokens - 1), each predicting the next token
+    windows: int  # teacher-forced windows of the eval text, each scored from an empty cache
     top_k: int = Field(description="the float model's top-K tokens a position at which the device's log-probs came back")
-    perplexity: float
-    perplexity_float: float
+    perplexity: float  # exp(mean negative log-likelihood of the text's next tokens), from the device's log-probs
+    perplexity_float: float  # the same on the host's float (PyTorch) model, same windows
     perplexity_increase: float = Field(description="perplexity / float perplexity - 1")
-    perplexity_increase_ci95: list[float] | None = None
+    perplexity_increase_ci95: list[float] | None = None  # 95% CI by bootstrap over the windows
     kld_mean: float = Field(description="mean KL(float || device) per position over the top-K tokens + one tail bucket")
-    kld_ci95: list[float] | None = None
+    kld_ci95: list[float] | None = None  # 95% CI by bootstrap over the windows
     kld_bound: str | None = Field(None, description="exact, or lower (the tail merged: a lower bound)")
     float_tail_mass_mean: float | None = Field(
         None, description="the float model's mean probability outside its top-K: how much the KLD bound leaves out")
-    top1_agreement: float
-    top1_agreement_ci95: list[float] | None = None
+    top1_agreement: float  # share of positions whose most likely next token is the float model's
+    top1_agreement_ci95: list[float] | None = None  # 95% CI by bootstrap over the windows
     greedy: dict[str, Any] | None = Field(None, description="greedy continuations against the float model's")
 
 
 class VariantResult(_Open):
-    name: str
-    format: str
-    precision: str
-    runtime: RuntimeInfo
-    size_bytes: int
-    sha256: str
-    artifact_path: str | None = None
-    lineage: list[LineageStep] = Field(default_factory=list)
-    load_ms: float | None = None
-    latency_ms: LatencyMs | None = None
-    peak_memory_mb: float | None = None
-    memory: dict[str, Any] = Field(default_factory=dict)
-    energy_mj_per_inference: float | None = None
-    energy_source: str | None = None
-    energy_reason: str | None = None
+    name: str  # the variant (a recipe's name, a search candidate, FILE@setting for a runtime setting)
+    format: str  # the file's format: onnx, tflite, coreml, executorch, openvino, ncnn, gguf
+    precision: str  # fp32, fp16, int8, int4... as built
+    runtime: RuntimeInfo  # the device runtime that ran it, its version, threads and options
+    size_bytes: int  # the file's size as delivered
+    sha256: str  # the file's content hash (delivery and the measurement cache key on it)
+    artifact_path: str | None = None  # where the file is on the host
+    lineage: list[LineageStep] = Field(default_factory=list)  # every step that made the file, in order
+    load_ms: float | None = None  # the runtime's load of the file on the device
+    latency_ms: LatencyMs | None = None  # the timed runs' statistics (a language model: its inter-token times)
+    peak_memory_mb: float | None = None  # the agent process's peak RSS on the device while measuring
+    memory: dict[str, Any] = Field(default_factory=dict)  # the agent's full memory record (sources and readings)
+    energy_mj_per_inference: float | None = None  # None when no energy source could read (energy_reason says why)
+    energy_source: str | None = None  # the sensor or method that read the energy
+    energy_reason: str | None = None  # why no energy figure, when there is none
     # The agent's full energy record: source, sample rate, baseline, uncertainty (see device_agents/edgekit_agent/energy.py).
     energy: dict[str, Any] = Field(default_factory=dict)
     # Sustained mode: latency bins over time and first vs last segment (edgekit.measure.sustained).
@@ -313,8 +313,8 @@ class VariantResult(_Open):
     speedup_weighted: float | None = None
     parity: Parity | None = None  # the first output's (the contract field)
     parity_outputs: dict[str, Parity] | None = None  # every output's, by name
-    selected: bool = False
-    device_state: dict[str, Any] = Field(default_factory=dict)
+    selected: bool = False  # the variant the decision ships
+    device_state: dict[str, Any] = Field(default_factory=dict)  # temperatures, clocks, throttling around the run
     # per-op times from the runtime's own profiler, traced to PyTorch modules (edgekit.measure.profile);
     # None = not profiled (deploy profiles the baseline and slower variants, --profile all; search its selection)
     op_profile: OpProfile | None = None
@@ -325,12 +325,12 @@ class VariantResult(_Open):
 
 
 class Check(_Open):
-    name: str
-    variant: str | None = None
-    value: float | None = None
-    limit: float | None = None
+    name: str  # the check, e.g. accuracy_drop, latency_budget, kld, release_decode
+    variant: str | None = None  # the variant it judged (None: the run as a whole)
+    value: float | None = None  # the measured value, in the check's units
+    limit: float | None = None  # the limit it was held to
     passed: bool
-    message: str
+    message: str  # one sentence: the figures and the verdict
     # Set on checks against a baseline report (latency regression): the test's p-value and verdict.
     p_value: float | None = None
     significant: bool | None = None
@@ -339,7 +339,7 @@ class Check(_Open):
 
 
 class Gate(_Open):
-    passed: bool
+    passed: bool  # every check passed: the exit code is 0 (else 1; `Report.raise_for_gate()` raises GateFailed)
     checks: list[Check] = Field(default_factory=list)
 
     @property
@@ -612,26 +612,26 @@ class FleetSection(_Open):
 class Decision(_Open):
     """What a deploy says to ship among the measured variants, and why each other one lost."""
 
-    ship: str | None = None
-    reason: str = ""
+    ship: str | None = None  # the variant to ship; None when none qualified
+    reason: str = ""  # why that one: the objective's figure and its comparison with the baseline
     proved_faster: bool = False  # the shipped variant's p50 CI lies below the baseline's
-    lost: dict[str, str] = Field(default_factory=dict)
+    lost: dict[str, str] = Field(default_factory=dict)  # every other variant: why it did not ship
 
 
 class Report(_Open):
-    schema_version: str = SCHEMA_VERSION
-    edgekit_version: str
-    created_at: str
-    target: str
-    device: DeviceInfo
+    schema_version: str = SCHEMA_VERSION  # MAJOR.MINOR: another major is refused when read
+    edgekit_version: str  # the edgekit that wrote the report
+    created_at: str  # ISO 8601, UTC
+    target: str  # the target file's name (targets/NAME.yaml)
+    device: DeviceInfo  # what the agent reported about the device it ran on
     model: dict[str, Any] = Field(default_factory=dict)  # source, sha256, format, inputs
-    settings: dict[str, Any] = Field(default_factory=dict)
-    baseline: str
-    variants: list[VariantResult]
-    gate: Gate
+    settings: dict[str, Any] = Field(default_factory=dict)  # the run's measure, gate, eval and search settings
+    baseline: str  # the variant the others are compared with (the float model's file)
+    variants: list[VariantResult]  # every variant measured on the device
+    gate: Gate  # the release gate's verdict
     # deploy: the variant to ship and why the others lost (report/decision.py); None in a search
     decision: Decision | None = None
-    warnings: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # what a reader must know about the figures (emulation, caps)
     # The previous report this run was compared with (`--baseline`), and the comparison.
     compared_with: ComparedWith | None = None
     comparison: ReportDiff | None = None
