@@ -61,38 +61,38 @@ class _Open(BaseModel):
 
 
 class RuntimeInfo(_Open):
-    name: str
-    version: str | None = None
-    threads: int | None = None
-    delegate: str | None = None
+    name: str  # the agent's runner: onnxruntime, litert, executorch, openvino, ncnn, llama.cpp, coreml, a page runtime
+    version: str | None = None  # the runtime's version on the device, as the agent read it
+    threads: int | None = None  # the threads it ran with
+    delegate: str | None = None  # the delegate or execution provider, where the runtime has one
     options: dict[str, Any] | None = None  # runtime options applied (e.g. onnxruntime graph_optimization_level)
 
 
 class LatencyMs(_Open):
-    warmup: int
-    runs: int
-    raw: list[float] | None = None
-    raw_path: str | None = None
-    mean: float
-    std: float
-    min: float
-    max: float
-    p50: float
-    p90: float
-    p99: float
-    ci95: list[float]
-    cov: float
-    outliers: int
-    stable: bool
+    warmup: int  # untimed runs before the timed ones
+    runs: int  # timed runs
+    raw: list[float] | None = None  # every timed run, ms, in order
+    raw_path: str | None = None  # a file (.npy or JSON) holding the raw timings when they are not inline
+    mean: float  # ms
+    std: float  # sample standard deviation, ms
+    min: float  # ms
+    max: float  # ms
+    p50: float  # the median, ms: what speed-ups and the search compare
+    p90: float  # ms
+    p99: float  # ms
+    ci95: list[float]  # 95% CI of the median by bootstrap, ms
+    cov: float  # std / mean
+    outliers: int  # runs outside 1.5 IQR of the quartiles
+    stable: bool  # robust_cov <= 0.10 (measure/stats.STABLE_COV)
     robust_cov: float | None = None  # 1.4826*MAD/median; what `stable` is judged on (absent in 1.0 reports)
 
 
 class Accuracy(_Open):
     """The task metric on the eval set (top1 in %, miou in %, map50 in %, mse, psnr in dB...)."""
 
-    metric: str
-    value: float
-    n: int
+    metric: str  # top1, miou, map50, mse, psnr, perplexity...
+    value: float  # in `units`
+    n: int  # samples (or scored positions) the value is over
     direction: str = "higher"  # higher | lower is better
     units: str = "%"
     against: str = "labels"  # labels | reference (the float model's own outputs)
@@ -100,12 +100,12 @@ class Accuracy(_Open):
 
 
 class Parity(_Open):
-    reference: str
-    max_abs_err: float
+    reference: str  # what the device's outputs were compared with (the float model's outputs on the host)
+    max_abs_err: float  # over every element of the output (inf where the device gave NaN/inf and the float did not)
     mean_abs_err: float
-    cosine: float
-    top1_agreement: float | None = None
-    n: int
+    cosine: float  # cosine similarity of the whole output, flattened (0 when non-finite values appeared)
+    top1_agreement: float | None = None  # share of argmaxes along the class axis that agree (class-like outputs)
+    n: int  # samples compared (the output's leading dimension)
 
 
 class HopParity(_Open):
