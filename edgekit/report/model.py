@@ -360,27 +360,27 @@ class DeviceInfo(_Open):
     the pipeline's (name, transport, clocks and temperature around the run, the target's arch, emulation)
     and, over adb, the transport's Android facts."""
 
-    name: str | None = None
+    name: str | None = None  # the inventory or twin name (`--device`), localhost for the local target
     transport: str | None = None  # local | ssh | adb
     # from the agent (device_agents/edgekit_agent/device.py: device_facts)
     arch: str | None = None
-    os: str | None = None
-    os_release: str | None = None
-    python: str | None = None
-    cpu: str | None = None
-    cores: int | None = None
+    os: str | None = None  # linux, android... (platform.system(), lower case)
+    os_release: str | None = None  # the kernel release (platform.release())
+    python: str | None = None  # the device's Python that ran the agent
+    cpu: str | None = None  # the CPU model name
+    cores: int | None = None  # os.cpu_count() on the device
     hostname: str | None = None
     machine_id: str | None = None  # a non-reversible hash; keys the measurement cache
     # the device state before the first variant and after the last (edgekit.pipeline._device_info)
     governor: str | None = None
-    frequency_mhz: float | None = None
-    temperature_c: BeforeAfter | None = None
-    loadavg_before: list[float] | None = None
+    frequency_mhz: float | None = None  # cpu0's scaling_cur_freq before the first variant
+    temperature_c: BeforeAfter | None = None  # the hottest thermal zone before the first variant and after the last
+    loadavg_before: list[float] | None = None  # the 1/5/15-minute load averages before the first variant
     target_arch: str | None = None  # the target class's arch (what the device should be)
     # an emulated device (the arm64 twin): its timings are not the board's
     emulated: bool | None = None
-    emulation: str | None = None
-    latency_representative: bool | None = None
+    emulation: str | None = None  # what emulates it: the inventory entry's notes (the twin) or the page's profile
+    latency_representative: bool | None = None  # False when emulated: no latency figure is the board's
     # Android over adb (edgekit.transport.adb: parse_facts): model, SoC, clocks, battery...
     android: dict[str, Any] | None = None
     battery_temperature_c: BeforeAfter | None = None
