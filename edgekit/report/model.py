@@ -394,20 +394,20 @@ class DeviceInfo(_Open):
 # --- the variant search (deploy --search) ------------------------------------------------------------
 class ShippedFile(_Open):
     file: str | None = None  # OUT/ship/<variant><suffix>
-    sha256: str | None = None
+    sha256: str | None = None  # the shipped file's content hash (the measured file's: the same bytes)
 
 
 class PassRef(_Open):
-    name: str
-    config: dict[str, Any] = Field(default_factory=dict)
+    name: str  # the pass (quantize_static, prune, distill, convert...)
+    config: dict[str, Any] = Field(default_factory=dict)  # its settings as given
 
 
 class Screening(_Open):
     """A candidate's short measurement on the device (variant_search/run.py, step 3)."""
 
-    p50: float | None = None
-    ci95: list[float] | None = None
-    accuracy: float | None = None
+    p50: float | None = None  # ms, from the short measurement
+    ci95: list[float] | None = None  # 95% CI of that median, ms
+    accuracy: float | None = None  # the task metric the screening run measured on the device
     peak_memory_mb: float | None = None
     energy_mj_per_inference: float | None = None
 
@@ -418,21 +418,21 @@ class SearchCandidate(_Open):
     name: str
     status: str | None = None  # baseline | built | dropped | finalist | selected | skipped
     dropped_at: str | None = None  # the stage: host_accuracy | screening | racing | finals ...
-    reason: str | None = None
+    reason: str | None = None  # why it stopped where it did (or why it was selected)
     format: str | None = None
     precision: str | None = None
     size_bytes: int | None = None
-    host_accuracy: float | None = None
+    host_accuracy: float | None = None  # the metric on the host before any device time (the host filter)
     screening: Screening | None = None
-    passes: list[PassRef] | None = None
+    passes: list[PassRef] | None = None  # the passes that built it
 
 
 class TimelineSpan(_Open):
     stage: str  # preparation | build | host_filter | lock_wait | connect | delivery | screening | finals | tuning ...
     name: str | None = None  # the candidate a build span is for
     start_s: float = 0.0  # seconds from the start of the run
-    seconds: float = 0.0
-    note: str | None = None
+    seconds: float = 0.0  # the span's length
+    note: str | None = None  # what happened in it, where worth saying
 
 
 class Timeline(_Open):
@@ -440,20 +440,20 @@ class Timeline(_Open):
     outside the time budget."""
 
     started_unix: float | None = None  # when the run started (time.time), to line runs up against each other
-    wall_s: float | None = None
-    budget_s: float | None = None
-    lock_wait_s: float = 0.0
+    wall_s: float | None = None  # the run's wall time, seconds
+    budget_s: float | None = None  # the search's time budget (--time-budget)
+    lock_wait_s: float = 0.0  # waiting for the device's lock, outside the budget
     spans: list[TimelineSpan] = Field(default_factory=list)
-    unattributed_s: float | None = None
+    unattributed_s: float | None = None  # wall time no span covers
 
 
 class SearchSection(_Open):
     mode: str | None = None  # quick (`deploy` without a recipe: the likeliest winners) | full (--search)
     objective: str | None = None  # p50 | p99 | energy | size
     selected: str | None = None  # the variant chosen to ship; None when nothing qualified
-    shipped: ShippedFile | None = None
-    seconds: float | None = None
-    time_budget_s: float | None = None
+    shipped: ShippedFile | None = None  # the file written to OUT/ship/
+    seconds: float | None = None  # the search's wall time
+    time_budget_s: float | None = None  # --time-budget (candidates not reached are dropped, saying so)
     timeline: Timeline | None = None
     host: dict[str, Any] | None = None  # the host's CPU and the threads host-side work used (edgekit/host.py)
     candidates: list[SearchCandidate] = Field(default_factory=list)
