@@ -563,46 +563,46 @@ class FleetUnit(_Open):
     """One unit of the fleet: its state (measured | failed, with the error), its eval shard, its
     per-variant latency and its own gate's verdict."""
 
-    name: str
-    state: str
-    error: str | None = None
-    error_kind: str | None = None
-    exit_code: int | None = None
-    seconds: float | None = None
+    name: str  # the unit's inventory name
+    state: str  # measured | failed
+    error: str | None = None  # why it failed
+    error_kind: str | None = None  # the failure's kind (the exception's, or its class name)
+    exit_code: int | None = None  # a failed unit's error's exit code (2 bad input, 3 device)
+    seconds: float | None = None  # the unit's wall time
     shard: list[int] | None = None  # [start, stop) of the eval set it scored (sharded eval)
     shard_accuracy: dict[str, float | None] | None = None  # the metric on its shard alone, per variant
-    gate_passed: bool | None = None
-    failed_checks: list[str] = Field(default_factory=list)
+    gate_passed: bool | None = None  # its own report's gate (None: not measured)
+    failed_checks: list[str] = Field(default_factory=list)  # its own gate's failed checks, "name [variant]"
     latency_ms: dict[str, dict[str, float]] = Field(default_factory=dict)  # variant -> p50/p90/p99/mean
     # variant -> the device's wall seconds for its eval pass (its shard, when sharded), as the agent timed it
     eval_seconds: dict[str, float | None] = Field(default_factory=dict)
     transport: str | None = None
-    hostname: str | None = None
+    hostname: str | None = None  # as the agent on the unit reported it
 
 
 class FleetVariant(_Open):
     """One variant across the units: median of the units' p50s, spread, worst and best unit."""
 
-    name: str
-    units: int
-    median_of_medians_ms: float
-    spread_ms: float
-    spread_rel: float | None = None
-    worst_unit: str
-    worst_p50: float
-    best_unit: str
-    best_p50: float
+    name: str  # the variant
+    units: int  # units that measured it
+    median_of_medians_ms: float  # the median over the units of each unit's p50
+    spread_ms: float  # worst unit's p50 - best unit's p50
+    spread_rel: float | None = None  # spread_ms / median_of_medians_ms (over 0.2 is a report warning)
+    worst_unit: str  # the unit with the highest p50
+    worst_p50: float  # ms
+    best_unit: str  # the unit with the lowest p50
+    best_p50: float  # ms
 
 
 class FleetSection(_Open):
     mode: str  # replicated | sharded (the eval set)
     gate: str  # worst | median: which unit's report the gate judged
-    judged_unit: str
-    judged_variants: list[str] = Field(default_factory=list)
-    min_devices: int
-    measured: int
-    total: int
-    eval_samples: int | None = None
+    judged_unit: str  # the unit whose report the gate judged (the worst, or the median, measured unit)
+    judged_variants: list[str] = Field(default_factory=list)  # what the units are ranked on (all but the baseline)
+    min_devices: int  # units that must be measured for the gate to pass (--min-devices; default all)
+    measured: int  # units measured
+    total: int  # units in the fleet
+    eval_samples: int | None = None  # the eval set's samples
     eval_covered: int | None = None  # sharded: the samples scored (a failed unit's shard is missing)
     units: list[FleetUnit] = Field(default_factory=list)
     variants: list[FleetVariant] = Field(default_factory=list)
