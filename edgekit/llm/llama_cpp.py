@@ -274,6 +274,19 @@ def _jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _cmake_build(sdist: Path, work: Path, args: list[str], targets: list[str],
+                 jobs: int | None) -> tuple[Path, Path, Path]:
+    """The vendored llama.cpp unpacked under ``work``, configured with ``args`` and ``targets`` built (Ninja when
+    present); returns (source, build, log) folders/file."""
+    src = _extract_vendor(sdist, work / "src")
+    build, log = work / "build", work / "build.log"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run_logged(["cmake", "-S", str(src), "-B", str(build), *gen, *args], log)
+    _run_logged(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs or _jobs()),
+                 "--target", *targets], log)
+    return src, build, log
+
+
 def ensure_built(sdist: Path | None = None, *, jobs: int | None = None, rebuild: bool = False,
                  say: Callable[[str], None] = print) -> LlamaCppTools:
     """Build llama.cpp into :func:`build_dir` unless a complete build is there; returns its tools. The build
@@ -296,12 +309,7 @@ def ensure_built(sdist: Path | None = None, *, jobs: int | None = None, rebuild:
         work = Path(tempfile.mkdtemp(dir=cache_root(), prefix=f".{root.name}.building-"))
         try:
             say(f"llama.cpp {VERSION}: building from {src_archive.name} in {work} ({jobs or _jobs()} jobs)...")
-            src = _extract_vendor(src_archive, work / "src")
-            build, log = work / "build", work / "build.log"
-            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            _run_logged(["cmake", "-S", str(src), "-B", str(build), *gen, *cmake_args()], log)
-            _run_logged(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs or _jobs()),
-                         "--target", "llama", *TOOLS], log)
+            src, build, log = _cmake_build(src_archive, work, cmake_args(), ["llama", *TOOLS], jobs)
             stage = work / "stage"
             (stage / "bin").mkdir(parents=True)
             (stage / "lib").mkdir()
@@ -407,6 +415,14 @@ class BoardBuild:
                 f"-DGGML_CPU_ARM_ARCH={self.march}", f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
 
 
+def _board_fresh(board: BoardBuild) -> bool:
+    """A complete board build made with this edgekit's configure arguments (else it is stale: built again)."""
+    info = board.root / "build.json"
+    if not (board.root / board.wheel_name).is_file() or not info.is_file():
+        return False
+    return bool(json.loads(info.read_text(encoding="utf-8")).get("cmake_args") == board.cmake_args())
+
+
 def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | None = None,
                 say: Callable[[str], None] = print) -> Path:
     """The binding wheel for ``board`` with its cross-built library inside, built once into the cache (a temp
@@ -414,10 +430,8 @@ def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | Non
     sorted entries, fixed timestamps (a re-provision sends nothing new)."""
     root = board.root
     wheel = root / board.wheel_name
-    if wheel.is_file() and (root / "build.json").is_file():
-        info = json.loads((root / "build.json").read_text(encoding="utf-8"))
-        if info.get("cmake_args") == board.cmake_args():
-            return wheel
+    if _board_fresh(board):
+        return wheel
     compiler = f"{board.triplet}-g++"
     if shutil.which(compiler) is None:
         raise LlamaCppMissing(f"cross-building llama.cpp for {board.arch} needs {compiler}, which is not on PATH",
@@ -425,19 +439,14 @@ def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | Non
     if shutil.which("cmake") is None:
         raise LlamaCppMissing("building llama.cpp needs cmake, which is not on PATH", hint="apt-get install cmake")
     with _locked(cache_root()):
-        if wheel.is_file():
+        if _board_fresh(board):  # another installer finished it while this one waited
             return wheel
         src_archive = Path(sdist) if sdist else sdist_path()
         t0 = time.perf_counter()
         work = Path(tempfile.mkdtemp(dir=cache_root(), prefix=f".{root.name}.building-"))
         try:
             say(f"llama.cpp {VERSION}: cross-building for {board.arch} -march={board.march} in {work}...")
-            src = _extract_vendor(src_archive, work / "src")
-            build, log = work / "build", work / "build.log"
-            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            _run_logged(["cmake", "-S", str(src), "-B", str(build), *gen, *board.cmake_args()], log)
-            _run_logged(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs or _jobs()),
-                         "--target", "llama"], log)
+            _, build, _ = _cmake_build(src_archive, work, board.cmake_args(), ["llama"], jobs)
             # every name the loader may ask for (libllama.so and the sonames libllama.so.0 -> ...): a wheel holds
             # no symbolic links, so each name carries the file's bytes
             libs = {so.name: so for so in sorted((build / "bin").glob("lib*.so*"))

@@ -127,3 +127,21 @@ def test_a_board_build_for_an_architecture_without_a_cross_compiler_is_refused()
     args = BoardBuild("aarch64", "armv8-a").cmake_args()
     assert "-DGGML_NATIVE=OFF" in args and "-DGGML_NATIVE=ON" not in args and "-DGGML_OPENMP=OFF" in args
     assert "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++" in args and "-DGGML_CPU_ARM_ARCH=armv8-a" in args
+
+
+def test_a_board_build_made_with_other_configure_arguments_is_stale(tmp_path, monkeypatch):
+    """A cached board wheel is reused only when its build.json records this edgekit's configure arguments; one made
+    with others is built again (checked before and again after waiting for the build lock)."""
+    import json
+
+    from edgekit.llm import llama_cpp
+
+    monkeypatch.setenv("EDGEKIT_LLAMA_CPP_DIR", str(tmp_path))
+    board = llama_cpp.BoardBuild("aarch64", "armv8-a")
+    assert not llama_cpp._board_fresh(board)  # nothing built
+    board.root.mkdir(parents=True)
+    (board.root / board.wheel_name).write_bytes(b"wheel")
+    (board.root / "build.json").write_text(json.dumps({"cmake_args": board.cmake_args()}))
+    assert llama_cpp._board_fresh(board)
+    (board.root / "build.json").write_text(json.dumps({"cmake_args": [*board.cmake_args(), "-DGGML_OPENMP=ON"]}))
+    assert not llama_cpp._board_fresh(board)
