@@ -6,6 +6,7 @@ reproducing the report's perplexity from ship/."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -369,8 +370,14 @@ def test_the_short_search_leaves_the_slow_rows_to_search(llama, tmp_path, monkey
         with pytest.raises(BadInputError, match="stop after choosing"):
             deploy_lm(folder, eval_text=text, out=tmp_path / f"o{search}", options=LMOptions(
                 context=64, window=32, max_windows=2, search=search))
-    runnable, _ = candidates.candidates_for(deploy.target_spec("local"))
+    runnable, skipped = candidates.candidates_for(deploy.target_spec("local"))
     assert seen[0] == [c.name for c in runnable if c.name in candidates.SHORT]
     assert seen[1] == [c.name for c in runnable]
     assert "ort-int4" in seen[0] and "et-int8" not in seen[0] and "ort-int4-b128" in seen[0]
-    assert {"et-int8", "et-8da4w-g64"} <= set(seen[1]) - set(seen[0])
+    # the rows only --search races are ExecuTorch's: raced where executorch is installed, else named as missing
+    # (CI's default step runs before executorch is installed)
+    slow = {"et-int8", "et-8da4w-g64"}
+    if importlib.util.find_spec("executorch") is not None:
+        assert slow <= set(seen[1]) - set(seen[0])
+    else:
+        assert all("executorch" in skipped[name] for name in slow) and not slow & set(seen[1])
