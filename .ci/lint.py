@@ -23,7 +23,7 @@ BASELINE = ROOT / ".ci" / "lint_baseline.json"
 STRICT = ["device_agents/edgekit_agent", "edgekit/agent/protocol.py", "edgekit/agent/package.py",
           "edgekit/agent/inprocess.py", "edgekit/llm", "examples/release_pipeline.py", "docs/_gen",
           ".ci/docs_examples.py", "tests/unit/test_docs_examples.py"]
-STRICT_MYPY = ["edgekit/agent/protocol.py", "edgekit/report", "edgekit/device_session.py"]
+STRICT_MYPY = ["edgekit/agent/protocol.py", "edgekit/report", "edgekit/devices/session.py"]
 PY = sys.executable
 
 

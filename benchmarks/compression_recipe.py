@@ -29,7 +29,7 @@ def main(argv=None) -> None:
     ap.add_argument("--recipe", type=Path, default=ROOT / "examples" / "digits" / "recipe-compress.yaml")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from edgekit.pipeline import deploy
+    from edgekit.orchestration.pipeline import deploy
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

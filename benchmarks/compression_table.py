@@ -80,7 +80,7 @@ def perf_mobilenet():
 def target_file(name: str, work: Path) -> str:
     """The target as given, with ExecuTorch and NCNN among its runtimes when they are installed here (the
     local target lists only the runtimes every install has, and NCNN is listed by no target yet)."""
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
 
     spec = load_target(name)
     extra = [r for r, mod in (("executorch", "executorch"), ("ncnn", "ncnn"))
@@ -98,8 +98,8 @@ def target_file(name: str, work: Path) -> str:
 def fixed_variants(target: str, max_drop: float, ort_grid: list[tuple[str, dict]]):
     """Every fixed setting as recipe variants: the registry's candidates for the target (ORT, TFLite,
     ExecuTorch), the ORT grid, and edgekit's accuracy-aware pass (`edgekit quantize`)."""
-    from edgekit.recipe import PassStep, VariantSpec
-    from edgekit.targets import load_target
+    from edgekit.inputs.recipe import PassStep, VariantSpec
+    from edgekit.inputs.targets import load_target
     from edgekit.variant_search.candidates import candidate_variants
 
     registry, _ = candidate_variants(load_target(target), has_calib=True)
@@ -120,7 +120,7 @@ def measure_fixed(m, target: str, drop: float, runs: int, variants, out: Path, h
     would): no host filter, no racing, no runtime tuning, no time budget, so every variant that builds
     and stays inside the tolerance gets the full measurement (1 thread); those outside it keep their
     screening figures."""
-    from edgekit.targets import MeasureDefaults
+    from edgekit.inputs.targets import MeasureDefaults
     from edgekit.variant_search import SearchOptions, search
 
     os.environ["EDGEKIT_HOME"] = str(home)

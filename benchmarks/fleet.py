@@ -66,8 +66,8 @@ def build(work: Path, width: int, n: int):
 CONTENDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from edgekit.devices import get_device, transport_for
-    from edgekit.lease import DeviceLease
+    from edgekit.devices.inventory import get_device, transport_for
+    from edgekit.devices.lease import DeviceLease
     busy = "import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.1); f.write('%r %r\\\\n' % (s, time.time()))"
     t = transport_for(get_device("u0"))  # a simulated device: its inventory entry names this venv's Python
     for i in range({rounds}):
@@ -83,8 +83,8 @@ CONTENDER = textwrap.dedent("""
 COORDINATED = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from edgekit.device_session import DeviceSession
-    from edgekit.targets import load_target
+    from edgekit.devices.session import DeviceSession
+    from edgekit.inputs.targets import load_target
     busy = "import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.3); f.write('%r %r\\\\n' % (s, time.time()))"
     waited = 0
     for i in range({rounds}):
@@ -130,9 +130,10 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-bench-"))
     os.environ["EDGEKIT_HOME"] = str(work / "home")
     os.environ["EDGEKIT_NO_MEASURE_CACHE"] = "1"
-    import edgekit
-    from edgekit.recipe import Recipe
     from sshd import register, start_loopback_sshd
+
+    import edgekit
+    from edgekit.inputs.recipe import Recipe
 
     model, data = build(work, args.width, args.samples)
     servers, sims, coord = [], [], None
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
             return 0 if ok else 1
         from lab_coordinator import start_coordinator
 
-        from edgekit.devices import get_device
+        from edgekit.devices.inventory import get_device
         from edgekit.lab.coordinator import Coordinator, parse_address
         from edgekit.lab.export import export_places
 

@@ -45,10 +45,10 @@ def buildable(m, work: Path) -> tuple[list[tuple[str, dict]], dict[str, str]]:
     """The grid settings onnxruntime can build for this model (a failed pass would stop the deploy), and
     why the others fail; built under their own EDGEKIT_HOME so the deploy's caches start empty."""
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.data import align_to_model, load_npz
     from edgekit.errors import PassError
+    from edgekit.inputs.data import align_to_model, load_npz
+    from edgekit.inputs.source import load_onnx, load_pt2
     from edgekit.passes import PassContext, get_pass
-    from edgekit.source import load_onnx, load_pt2
 
     home = os.environ["EDGEKIT_HOME"]
     os.environ["EDGEKIT_HOME"] = str(work / "precheck-home")
@@ -101,7 +101,7 @@ def interleaved(paths: dict[str, Path], eval_npz: Path, rounds: int = 15, per_ro
 
 
 def recipe(max_drop: float, runs: int, settings: list[tuple[str, dict]]):
-    from edgekit.recipe import Recipe
+    from edgekit.inputs.recipe import Recipe
 
     variants = [
         {"name": "edgekit-aa", "passes": [{"quantize_accuracy_aware": {"max_accuracy_drop": max_drop}}]},

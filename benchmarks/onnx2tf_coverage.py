@@ -33,6 +33,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
 from _cpu import isa  # noqa: E402
 
@@ -243,7 +244,7 @@ def worker(model: str, out_json: str) -> None:
                     from edgekit.artifact import IOSpec
                     from edgekit.convert.onnx_to_tflite import run_tflite_all
                     from edgekit.convert.parity import compare_outputs, parity_metrics
-                    from edgekit.source import ort_reference_all
+                    from edgekit.inputs.source import ort_reference_all
 
                     art = json.loads(r["stdout"].strip().splitlines()[-1])
                     io_ = IOSpec.model_validate(art["io"])

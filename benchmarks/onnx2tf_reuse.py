@@ -37,9 +37,9 @@ def main() -> None:
     from edgekit.convert.chain import convert_to_tflite
     from edgekit.convert.onnx_to_tflite import TfliteConfig
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.data import load_npz
     from edgekit.errors import ConversionError
-    from edgekit.source import load_source
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
     from tests import zoo
 
     print(f"CPU: {isa()}; {len(os.sched_getaffinity(0))} usable cores")

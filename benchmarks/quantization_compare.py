@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_cpu.py
 from _cpu import isa  # noqa: E402
+
 ART = ROOT / "examples" / "digits" / "artifacts"
 ARCH = f"{ROOT / 'examples' / 'digits' / 'model.py'}:DigitsCNN"
 
@@ -34,7 +35,7 @@ ARCH = f"{ROOT / 'examples' / 'digits' / 'model.py'}:DigitsCNN"
 def outlier_model(pth: Path):
     import torch
 
-    from edgekit.source import import_object
+    from edgekit.inputs.source import import_object
 
     m = import_object(ARCH)()
     m.load_state_dict(torch.load(pth, weights_only=True))
@@ -58,7 +59,7 @@ def outlier_model(pth: Path):
 
 
 def accuracy(path: Path, ev) -> float:
-    from edgekit.source import ort_reference
+    from edgekit.inputs.source import ort_reference
 
     return float((ort_reference(path)(list(ev.xs)).argmax(1) == ev.y).mean() * 100)
 
@@ -91,10 +92,10 @@ def run_case(name: str, pt2: Path, calib, ev, tol: float, work: Path, rounds: in
 
     from edgekit.convert.torch_to_onnx import export_onnx
     from edgekit.errors import PassError
+    from edgekit.inputs.source import load_pt2
     from edgekit.logs import quiet
     from edgekit.passes import PassContext, get_pass
     from edgekit.passes.quantize_ort import _Reader
-    from edgekit.source import load_pt2
 
     work.mkdir(parents=True, exist_ok=True)
     src = load_pt2(pt2)
@@ -148,7 +149,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     import torch
 
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")

@@ -70,7 +70,7 @@ def build(pt2: Path, ev: Path, work: Path) -> tuple[object, object, dict]:
     import numpy as np
 
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_onnx, load_pt2
+    from edgekit.inputs.source import load_onnx, load_pt2
 
     work.mkdir(parents=True, exist_ok=True)
     src = load_pt2(pt2)
@@ -95,11 +95,11 @@ def build(pt2: Path, ev: Path, work: Path) -> tuple[object, object, dict]:
 
 
 def measure_rows(src, ev: Path, arts: dict, runs: int) -> dict[str, list[dict]]:
-    from edgekit.data import load_npz
-    from edgekit.device_session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.devices.session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.targets import MeasureDefaults, load_target
     from edgekit.metrics import MetricSpec
     from edgekit.metrics.evaluate import eval_plan
-    from edgekit.targets import MeasureDefaults, load_target
     from edgekit.variant_search.tuning import label, settings_grid
 
     target = load_target("local")

@@ -28,7 +28,6 @@ from _cpu import isa  # noqa: E402
 
 def mobilenet_case(work: Path):
     import torch
-
     from mobilenet import MobileNetV2
 
     torch.manual_seed(0)
@@ -59,10 +58,10 @@ def main():
     ap.add_argument("--device", default=None)
     ap.add_argument("--max-drop", type=float, default=1.0)
     args = ap.parse_args()
-    from edgekit.targets import load_target
-    from edgekit.variant_search import SearchOptions, search
-
     import train as digits_train
+
+    from edgekit.inputs.targets import load_target
+    from edgekit.variant_search import SearchOptions, search
 
     work = Path(tempfile.mkdtemp(prefix="edgekit-search-bench-"))
     digits_train.main(["--out", str(work / "digits"), "--epochs", "20"])

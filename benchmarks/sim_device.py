@@ -51,9 +51,9 @@ def main(argv=None) -> int:
     os.environ["EDGEKIT_LOCAL_DEVICE_DIR"] = str(work / "local-device")
     import edgekit
     from edgekit.agent.bundle import BundleDeployer
-    from edgekit.devices import get_device, transport_for
-    from edgekit.pipeline import DeployOptions
-    from edgekit.recipe import Recipe
+    from edgekit.devices.inventory import get_device, transport_for
+    from edgekit.inputs.recipe import Recipe
+    from edgekit.orchestration.pipeline import DeployOptions
     from edgekit.sim.device import down, up
 
     model, example = build(work, args.width)

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "deploy": "edgekit.pipeline:deploy",
-    "profile": "edgekit.pipeline:profile",
-    "DeployOptions": "edgekit.pipeline:DeployOptions",
+    "deploy": "edgekit.orchestration.pipeline:deploy",
+    "profile": "edgekit.orchestration.pipeline:profile",
+    "DeployOptions": "edgekit.orchestration.pipeline:DeployOptions",
     "search": "edgekit.variant_search.run:search",
     "SearchOptions": "edgekit.variant_search.run:SearchOptions",
     "Report": "edgekit.report.model:Report",
     "Artifact": "edgekit.artifact:Artifact",
-    "TargetSpec": "edgekit.targets:TargetSpec",
-    "load_target": "edgekit.targets:load_target",
-    "list_targets": "edgekit.targets:list_targets",
-    "Recipe": "edgekit.recipe:Recipe",
-    "load_recipe": "edgekit.recipe:load_recipe",
+    "TargetSpec": "edgekit.inputs.targets:TargetSpec",
+    "load_target": "edgekit.inputs.targets:load_target",
+    "list_targets": "edgekit.inputs.targets:list_targets",
+    "Recipe": "edgekit.inputs.recipe:Recipe",
+    "load_recipe": "edgekit.inputs.recipe:load_recipe",
     "EdgekitError": "edgekit.errors:EdgekitError",
     "BadInputError": "edgekit.errors:BadInputError",
     "ModelLoadError": "edgekit.errors:ModelLoadError",
@@ -46,8 +46,8 @@ _EXPORTS = {
     "TransportError": "edgekit.errors:TransportError",
     "AgentError": "edgekit.errors:AgentError",
     "AgentRunFailed": "edgekit.agent.protocol:AgentRunFailed",
-    "DeviceLockedError": "edgekit.lock:DeviceLockedError",
-    "BudgetExceeded": "edgekit.timeline:BudgetExceeded",
+    "DeviceLockedError": "edgekit.devices.lock:DeviceLockedError",
+    "BudgetExceeded": "edgekit.orchestration.timeline:BudgetExceeded",
     "train": "edgekit.train:train",
     "deploy_lm": "edgekit.llm.deploy:deploy_lm",
     "LMOptions": "edgekit.llm.deploy:LMOptions",
@@ -57,39 +57,39 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover  (explicit re-exports, so type checkers see the public API)
-    from .pipeline import deploy as deploy
-    from .pipeline import profile as profile
-    from .pipeline import DeployOptions as DeployOptions
-    from .variant_search.run import search as search
-    from .variant_search.run import SearchOptions as SearchOptions
-    from .report.model import Report as Report
-    from .artifact import Artifact as Artifact
-    from .targets import TargetSpec as TargetSpec
-    from .targets import load_target as load_target
-    from .targets import list_targets as list_targets
-    from .recipe import Recipe as Recipe
-    from .recipe import load_recipe as load_recipe
-    from .errors import EdgekitError as EdgekitError
-    from .errors import BadInputError as BadInputError
-    from .errors import ModelLoadError as ModelLoadError
-    from .errors import DataError as DataError
-    from .errors import TargetError as TargetError
-    from .errors import ConfigError as ConfigError
-    from .errors import OutputError as OutputError
-    from .errors import MissingExtraError as MissingExtraError
-    from .errors import ConversionError as ConversionError
-    from .errors import PassError as PassError
-    from .errors import GateFailed as GateFailed
-    from .errors import DeviceError as DeviceError
-    from .errors import TransportError as TransportError
-    from .errors import AgentError as AgentError
     from .agent.protocol import AgentRunFailed as AgentRunFailed
-    from .lock import DeviceLockedError as DeviceLockedError
-    from .timeline import BudgetExceeded as BudgetExceeded
-    from .train import train as train
-    from .llm.deploy import deploy_lm as deploy_lm
+    from .artifact import Artifact as Artifact
+    from .devices.lock import DeviceLockedError as DeviceLockedError
+    from .errors import AgentError as AgentError
+    from .errors import BadInputError as BadInputError
+    from .errors import ConfigError as ConfigError
+    from .errors import ConversionError as ConversionError
+    from .errors import DataError as DataError
+    from .errors import DeviceError as DeviceError
+    from .errors import EdgekitError as EdgekitError
+    from .errors import GateFailed as GateFailed
+    from .errors import MissingExtraError as MissingExtraError
+    from .errors import ModelLoadError as ModelLoadError
+    from .errors import OutputError as OutputError
+    from .errors import PassError as PassError
+    from .errors import TargetError as TargetError
+    from .errors import TransportError as TransportError
+    from .inputs.recipe import Recipe as Recipe
+    from .inputs.recipe import load_recipe as load_recipe
+    from .inputs.targets import TargetSpec as TargetSpec
+    from .inputs.targets import list_targets as list_targets
+    from .inputs.targets import load_target as load_target
     from .llm.deploy import LMOptions as LMOptions
+    from .llm.deploy import deploy_lm as deploy_lm
     from .llm.judge import LMGate as LMGate
+    from .orchestration.pipeline import DeployOptions as DeployOptions
+    from .orchestration.pipeline import deploy as deploy
+    from .orchestration.pipeline import profile as profile
+    from .orchestration.timeline import BudgetExceeded as BudgetExceeded
+    from .report.model import Report as Report
+    from .train import train as train
+    from .variant_search.run import SearchOptions as SearchOptions
+    from .variant_search.run import search as search
 
 
 def __getattr__(name: str) -> Any:

@@ -129,7 +129,7 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec(
         format=Format.TORCH, label="PyTorch", suffixes=(".pt2",),
         packages=(Package("torch", "PyTorch models, export"),),
-        source_loader="edgekit.source:load_pt2",
+        source_loader="edgekit.inputs.source:load_pt2",
     ),
     FormatSpec(
         format=Format.ONNX, label="ONNX", suffixes=(".onnx",), runtime="onnxruntime",
@@ -155,7 +155,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         ),
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
                   Package("onnxscript", "torch -> ONNX exporter")),
-        source_loader="edgekit.source:load_onnx", ship_apply="edgekit.ship:onnxruntime_apply",
+        source_loader="edgekit.inputs.source:load_onnx", ship_apply="edgekit.orchestration.ship:onnxruntime_apply",
         # checked against onnxruntime 1.32's SessionOptions; parallel mode runs independent nodes on an
         # inter-op pool (of the setting's threads), which one thread does not have
         tuning=Tuning(options=(("graph_optimization_level", ("all", "extended", "basic")),
@@ -190,7 +190,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         extra="tflite",
         packages=(Package("tensorflow", "onnx2tf conversion", "tflite"), Package("onnx2tf", "ONNX -> TFLite", "tflite"),
                   Package("ai-edge-litert", "LiteRT interpreter", "tflite")),
-        source_loader="edgekit.source:load_tflite", ship_apply="edgekit.ship:litert_apply",
+        source_loader="edgekit.inputs.source:load_tflite", ship_apply="edgekit.orchestration.ship:litert_apply",
         tuning=Tuning(options=(("xnnpack", ("on", "off")), ("api", ("interpreter", "compiled")))),
     ),
     FormatSpec(
@@ -218,7 +218,7 @@ FORMATS: tuple[FormatSpec, ...] = (
                                      quick=True),
                            Candidate("executorch-dynamic", _convert(to="executorch", precision="int8",
                                                                     quantization="dynamic"))),
-        extra="executorch", ship_apply="edgekit.ship:executorch_apply",
+        extra="executorch", ship_apply="edgekit.orchestration.ship:executorch_apply",
         packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
     ),
     FormatSpec(
@@ -244,7 +244,7 @@ FORMATS: tuple[FormatSpec, ...] = (
                            # 54 s on the perf-style MobileNetV2 where plain NNCF INT8 takes 5 s
                            Candidate("openvino-int8", _convert(to="openvino", precision="int8", parity_bar="breakage"),
                                      True)),
-        extra="openvino", ship_apply="edgekit.ship:openvino_apply",
+        extra="openvino", ship_apply="edgekit.orchestration.ship:openvino_apply",
         # THROUGHPUT lets the plugin pick streams; with one thread there is one stream either way
         tuning=Tuning(options=(("performance_hint", ("latency", "throughput")),),
                       multi_thread_only=("performance_hint",), short=(("performance_hint", "hint"),)),
@@ -263,7 +263,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         parity_hint="an op converts with different numerics in pnnx or runs differently in NCNN",
         search_candidates=(Candidate("ncnn-fp32", _convert(to="ncnn", precision="fp32")),
                            Candidate("ncnn-fp16", _convert(to="ncnn", precision="fp16"))),
-        extra="ncnn", ship_apply="edgekit.ship:ncnn_apply",
+        extra="ncnn", ship_apply="edgekit.orchestration.ship:ncnn_apply",
         packages=(Package("ncnn", "NCNN runtime", "ncnn"), Package("pnnx", "ONNX -> NCNN converter", "ncnn")),
     ),
     # language models only: built by edgekit/llm/export_gguf.py (llama.cpp's converter and quantizer), run by the

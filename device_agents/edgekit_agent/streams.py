@@ -1,4 +1,4 @@
-"""Streaming inputs: the request's ``stream`` (edgekit/stateful.py on the host) names constant inputs fed
+"""Streaming inputs: the request's ``stream`` (edgekit/inputs/stateful.py on the host) names constant inputs fed
 unchanged with every run, and state inputs that start as zeros and take the named output after each run;
 the eval pass of a stateful model runs one sample at a time in eval-sample order, carrying the state."""
 
@@ -92,7 +92,7 @@ def next_state(plan: StreamPlan, outs: Sequence[Any], state: dict[int, np.ndarra
 
 def join_samples(parts: Sequence[np.ndarray]) -> np.ndarray:
     """Per-sample outputs joined on the batch axis where each has one (a first axis of 1), else stacked on
-    a new first axis (the same rule as the host's edgekit/stateful.py ``join_samples``)."""
+    a new first axis (the same rule as the host's edgekit/inputs/stateful.py ``join_samples``)."""
     if all(p.ndim and p.shape[0] == 1 for p in parts):
         return np.concatenate(parts, axis=0)
     return np.stack(parts)

@@ -285,16 +285,17 @@ SCHEMAS = {
     "reference/schemas/recipe.md": (
         "The recipe schema (recipe.yaml)", "A recipe (`--recipe`) names the variants and the passes that build "
         "them, how to measure and what the gate demands. See [Recipes and the gate](../../guides/recipes-and-gate.md).",
-        [("recipe.yaml", "edgekit.recipe:Recipe")]),
+        [("recipe.yaml", "edgekit.inputs.recipe:Recipe")]),
     "reference/schemas/target.md": (
         "The target schema (targets/*.yaml)", "One YAML per hardware class under `targets/`: data only, validated "
         "on load (`edgekit targets show NAME`). A device (host, user, key, serial) is an entry in your inventory, "
-        "never in a target file.", [("targets/*.yaml", "edgekit.targets:TargetSpec")]),
+        "never in a target file.", [("targets/*.yaml", "edgekit.inputs.targets:TargetSpec")]),
     "reference/schemas/ship.md": (
         "The ship schema (ship/ship.json, ship/runtime.json)", "What `OUT/ship/` holds besides the model files: "
         "`ship.json` (what the file is, how to call it, what was measured) and `runtime.json` (how to load it to "
         "run it as it was measured). `edgekit run OUT/ship` reads this folder alone. edgekit writes these two "
-        "files as plain dicts (`edgekit/ship.py`, `edgekit/llm/ship.py`); the models below describe them, and "
+        "files as plain dicts (`edgekit/orchestration/ship.py`, `edgekit/llm/ship.py`); the models below describe "
+        "them, and "
         "`tests/unit/test_docs_examples.py` checks them against what `write_ship` writes.",
         [("ship.json", "docs._gen.ship_schema:ShipManifest"),
          ("runtime.json", "docs._gen.ship_schema:RuntimeConfig")]),

@@ -1,8 +1,9 @@
 """The ship contract as models, for the reference page: ``ship/ship.json`` and ``ship/runtime.json``.
 
-edgekit writes both as plain dicts (``edgekit/ship.py: write_ship``, ``edgekit/llm/ship.py: write_lm_ship``);
-these models describe them. They forbid unknown keys so that ``tests/unit/test_docs_examples.py``, which validates
-what ``write_ship`` writes against them, fails when edgekit adds a key this page does not describe.
+edgekit writes both as plain dicts (``edgekit/orchestration/ship.py: write_ship``,
+``edgekit/llm/ship.py: write_lm_ship``); these models describe them. They forbid unknown keys so that
+``tests/unit/test_docs_examples.py``, which validates what ``write_ship`` writes against them, fails when edgekit
+adds a key this page does not describe.
 """
 
 from __future__ import annotations

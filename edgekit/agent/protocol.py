@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..artifact import Artifact
 from ..errors import AgentError, DataError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
-from ..targets import MeasureDefaults
+from ..inputs.targets import MeasureDefaults
 from ..transport.base import Transport
 from .bundle import BundleDeployer
 
@@ -47,7 +47,7 @@ class EvalRequest(_Strict):
     shards: list[dict[str, str]] | None = None  # or remote .npy shards: array name -> path
     x_keys: list[str]
     batch_size: int = 64
-    # shards at several sample shapes, grouped: shards per shape bucket, in order (edgekit.data.Bucket);
+    # shards at several sample shapes, grouped: shards per shape bucket, in order (edgekit.inputs.data.Bucket);
     # the agent writes each bucket's outputs apart and times one chunk of each
     buckets: list[int] | None = None
 
@@ -65,7 +65,7 @@ class StateLink(_Strict):
 
 
 class StreamRequest(_Strict):
-    """Inputs the eval data does not feed (edgekit/stateful.py): constants fed with every run; state
+    """Inputs the eval data does not feed (edgekit/inputs/stateful.py): constants fed with every run; state
     inputs starting as zeros and taking their output after each run (the eval pass then runs one sample
     at a time in order)."""
 
@@ -210,7 +210,7 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[
                   eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
                   options: MeasureOptions | None = None, runtime: str | None = None,
                   runtime_options: dict | None = None, stream=None, eval_buckets=None) -> AgentRequest:
-    """``stream``: the run's edgekit.stateful.Stream (constant and state inputs), or None."""
+    """``stream``: the run's edgekit.inputs.stateful.Stream (constant and state inputs), or None."""
     from ..measure.sustained import request_fields
 
     o = options or MeasureOptions()

@@ -33,7 +33,7 @@ def check_out(out: Path, suffixes: tuple[str, ...]) -> Path:
 
 
 def load_data(path: Path | None, role: str, *, labels: bool, x_key: str = "x", y_key: str = "y"):
-    from ..data import load_npz
+    from ..inputs.data import load_npz
 
     if path is None:
         return None
@@ -44,12 +44,12 @@ def load_data(path: Path | None, role: str, *, labels: bool, x_key: str = "x", y
 def load_model(model: Path, arch: str | None, datasets: list, workdir: Path, constants=None, state=None):
     """Load the model; ``datasets`` ([calib, eval, train]) are replaced by their model-aligned copies,
     each carrying the model's constant and state inputs (``--const``/``--state``, or 0-d arrays of the
-    data named like an input: edgekit/stateful.py) when it has any."""
+    data named like an input: edgekit/inputs/stateful.py) when it has any."""
     from dataclasses import replace
 
-    from ..data import check_fits
-    from ..source import load_source
-    from ..stateful import for_source
+    from ..inputs.data import check_fits
+    from ..inputs.source import load_source
+    from ..inputs.stateful import for_source
 
     first = next((d for d in datasets if d is not None), None)
     example = tuple(x[0:1] for x in first.xs) if first is not None else None
@@ -65,7 +65,7 @@ def load_model(model: Path, arch: str | None, datasets: list, workdir: Path, con
 
 
 def run_one(pass_name: str, art, config: dict[str, Any], ctx, out_name: str):
-    from ..cache import default_cache
+    from ..orchestration.cache import default_cache
     from ..passes.registry import get_pass
 
     p = get_pass(pass_name)

@@ -36,7 +36,7 @@ PANEL_LM = "Language models"
 PANEL_HOST = "Host"
 PANEL_OUTPUT = "Output"
 
-# --const / --state (edgekit/stateful.py): the same words in every command that takes them
+# --const / --state (edgekit/inputs/stateful.py): the same words in every command that takes them
 CONST_HELP = ("A constant model input as NAME=VALUE (repeat), fed unchanged with every sample, e.g. --const "
               "sr=16000 (a number, or comma-separated numbers); a 0-d array in the .npz named like the input works too.")
 STATE_HELP = ("A streaming model's state as OUTPUT:INPUT (repeat), e.g. --state stateN:state: INPUT starts as zeros "

@@ -8,9 +8,24 @@ from typing import Optional
 
 import typer
 
-from .common import (CONST_HELP, EXIT_GATE_FAILED, HOST_THREADS_HELP, PANEL_DATA, PANEL_FLEET, PANEL_GATE, PANEL_HOST,
-                     PANEL_LM, PANEL_MEASURE, PANEL_OUTPUT, PANEL_RELEASE, PANEL_SEARCH, PANEL_TARGET, STATE_HELP,
-                     out_console, progress_display)
+from .common import (
+    CONST_HELP,
+    EXIT_GATE_FAILED,
+    HOST_THREADS_HELP,
+    PANEL_DATA,
+    PANEL_FLEET,
+    PANEL_GATE,
+    PANEL_HOST,
+    PANEL_LM,
+    PANEL_MEASURE,
+    PANEL_OUTPUT,
+    PANEL_RELEASE,
+    PANEL_SEARCH,
+    PANEL_TARGET,
+    STATE_HELP,
+    out_console,
+    progress_display,
+)
 
 HELP = """Compress a model, measure every variant on the device, write the report, apply the gate.
 
@@ -121,7 +136,7 @@ def deploy_cmd(
     out: Path = typer.Option(Path("edgekit-out"), "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Folder for report.json, report.md and artifacts."),
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the report JSON on stdout instead of the summary."),
 ):
-    from ..pipeline import DeployOptions, deploy
+    from ..orchestration.pipeline import DeployOptions, deploy
     from .common import parse_key_values
 
     if _is_lm(model):  # a language model: its own loop (edgekit/llm/deploy.py)
@@ -156,7 +171,7 @@ def deploy_cmd(
     opts.eval_samples, opts.min_speedup = eval_samples, min_speedup
     opts.outputs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
     opts.metric_options = parse_key_values(metric_option, "--metric-option") or None
-    from ..stateful import parse_constants, parse_state
+    from ..inputs.stateful import parse_constants, parse_state
 
     opts.constants, opts.state = parse_constants(const) or None, parse_state(state) or None
     opts.remeasure, opts.warmup_mode, opts.sustained_seconds = remeasure, warmup_mode, sustained
@@ -245,7 +260,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
 
 def _search_options(objective: str, time_budget: float | None, search: bool | None):
     from ..errors import BadInputError
-    from ..pipeline import QUICK_SEARCH_BUDGET_S
+    from ..orchestration.pipeline import QUICK_SEARCH_BUDGET_S
     from ..variant_search import SearchOptions
 
     if objective not in ("p50", "p99", "energy", "size"):
@@ -263,7 +278,7 @@ def _print_search(report) -> None:
                       + (f"; shipping file {s.shipped.file}" if s.shipped else "")
                       + " (why each other candidate lost: below, under 'ship')", highlight=False)
     if s.timeline is not None:  # where the time went, and on what host
-        from ..timeline import timeline_line
+        from ..orchestration.timeline import timeline_line
 
         host = (s.host or {}).get("summary")
         out_console.print(timeline_line(s.timeline) + (f"; {host}" if host else ""), highlight=False)

@@ -8,8 +8,16 @@ from typing import Optional
 
 import typer
 
-from .common import (EXIT_GATE_FAILED, PANEL_ADB, PANEL_OUTPUT, PANEL_SSH, PANEL_TARGET, err_console, out_console,
-                     progress_display)
+from .common import (
+    EXIT_GATE_FAILED,
+    PANEL_ADB,
+    PANEL_OUTPUT,
+    PANEL_SSH,
+    PANEL_TARGET,
+    err_console,
+    out_console,
+    progress_display,
+)
 
 app = typer.Typer(help="Your devices: named instances of target classes, reached over SSH (or ADB).\n\n"
                   "Example: edgekit devices add lab-pi --target rpi4 --host 192.168.1.40 --user pi --trust",
@@ -45,7 +53,7 @@ def add_cmd(
                                              "this device (Wi-Fi devices, CI), never the user's own."),
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the entry as JSON."),
 ):
-    from ..devices import DeviceEntry, add_device, edgekit_known_hosts, known_hosts_files
+    from ..devices.inventory import DeviceEntry, add_device, edgekit_known_hosts, known_hosts_files
     from ..errors import TransportError
     from ..transport.ssh import fetch_host_key, fingerprint, host_key_name, trust_host_key
 
@@ -90,9 +98,9 @@ def add_cmd(
 
 def _add_adb(name, target, serial, tcp, workdir, python, pin_big_cores, isolated, no_connect, replace, as_json,
              host, labels=()):
-    from ..devices import DeviceEntry, add_device, transport_for
+    from ..devices.inventory import DeviceEntry, add_device, transport_for
     from ..errors import BadInputError
-    from ..targets import load_target
+    from ..inputs.targets import load_target
 
     if host is not None or (serial is not None and tcp is not None):
         raise BadInputError("give one of --host (SSH), --adb SERIAL (USB) or --adb-tcp HOST:PORT (Wi-Fi)")
@@ -120,8 +128,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
 
     from rich.table import Table
 
-    from ..devices import host_lock_holder, inventory_path, load_inventory
-    from ..lease import device_lease_holder
+    from ..devices.inventory import host_lock_holder, inventory_path, load_inventory
+    from ..devices.lease import device_lease_holder
 
     inv = load_inventory()
     held = {}
@@ -179,7 +187,7 @@ def _place_holders(devices) -> dict | None:
              "Example: edgekit devices check lab-pi")
 def check_cmd(name: str = typer.Argument(..., help="Device name."),
               as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    from ..devices import check_device, get_device
+    from ..devices.inventory import check_device, get_device
 
     with progress_display(not as_json) as progress:
         progress(f"checking {name}")
@@ -219,7 +227,7 @@ def check_cmd(name: str = typer.Argument(..., help="Device name."),
 @app.command("remove", help="Remove a device from the inventory (simulated ones: `edgekit sim down`).\n\n"
              "Example: edgekit devices remove lab-pi")
 def remove_cmd(name: str = typer.Argument(..., help="Device name.")):
-    from ..devices import get_device, remove_device
+    from ..devices.inventory import get_device, remove_device
     from ..errors import BadInputError
 
     if get_device(name).sim:
@@ -242,9 +250,9 @@ def provision_cmd(
                                                 "executorch); repeatable. Default: only wheels.packages."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
-    from ..devices import add_device, get_device, transport_for
-    from ..provision import ensure_wheelhouse, provision, runtime_wheels
-    from ..targets import load_target
+    from ..devices.inventory import add_device, get_device, transport_for
+    from ..devices.provision import ensure_wheelhouse, provision, runtime_wheels
+    from ..inputs.targets import load_target
 
     entry = get_device(name)
     spec = load_target(entry.target)

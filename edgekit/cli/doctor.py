@@ -38,8 +38,8 @@ TOOLS = [("adb", "Android devices (apt install adb)"), ("sshd", "edgekit sim (ap
 
 
 def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    from ..host_setup import all_statuses
-    from ..targets import list_targets
+    from ..devices.host_setup import all_statuses
+    from ..inputs.targets import list_targets
 
     pkgs = []
     for dist, extra, what in PACKAGES:

@@ -59,7 +59,7 @@ def export_cmd(
                                                 "coordinator (default: edgekit-HOSTNAME)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
-    from ..devices import get_device, load_inventory
+    from ..devices.inventory import get_device, load_inventory
     from ..errors import BadInputError
     from ..lab.coordinator import Coordinator
     from ..lab.export import default_exporter_name, export_places, exporter_argv, write_exporter_config

@@ -8,8 +8,16 @@ from typing import Optional
 
 import typer
 
-from .common import (EXIT_GATE_FAILED, PANEL_DATA, PANEL_GATE, PANEL_MEASURE, PANEL_OUTPUT, PANEL_TARGET, out_console,
-                     progress_display)
+from .common import (
+    EXIT_GATE_FAILED,
+    PANEL_DATA,
+    PANEL_GATE,
+    PANEL_MEASURE,
+    PANEL_OUTPUT,
+    PANEL_TARGET,
+    out_console,
+    progress_display,
+)
 
 HELP = """Measure a model as it is on the device: latency, memory, energy, accuracy; no compression.
 
@@ -43,7 +51,7 @@ def profile_cmd(
     out: Path = typer.Option(Path("edgekit-profile"), "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Folder for the report files."),
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the report JSON instead of the summary."),
 ):
-    from ..pipeline import DeployOptions, profile
+    from ..orchestration.pipeline import DeployOptions, profile
     from .report import print_summary
 
     opts = DeployOptions(latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,

@@ -8,8 +8,17 @@ from typing import Optional
 
 import typer
 
-from .common import (CONST_HELP, HOST_THREADS_HELP, PANEL_COMPRESSION, PANEL_DATA, PANEL_GATE, PANEL_HOST,
-                     PANEL_OUTPUT, STATE_HELP, host_threads_for)
+from .common import (
+    CONST_HELP,
+    HOST_THREADS_HELP,
+    PANEL_COMPRESSION,
+    PANEL_DATA,
+    PANEL_GATE,
+    PANEL_HOST,
+    PANEL_OUTPUT,
+    STATE_HELP,
+    host_threads_for,
+)
 
 HELP = """INT8-quantize a model to an ONNX file.
 
@@ -87,7 +96,7 @@ def quantize_cmd(
         raise BadInputError(ONNX_UNSUPPORTED, hint="use --backend ort for ONNX models, or give the .pt2")
     if backend == "inc" and (calib_data is None or eval_data is None):
         raise DataError("--backend inc tunes against accuracy: it needs --calib-data and --eval-data (with labels)")
-    from ..stateful import parse_constants, parse_state
+    from ..inputs.stateful import parse_constants, parse_state
 
     constants, links = parse_constants(const) or None, parse_state(state) or None
     calib = C.load_data(calib_data, "calib", labels=False, x_key=x_key)

@@ -147,7 +147,7 @@ def diff_cmd(old: Path = typer.Argument(..., help="The baseline report.json (e.g
                                                      help="Allowed model size increase (fraction)."),
              alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5, help="Significance level."),
              as_json: bool = typer.Option(False, "--json", help="Print the comparison and the checks as JSON.")):
-    from ..recipe import GateConfig
+    from ..inputs.recipe import GateConfig
     from ..report.gate import release_checks
     from ..report.model import Report
 

@@ -24,7 +24,7 @@ Examples:
   edgekit run out/ship --prompt "The licence permits" --max-new-tokens 32
   edgekit run out/ship --eval-text eval.txt --json
 
-  # Python: from edgekit.run_shipped import run_shipped
+  # Python: from edgekit.orchestration.run_shipped import run_shipped
   #         outputs = run_shipped("out/ship", {"x": x})
 """
 
@@ -50,11 +50,10 @@ def run_cmd(
 ):
     import numpy as np
 
-    from ..errors import OutputError
+    from ..errors import BadInputError, OutputError
     from ..fsutil import atomic_path
-    from ..run_shipped import run_shipped
-    from ..errors import BadInputError
     from ..llm.run import is_lm_ship
+    from ..orchestration.run_shipped import run_shipped
 
     if is_lm_ship(ship_dir):
         _run_lm(ship_dir, prompt, chat, max_new_tokens, eval_text, threads, as_json)

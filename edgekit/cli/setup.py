@@ -34,9 +34,9 @@ def setup_cmd(
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel=PANEL_OUTPUT,
                                           help="Machine-readable output.")] = False,
 ) -> None:
+    from ..devices.host_setup import TWIN, TWIN_REQUIREMENTS, Requirement, requirements_for
     from ..errors import BadInputError, DeviceError, EdgekitError
-    from ..host_setup import TWIN, TWIN_REQUIREMENTS, Requirement, requirements_for
-    from ..targets import load_target
+    from ..inputs.targets import load_target
 
     if not target and not twin:
         raise BadInputError("name what to set up: --target NAME (repeatable) and/or --twin",

@@ -16,7 +16,7 @@ app = typer.Typer(help="Hardware classes edgekit knows (targets/*.yaml).\n\nExam
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     from rich.table import Table
 
-    from ..targets import list_targets, load_target
+    from ..inputs.targets import list_targets, load_target
 
     specs = [load_target(n) for n in list_targets()]
     if as_json:
@@ -33,7 +33,7 @@ def show_cmd(name: str = typer.Argument(..., help="Target name or path to a targ
              as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     import yaml
 
-    from ..targets import load_target
+    from ..inputs.targets import load_target
 
     spec = load_target(name)
     if as_json:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..artifact import Artifact
-from ..data import check_fits, load_npz
 from ..errors import BadInputError, DataError, OutputError
 from ..formats import all_options, format_spec
+from ..inputs.data import check_fits, load_npz
 from .hops import check_parity, convert_to, hop_config, target_spec
 
 _DEFAULTS = {"io": "float", "quantization": "full"}
@@ -79,8 +79,8 @@ def _whole_inputs(pending, io):
     be exactly its input's static shape (one run of the model). Anything else: the data layer's error."""
     import numpy as np
 
-    from ..data import Dataset
-    from ..source import unbatched
+    from ..inputs.data import Dataset
+    from ..inputs.source import unbatched
 
     path, keys, err = pending
     shapes = [tuple(s.shape) for s in io.inputs]
@@ -129,7 +129,7 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
 
     work = Path(tempfile.mkdtemp(prefix=".edgekit-convert-", dir=out.parent))
     try:
-        from ..source import load_source
+        from ..inputs.source import load_source
 
         progress("loading the model")
         source = load_source(model, example_inputs=example, arch=arch, workdir=work)
@@ -143,7 +143,7 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
         ev = (check_fits(ev, source.artifact.io, "eval", streams=False) or ev) if ev is not None else None
         data = ev or calib
         if data is None:
-            from ..source import synthetic_inputs
+            from ..inputs.source import synthetic_inputs
 
             xs = synthetic_inputs(source.artifact.io, input_shapes=input_shapes)  # DataError naming --input-shape
             kind = "synthetic"

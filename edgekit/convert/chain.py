@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 
 from ..artifact import Artifact
-from ..data import Dataset
 from ..errors import BadInputError, ConversionError, DataError, MissingExtraError
+from ..inputs.data import Dataset
 from .onnx2tf_errors import strip_ansi
 from .onnx_to_tflite import TfliteConfig, onnx_to_tflite
 from .tflite.host_harness import PSEUDO_OP_FIXES
@@ -174,14 +174,14 @@ def _remove(p: Path) -> None:
 
 def stream_fed(onnx_art: Artifact) -> list[str]:
     """The model inputs edgekit feeds itself (a stream's state and constants), not the data, in the model's order."""
-    from ..stateful import stream_of
+    from ..inputs.stateful import stream_of
 
     stream = stream_of(onnx_art)
     return [] if stream is None else [n for n in stream.inputs if n in stream.fed]
 
 
 def _refuse_streams(onnx_art: Artifact) -> None:
-    """A model with inputs edgekit feeds itself (--const, --state: edgekit/stateful.py) is not converted to
+    """A model with inputs edgekit feeds itself (--const, --state: edgekit/inputs/stateful.py) is not converted to
     TFLite: every route converts, sizes and checks parity on the data's inputs alone, so such a build failed on
     a size it did know (Silero VAD: "dynamic sizes ... state (axes [1])", the state being zeros of (2, 1, 128)).
     Say what is missing instead; onnxruntime runs such a model with its constants and state carried."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stateful import Stream
+from ..inputs.stateful import Stream
 
 
 def _dims(v) -> list:
@@ -46,8 +46,8 @@ def fold_stream(src: Path, stream: Stream, data: list[np.ndarray], out: Path) ->
     import onnx
     from onnx import numpy_helper
 
-    from .onnx2tf_prepare import SIMPLIFY_FOLD_LIMIT, SIMPLIFY_SKIP, _SIMPLIFY_LOCK
     from ..logs import quiet
+    from .onnx2tf_prepare import _SIMPLIFY_LOCK, SIMPLIFY_FOLD_LIMIT, SIMPLIFY_SKIP
 
     if importlib.util.find_spec("onnxslim") is None:
         return {"skipped": "onnxslim is not installed (pip install 'edgekit[tflite]')"}

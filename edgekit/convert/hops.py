@@ -19,9 +19,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..artifact import Artifact
-from ..data import Dataset
 from ..errors import BadInputError, ConversionError
 from ..formats import Format, FormatSpec, convert_targets, format_spec
+from ..inputs.data import Dataset
 
 
 @dataclass(frozen=True)

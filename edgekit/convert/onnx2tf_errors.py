@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from ..source import onnx_dim
+from ..inputs.source import onnx_dim
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # onnx2tf's advice about its own command-line flags (-b, -ois, -kt, -kat, -onwdt, -prf, -osd...), which

@@ -20,8 +20,8 @@ import threading
 import numpy as np
 
 from ..errors import ConversionError
+from ..inputs.source import onnx_dim
 from ..logs import quiet
-from ..source import onnx_dim
 from .onnx2tf_errors import all_nodes
 
 HOP = "onnx->tflite"

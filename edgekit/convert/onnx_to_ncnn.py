@@ -66,7 +66,7 @@ def run_ncnn_all(path: Path, io: IOSpec, xs: list[np.ndarray], fp16: str) -> lis
     """Every output of the NCNN model on ``xs`` in ``io.outputs`` order, one sample at a time, through the
     agent's NCNNRunner with ``fp16`` (its runtime option)."""
     from ..agent.inprocess import load_agent
-    from ..source import run_batched
+    from ..inputs.source import run_batched
 
     agent = load_agent()
     ins = [s.model_dump(mode="json") for s in io.inputs]
@@ -150,7 +150,7 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
                                             dtype=s.dtype, layout=s.layout) for s in art.io.inputs),
                     outputs=art.io.outputs)
         fp16 = "on" if cfg.precision == "fp16" else "off"
-        from ..source import ort_reference_all
+        from ..inputs.source import ort_reference_all
 
         gots = run_ncnn_all(param, io, probe, fp16)
         results = compare_outputs(ort_reference_all(art.path)(probe), gots, "onnxruntime (the ONNX model)",
@@ -172,7 +172,7 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
 
 def ncnn_hop(h) -> Artifact:
     """The registry's hop (``formats.FORMATS``' ncnn row): a ``convert.hops.HopInput`` in."""
-    from ..source import synthetic_inputs
+    from ..inputs.source import synthetic_inputs
 
     cfg = h.config if h.config is not None else NcnnConfig(precision=h.precision)
     xs = h.parity_inputs or (list(h.calib.xs) if h.calib is not None else None) or synthetic_inputs(h.artifact.io)

@@ -34,9 +34,9 @@ from ..artifact import Artifact, LineageStep
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format, companion_clash
 from ..fsutil import publish_files
+from ..inputs.stateful import Stream, feeds, stream_of
+from ..inputs.stateful import run as run_stream
 from ..logs import quiet
-from ..stateful import Stream, feeds, stream_of
-from ..stateful import run as run_stream
 from .fold_stream import fold_stream
 from .parity import compare_outputs, parity_metrics
 
@@ -94,7 +94,7 @@ def _nncf_dataset(calib: list[np.ndarray], names: list[str], batch: int | None, 
     n = min(samples, len(calib[0]))
     size = batch or 1
     if stream is not None:
-        from ..source import ort_once
+        from ..inputs.source import ort_once
 
         once = ort_once(onnx_path)[0]
         items = [dict(zip(names, feed)) for feed in feeds(once, [np.asarray(x[:n]) for x in calib], stream)]
@@ -114,7 +114,7 @@ def run_ir_all(path: Path, io, xs: list[np.ndarray], threads: int = 1, *, stream
     chunks of its batch), and the precision the plugin ran at. With a ``stream``, ``xs`` are the data's
     inputs, fed beside the constants and the carried state as the agent feeds them."""
     from ..agent.inprocess import load_agent
-    from ..source import run_batched
+    from ..inputs.source import run_batched
 
     agent = load_agent()
     ins = [s.model_dump(mode="json") for s in io.inputs]
@@ -155,7 +155,7 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
     no_telemetry()
     import openvino as ov
 
-    from ..source import model_batch, ort_once, ort_reference_all
+    from ..inputs.source import model_batch, ort_once, ort_reference_all
 
     start = time.perf_counter()
     stream = stream_of(art)
@@ -220,7 +220,7 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
 def openvino_hop(h) -> Artifact:
     """The registry's hop (``formats.FORMATS``' openvino row): a ``convert.hops.HopInput`` in. Parity runs
     on the eval inputs, else the calibration inputs, else seeded synthetic ones."""
-    from ..source import synthetic_inputs
+    from ..inputs.source import synthetic_inputs
 
     cfg = h.config if h.config is not None else OpenvinoConfig(precision=h.precision)
     calib = list(h.calib.xs) if h.calib is not None else None

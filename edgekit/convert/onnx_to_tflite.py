@@ -41,12 +41,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..artifact import Artifact, IOSpec, LineageStep
-from ..data import Dataset, check_fits
 from ..errors import ConversionError, DataError, MissingExtraError
 from ..formats import Format
 from ..fsutil import atomic_path
+from ..inputs.data import Dataset, check_fits
+from ..inputs.source import ort_reference_all
 from ..logs import quiet
-from ..source import ort_reference_all
 from .onnx2tf_errors import log_tail, onnx2tf_failure, strip_ansi
 from .onnx2tf_prepare import (
     edge_padded_max_pools,

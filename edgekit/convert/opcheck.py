@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConversionError, DataError, MissingExtraError
-from ..source import onnx_dim
+from ..inputs.source import onnx_dim
 
 # ONNX domains the default ONNX op set lives in; anything else is a custom op no converter knows.
 _STANDARD_DOMAINS = {"", "ai.onnx"}

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
@@ -96,11 +95,13 @@ def _quantized_program(ep, example, calib: list[np.ndarray] | None, samples: int
     chunks of the program's batch (dynamic: the example once, which only traces; its activations are
     quantized at run time), then folded into quantize/dequantize pairs and re-exported."""
     import torch
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
-                                                                         get_symmetric_quantization_config)
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from ..source import model_batch, run_batched
+    from ..inputs.source import model_batch, run_batched
 
     class FloatOnlyQuantizer(XNNPACKQuantizer):
         """XNNPACK's quantizer turns the scalars of add/mul into float tensor constants before annotating,
@@ -153,7 +154,7 @@ def run_pte_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) 
     """Every output of a .pte on ``xs`` (user layout and dtype), in ``io.outputs`` order, fed with the
     agent's own code (ExecuTorchRunner, tensors.prepare, tensors.restore_output) in chunks of its fixed batch."""
     from ..agent.inprocess import load_agent
-    from ..source import run_batched
+    from ..inputs.source import run_batched
 
     agent = load_agent()
     ins = [s.model_dump(mode="json") for s in io.inputs]
@@ -249,7 +250,7 @@ def torch_to_executorch(source, out_path: str | Path, *, precision: str = "fp32"
 def executorch_hop(h) -> Artifact:
     """The registry's hop (``formats.FORMATS``' executorch row): a ``convert.hops.HopInput`` in. Parity
     runs on the eval inputs, else the calibration inputs, else seeded synthetic ones (static shapes)."""
-    from ..source import synthetic_inputs
+    from ..inputs.source import synthetic_inputs
 
     if h.source is None:
         raise ConversionError("ExecuTorch conversion needs the PyTorch model; this run started from ONNX", hop=HOP,

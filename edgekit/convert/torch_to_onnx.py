@@ -10,8 +10,8 @@ import numpy as np
 from ..artifact import Artifact, LineageStep
 from ..errors import ConversionError
 from ..formats import Format
+from ..inputs.source import Source, load_onnx, model_batch, onnx_io, ort_reference_all
 from ..logs import quiet
-from ..source import Source, load_onnx, model_batch, onnx_io, ort_reference_all
 from .parity import compare_outputs, parity_metrics
 
 HOP = "torch->onnx"

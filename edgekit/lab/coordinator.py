@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from ..devices.lock import DeviceLockedError
 from ..errors import BadInputError, DeviceError, require
-from ..lock import DeviceLockedError
 from ..sim.procs import alive  # a zombie counts as gone
 
 ENV = "EDGEKIT_COORDINATOR"

@@ -23,7 +23,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..devices import DeviceEntry
+from ..devices.inventory import DeviceEntry
 from .coordinator import Address, Coordinator, CoordinatorRefused
 
 ADB_RESOURCE = "EdgekitADBDevice"

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..artifact import Artifact
 from ..formats import Format
-from ..targets import TargetSpec
+from ..inputs.targets import TargetSpec
 from .export_executorch import et_io, export_executorch
 from .export_gguf import convert_to_gguf, quantize_gguf
 from .export_onnx import export_onnx, quantize_onnx_int8, quantize_onnx_nbits

@@ -19,13 +19,14 @@ import numpy as np
 
 from .. import __version__
 from ..artifact import Artifact
-from ..device_session import DeviceSession, MeasureFailure, RunSettings
+from ..devices.session import DeviceSession, MeasureFailure, RunSettings
 from ..errors import BadInputError, ConversionError, EdgekitError
 from ..formats import format_spec
 from ..fsutil import ensure_writable_dir
+from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..measure.stats import latency_stats
 from ..measure.sustained import analyze
-from ..prepare import target_spec
+from ..orchestration.prepare import target_spec
 from ..report.model import (
     Accuracy,
     DeviceInfo,
@@ -39,7 +40,6 @@ from ..report.model import (
     VariantResult,
 )
 from ..report.write import write_report
-from ..targets import MeasureDefaults, TargetSpec
 from ..transport.base import Transport
 from .candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from .int4_ladder import Calibration

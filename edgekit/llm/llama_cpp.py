@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_binding:
             install_binding(sdist=args.sdist)
         for name in args.board:
-            from ..targets import load_target
+            from ..inputs.targets import load_target
 
             spec = load_target(name)
             if not spec.march:

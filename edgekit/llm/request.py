@@ -24,9 +24,9 @@ from ..agent.protocol import (
 )
 from ..artifact import Artifact
 from ..formats import format_spec
+from ..inputs.targets import MeasureDefaults
 from ..measure.stats import latency_stats
 from ..measure.sustained import request_fields
-from ..targets import MeasureDefaults
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 
 from ..artifact import Artifact
 from ..fsutil import atomic_path, atomic_write_text, sha256_files
+from ..orchestration.ship import SHIP_SCHEMA, runtime_settings
 from ..report.model import VariantResult
-from ..ship import SHIP_SCHEMA, runtime_settings
 from .export_onnx import io_names
 from .request import GenerateSettings
 from .source import LMSource

@@ -13,8 +13,8 @@ threads."""
 
 from __future__ import annotations
 
+from ..inputs.targets import TargetSpec
 from ..report.model import VariantResult
-from ..targets import TargetSpec
 from ..variant_search.tuning import thread_limit
 from .judge import LMGate, objective_value, variant_checks
 

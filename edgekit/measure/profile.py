@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ..report.model import OpProfile, OpTime, OpTypeDelta, OpTypeTime, ProfileDiff
 
 if TYPE_CHECKING:
-    from ..device_session import DeviceSession, Measured, RunSettings
+    from ..devices.session import DeviceSession, Measured, RunSettings
 
 DEFAULT_RUNS = 20
 QDQ = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")

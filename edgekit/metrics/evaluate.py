@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..agent.protocol import BucketOutputs
-from ..stateful import run as run_stream
+from ..inputs.stateful import run as run_stream
 from .base import Metric, MetricError, MetricSpec, Score
 from .registry import resolve_metric, select_outputs
 
@@ -27,7 +27,7 @@ class EvalPlan:
     labels: np.ndarray | None  # the eval labels, or None
     reference: list[np.ndarray]  # every output of the float model on the eval inputs
     reference_name: str
-    # eval data at several sample shapes (edgekit.data.Bucket): per bucket, its labels and the float
+    # eval data at several sample shapes (edgekit.inputs.data.Bucket): per bucket, its labels and the float
     # model's outputs; ``labels``/``reference`` above are then bucket 0's, and score()/parity() take
     # a BucketOutputs (one output list per bucket) and read every bucket
     buckets: list["BucketRef"] | None = None
@@ -120,7 +120,7 @@ def _merged(results) -> dict:
 
 def reference_outputs(source, xs: list[np.ndarray], stream=None) -> list[np.ndarray]:
     """Every output of the float model (the source's reference) on ``xs``; with a ``stream``
-    (edgekit/stateful.py) its constants fed beside the data and its state carried sample to sample."""
+    (edgekit/inputs/stateful.py) its constants fed beside the data and its state carried sample to sample."""
     if stream is not None:
         if getattr(source, "run_once", None) is None:
             raise MetricError(f"the {source.reference_name} reference cannot run on a whole feed, which --const/--state "

@@ -91,8 +91,8 @@ class _UserMetric(Metric):
 
 
 def _import(spec: str) -> Any:
-    from ..source import import_object
     from ..errors import ModelLoadError
+    from ..inputs.source import import_object
 
     try:
         return import_object(spec)

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from ..artifact import Artifact, IOSpec
-from ..data import Dataset
 from ..errors import DataError, ModelLoadError, PassError
-from ..source import _io_from_program, from_program, import_object
+from ..inputs.data import Dataset
+from ..inputs.source import _io_from_program, from_program, import_object
 
 
 @contextlib.contextmanager

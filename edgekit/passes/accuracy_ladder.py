@@ -14,10 +14,10 @@ import numpy as np
 
 from ..artifact import Artifact
 from ..errors import PassError
+from ..inputs.source import ort_once, ort_reference_all
+from ..inputs.stateful import run as run_stream
 from ..metrics import get_metric
-from ..source import ort_once, ort_reference_all
-from ..stateful import run as run_stream
-from ..timeline import BudgetExceeded, check_deadline
+from ..orchestration.timeline import BudgetExceeded, check_deadline
 from . import sensitivity as sens
 from .base import PassContext
 from .quantize_ort import OrtQuantize, OrtQuantizeConfig, encoding_label
@@ -44,7 +44,7 @@ class _Scorer:
         n = len(xs[0])
         self.n = n
         self.xs = xs
-        self.stream = stream  # constant and state inputs (edgekit/stateful.py): fed as the deploy feeds them
+        self.stream = stream  # constant and state inputs (edgekit/inputs/stateful.py): fed as the deploy feeds them
         self.metric = plan.metric if plan is not None else get_metric("top1")
         self.idx = plan.output_idx if plan is not None else [0]
         targets = plan.targets() if plan is not None else y

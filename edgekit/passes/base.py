@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from ..artifact import Artifact, LineageStep
 from ..config import validate
-from ..data import Dataset
 from ..errors import PassError
 from ..formats import Format
+from ..inputs.data import Dataset
 
 
 @dataclass

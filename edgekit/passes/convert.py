@@ -102,7 +102,7 @@ def variants_for_target(recipe, target, has_calib: bool):
     Android) get TFLite fp32 + INT8 (float I/O; full-integer with calibration data, else
     dynamic-range); Core ML targets get Core ML fp32/fp16/int8-weights. ONNX Runtime targets keep
     the recipe as it is."""
-    from ..recipe import PassStep, VariantSpec
+    from ..inputs.recipe import PassStep, VariantSpec
 
     if has_convert_steps(recipe) or not target.runtimes:
         return recipe

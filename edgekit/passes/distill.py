@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..artifact import Artifact
 from ..errors import BadInputError, PassError
 from ..formats import Format
-from ..timeline import check_deadline
+from ..orchestration.timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 
 
@@ -49,8 +49,8 @@ class Distill(TorchPass):
         import torch
         import torch.nn.functional as F
 
+        from ..inputs.source import import_object
         from . import _torch as T
-        from ..source import import_object
 
         train = T.require_train(ctx.train, "distillation")
         torch.manual_seed(config.seed)
@@ -158,7 +158,7 @@ def _teacher_training_lineage(teacher_path: Path) -> list | None:
 
 def _teacher_artifact(config: DistillConfig, ctx: PassContext, artifact: Artifact) -> Artifact:
     if config.teacher:
-        from ..source import load_pt2
+        from ..inputs.source import load_pt2
 
         p = Path(config.teacher)
         if not p.is_file():

@@ -8,12 +8,11 @@ Needs the model as an nn.Module: ``arch: module:Class`` (weights come from the .
 
 from __future__ import annotations
 
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import PassError
 from ..formats import Format
-from ..timeline import check_deadline
+from ..orchestration.timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 
 

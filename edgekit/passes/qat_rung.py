@@ -13,12 +13,12 @@ import numpy as np
 from pydantic import Field
 
 from ..artifact import Artifact
-from ..data import Dataset, check_fits
 from ..errors import DataError
 from ..formats import Format
+from ..inputs.data import Dataset, check_fits
+from ..inputs.source import load_onnx
 from ..logs import quiet
-from ..source import load_onnx
-from ..timeline import BudgetExceeded
+from ..orchestration.timeline import BudgetExceeded
 from .accuracy_ladder import Result, _g, _Ladder, _OutOfBudget, _r, _Scorer, _Trials, quantizable_ops
 from .base import PassContext
 from .quantize_ort import OrtQuantizeConfig, encoding_label

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..artifact import IOSpec
-from ..data import Dataset
+from ..inputs.data import Dataset
 from ..logs import quiet
 from .quantize_ort import OrtQuantizeConfig
 

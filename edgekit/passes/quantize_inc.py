@@ -122,7 +122,7 @@ class IncQuantize(TorchPass):
         # INC's result is a PT2E graph with quantize/dequantize ops: exported as an ONNX QDQ model
         static = torch.export.export(q, example)
         from ..convert.torch_to_onnx import export_onnx
-        from ..source import from_program
+        from ..inputs.source import from_program
 
         tmp_src = from_program(static, artifact.path)
         onnx_art = export_onnx(tmp_src, out, list(xs_eval))

@@ -70,7 +70,7 @@ class QuantizeNncf(Pass):
         import nncf
         import openvino as ov
 
-        from ..source import model_batch
+        from ..inputs.source import model_batch
         from .accuracy_ladder import _Scorer
 
         xs = list(ctx.eval.xs)

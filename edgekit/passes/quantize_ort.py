@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DataError, PassError
 from ..formats import Format
+from ..inputs.source import ort_once
+from ..inputs.stateful import feeds
 from ..logs import quiet
-from ..source import ort_once
-from ..stateful import feeds
 from .base import Pass, PassContext, PassOutput
 
 CalibrationMethodName = Literal["minmax", "entropy", "percentile"]
@@ -66,7 +66,7 @@ def encoding_label(cfg: OrtQuantizeConfig) -> str:
 
 class _Reader:
     """onnxruntime CalibrationDataReader over the user's calibration arrays, one sample a batch, in order;
-    with a stream (edgekit/stateful.py) each feed also holds the constants and the state carried from
+    with a stream (edgekit/inputs/stateful.py) each feed also holds the constants and the state carried from
     the sample before (:func:`calibration_feeds`)."""
 
     def __init__(self, names: list[str], xs: tuple[np.ndarray, ...], dtypes: list[str], stream=None,
@@ -181,8 +181,13 @@ class OrtQuantize(Pass):
     input_formats = (Format.ONNX,)
 
     def run(self, artifact, config: OrtQuantizeConfig, ctx: PassContext, stem: str) -> PassOutput:
-        from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
-                                              quantize_static)
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_dynamic,
+            quantize_static,
+        )
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         qt = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
@@ -210,7 +215,7 @@ class OrtQuantize(Pass):
                         raise DataError("static INT8 quantization needs a calibration set",
                                         hint="pass --calib-data CALIB.npz (or use mode: dynamic in the recipe)")
                     xs = tuple(x[: config.calibration_samples] for x in ctx.calib.xs)
-                    stream = getattr(ctx.calib, "stream", None)  # constant/state inputs (edgekit/stateful.py)
+                    stream = getattr(ctx.calib, "stream", None)  # constant/state inputs (edgekit/inputs/stateful.py)
                     reader = _Reader([i.name for i in artifact.io.inputs], xs, [i.dtype for i in artifact.io.inputs],
                                      stream, Path(artifact.path))
                     cache = calibration_cache_path(src, xs, config, stream)

@@ -45,10 +45,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact, IOSpec
-from ..data import Dataset
 from ..errors import DataError, PassError
 from ..formats import Format
-from ..timeline import check_deadline
+from ..inputs.data import Dataset
+from ..orchestration.timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 from .qat_simulation import (
     _set,
@@ -143,8 +143,8 @@ def finetune(program, io: IOSpec, train: Dataset, calib: Dataset, settings: QatS
     import torch
     import torch.nn.functional as F
 
-    from ._torch import example_input
     from ..logs import quiet
+    from ._torch import example_input
 
     started = time.perf_counter()
     deadline = min(deadline or float("inf"), started + settings.seconds)
@@ -322,7 +322,7 @@ def finetune(program, io: IOSpec, train: Dataset, calib: Dataset, settings: QatS
 def finetuned_onnx(result: FinetuneResult, dest: Path, parity_xs: list[np.ndarray]) -> Artifact:
     """The fine-tuned float model as ONNX (batch 1, the source's input names), parity checked."""
     from ..convert.torch_to_onnx import export_onnx
-    from ..source import from_program
+    from ..inputs.source import from_program
     from ._torch import save_ep
 
     pt2 = dest.with_suffix(".pt2")
@@ -350,7 +350,7 @@ class QatQuantize(TorchPass):
         import shutil
         import tempfile
 
-        from ..source import load_onnx
+        from ..inputs.source import load_onnx
         from ._torch import load_program
 
         train = require_qat_data(ctx.train, ctx.calib)
@@ -383,7 +383,7 @@ class QatQuantize(TorchPass):
 
 def _top1(path: Path, ds: Dataset, torch_program=None) -> float | None:
     """Top-1 (percent) of the first output on ``ds``, when its labels are class indices."""
-    from ..source import ort_reference
+    from ..inputs.source import ort_reference
 
     if ds.y is None or ds.y.dtype.kind not in "iu" or ds.y.ndim != 1:
         return None

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..timeline import budget_exceeded, check_deadline, seconds_left
+from ..orchestration.timeline import budget_exceeded, check_deadline, seconds_left
 
 MIN_SAMPLES = 4  # below this a tensor's error is noise: the step is not started
 GROUP = 32  # units switched in one model: each run computes its own group's quantize-dequantize nodes only
@@ -220,7 +220,7 @@ def build_switch_model(float_path: Path, qdq_path: Path, candidates: set[str], o
 def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: set[str], workdir: Path,
             samples: int = 32, output_idx: list[int] | None = None, stream=None) -> Sensitivity:
     """Each unit's relative output error on the first ``samples`` samples of ``xs``, most sensitive first.
-    ``stream`` (edgekit/stateful.py): the constants fed beside the data, the state carried from sample to
+    ``stream`` (edgekit/inputs/stateful.py): the constants fed beside the data, the state carried from sample to
     sample through the switched model itself (as the quantized model carries its own in use).
 
     The units are switched in groups of ``GROUP``, one model per group, each unit against its own
@@ -228,8 +228,8 @@ def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: 
     every run (PP-OCRv4's recognizer, 552 units: 118 ms a sample against 25 ms in float)."""
     import onnxruntime as ort
 
-    from ..source import model_batch, run_batched
-    from ..stateful import run as run_stream
+    from ..inputs.source import model_batch, run_batched
+    from ..inputs.stateful import run as run_stream
 
     started = time.perf_counter()
     path = workdir / "sensitivity.onnx"

@@ -15,8 +15,8 @@ from .model import Gate, Report, VariantResult
 from .release import compare_reports
 
 if TYPE_CHECKING:
-    from ..device_session import DeviceSession, Measured
-    from ..prepare import PreparedRun
+    from ..devices.session import DeviceSession, Measured
+    from ..orchestration.prepare import PreparedRun
     from .release import ReleaseJudgement
 
 

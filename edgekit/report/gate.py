@@ -14,8 +14,8 @@ noise on a busy device does not fail a release.
 
 from __future__ import annotations
 
+from ..inputs.recipe import GateConfig
 from ..measure.profile import is_slower, measured_p50s, profile_diff
-from ..recipe import GateConfig
 from .diff import ReportDiff
 from .model import Check, Gate, VariantResult
 from .release import compare_reports, release_checks

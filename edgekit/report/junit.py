@@ -42,7 +42,8 @@ def render_junit(r: Report) -> str:
             out = ET.SubElement(case, "system-out")
             out.text = "\n".join([c.message, *detail])
     for u in (r.fleet.units if r.fleet is not None else []):  # a fleet run: one case per unit
-        case = ET.SubElement(suite, "testcase", classname="edgekit.fleet", name=u.name, time=str(u.seconds or 0))
+        case = ET.SubElement(suite, "testcase", classname="edgekit.orchestration.fleet", name=u.name,
+                             time=str(u.seconds or 0))
         if u.state != "measured":
             ET.SubElement(case, "failure", message=f"unit {u.name} unmeasured: {u.error}",
                           type="UnitFailed").text = f"{u.error_kind}: {u.error}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..timeline import timeline_line
+from ..orchestration.timeline import timeline_line
 from .diff import render_diff_markdown
 from .model import Report
 

@@ -371,7 +371,7 @@ class DeviceInfo(_Open):
     cores: int | None = None  # os.cpu_count() on the device
     hostname: str | None = None
     machine_id: str | None = None  # a non-reversible hash; keys the measurement cache
-    # the device state before the first variant and after the last (edgekit.pipeline._device_info)
+    # the device state before the first variant and after the last (edgekit.orchestration.pipeline._device_info)
     governor: str | None = None
     frequency_mhz: float | None = None  # cpu0's scaling_cur_freq before the first variant
     temperature_c: BeforeAfter | None = None  # the hottest thermal zone before the first variant and after the last
@@ -436,7 +436,7 @@ class TimelineSpan(_Open):
 
 
 class Timeline(_Open):
-    """Where a search's wall time went (edgekit/timeline.py): one span per stage; the lock wait is
+    """Where a search's wall time went (edgekit/orchestration/timeline.py): one span per stage; the lock wait is
     outside the time budget."""
 
     started_unix: float | None = None  # when the run started (time.time), to line runs up against each other
@@ -558,7 +558,7 @@ class ReportDiff(_Open):
         return [(v.variant, c) for v in self.variants for c in v.changes if c.is_regression]
 
 
-# --- a fleet run (deploy --devices/--pool; edgekit/fleet.py) -------------------------------------------
+# --- a fleet run (deploy --devices/--pool; edgekit/orchestration/fleet.py) -------------------------------------------
 class FleetUnit(_Open):
     """One unit of the fleet: its state (measured | failed, with the error), its eval shard, its
     per-variant latency and its own gate's verdict."""

@@ -29,17 +29,17 @@ import numpy as np
 
 from ..agent.protocol import AgentRunFailed
 from ..artifact import Artifact
-from ..cache import find_by_sha256
 from ..errors import BadInputError
 from ..fsutil import sha256_file
+from ..inputs.recipe import GateConfig
 from ..measure.compare import format_p
 from ..measure.stats import BOOTSTRAP_SEED
-from ..recipe import GateConfig
+from ..orchestration.cache import find_by_sha256
 from .diff import MetricChange, ReportDiff, counterpart, diff_reports
 from .model import Check, Report, VariantResult
 
 if TYPE_CHECKING:
-    from ..device_session import ABBlocks
+    from ..devices.session import ABBlocks
 
 METHOD_TEXT = {
     "ab": "A/B interleaved re-measurement of the baseline report's model in this session",

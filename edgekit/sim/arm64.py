@@ -16,7 +16,7 @@ wheels, the Debian Python, the Debian OpenSSH.
   network), in the CPU/memory cgroups of `sim up`, every aarch64 binary executed by the kernel's
   binfmt_misc handler ``qemu-aarch64`` (registered with the F flag, so the chroot needs no qemu).
 - runtimes: edgekit downloads the aarch64 wheels on the host (the target's ``wheels:`` section) and
-  installs them over SSH (edgekit/provision.py): the twin never reaches an index.
+  installs them over SSH (edgekit/devices/provision.py): the twin never reaches an index.
 
 Timing on an emulated CPU is meaningless as a figure for real hardware (qemu is ~8x slower for Python
 and up to ~500x for vectorised numpy); the inventory entry says ``emulated: true`` and deploy reports
@@ -434,7 +434,7 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     """Build (once) and start an arm64 twin, register it as a ``target`` device (emulated), and
     install the target's runtimes on it from a host-side wheelhouse (plus the extra wheels of the
     named ``runtimes``, e.g. executorch). Returns (state, entry, timings)."""
-    from ..devices import DeviceEntry, add_device
+    from ..devices.inventory import DeviceEntry, add_device
     from ..fsutil import atomic_write_text
     from . import cgroup as _cg
     from . import netns as _netns
@@ -510,9 +510,9 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
 
 def provision_runtimes(entry, spec, wheelhouse: Path | None = None, say: Say = _quiet, runtimes=()):
     """Download the target's aarch64 wheels on this host (once, cached) and install them on the twin
-    over SSH with ``pip install --no-index`` (edgekit/provision.py). Updates the inventory entry."""
-    from ..devices import add_device, transport_for
-    from ..provision import ensure_wheelhouse, provision
+    over SSH with ``pip install --no-index`` (edgekit/devices/provision.py). Updates the inventory entry."""
+    from ..devices.inventory import add_device, transport_for
+    from ..devices.provision import ensure_wheelhouse, provision
 
     # an unknown runtime, or one the target has no wheels for, is refused before any download
     wh, downloaded = ensure_wheelhouse(spec, wheelhouse, runtimes, say)

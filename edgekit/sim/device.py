@@ -15,13 +15,14 @@ import sys
 from pathlib import Path
 from typing import Callable, Literal
 
-from ..devices import DeviceEntry, add_device, get_device, load_inventory, remove_device
+from ..devices.inventory import DeviceEntry, add_device, get_device, load_inventory, remove_device
 from ..errors import BadInputError, DeviceError
 from ..paths import locks_dir, sim_root
 from . import cgroup as _cg
 from . import netns as _netns
 from . import sshd as _sshd
 from .procs import alive, kill_tree
+
 # the state record is a leaf module (devices.check_device reads it); re-exported for the callers here
 from .state import SimState, find_state, load_states  # noqa: F401
 from .state import state_file as _state_file
@@ -60,8 +61,8 @@ def _is_our_sshd(pid: int, config: str) -> bool:
 def check_new_sim(name: str, target: str, cpu_quota: float | None, memory: str | None):
     """The input checks every `sim up` (plain or arm64) makes before touching anything:
     returns (target spec, memory limit in bytes or None)."""
-    from ..devices import NAME_RE
-    from ..targets import load_target
+    from ..devices.inventory import NAME_RE
+    from ..inputs.targets import load_target
 
     if not NAME_RE.match(name):
         raise BadInputError(f"device name {name!r} must be letters, digits, '.', '_' or '-' (max 63)")

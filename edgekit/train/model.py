@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DataError, ModelLoadError
-from ..source import import_object
+from ..inputs.source import import_object
 from .data import TrainData
 
 

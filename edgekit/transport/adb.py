@@ -439,7 +439,7 @@ def transport_for_device(entry, python: str) -> AdbTransport:
     """The inventory's adb device -> a connected AdbTransport (devices.py holds the lock)."""
     mask = None
     if getattr(entry, "pin_big_cores", False):
-        from ..targets import load_target
+        from ..inputs.targets import load_target
 
         mask = load_target(entry.target).big_cores_mask
         if not mask:

@@ -208,7 +208,7 @@ class BrowserPage:
     def __init__(self, workdir: str, profile=None):
         self.workdir = workdir
         self.litert, self.litert_version = litert_dir(), litert_version()  # None: LiteRT.js not installed
-        self.profile = profile  # edgekit.targets.BrowserProfile: CPU throttling and a phone's viewport, or None
+        self.profile = profile  # edgekit.inputs.targets.BrowserProfile: CPU throttling and a phone's viewport, or None
         self.devtools: DevTools | None = None
         self.emulation_applied: dict | None = None
         self.dist = runtime_dist()
@@ -382,7 +382,7 @@ class BrowserTransport(LocalTransport):
 
     def __init__(self, workdir: str | Path | None = None, profile=None):
         super().__init__(workdir or default_local_workdir() / ("browser-mobile" if profile else "browser"))
-        self.profile = profile  # edgekit.targets.BrowserProfile or None
+        self.profile = profile  # edgekit.inputs.targets.BrowserProfile or None
         self._page: BrowserPage | None = None
 
     @property

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from ..formats import FORMATS, Candidate, Format, format_spec, spec_for_runtime
 from ..host import cpu_flags
+from ..inputs.recipe import PassStep, VariantSpec
+from ..inputs.targets import TargetSpec
 from ..passes.registry import known_passes
-from ..recipe import PassStep, VariantSpec
-from ..targets import TargetSpec
 
 
 def _steps(cand: Candidate) -> list[PassStep]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..artifact import Artifact
-from ..recipe import VariantSpec
+from ..inputs.recipe import VariantSpec
 from ..report.model import VariantResult
 
 Objective = Literal["p50", "p99", "energy", "size"]

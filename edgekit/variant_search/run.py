@@ -28,18 +28,22 @@ from typing import Any
 from ..agent.inprocess import load_agent
 from ..agent.protocol import build_request, load_outputs
 from ..artifact import Artifact
-from ..data import eval_bundle, fixed_shape_misfit
-from ..device_session import DeviceSession, Measured, MeasureFailure, RunSettings
+from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
 from ..host import host_compute, host_threads
+from ..inputs.data import eval_bundle, fixed_shape_misfit
+from ..inputs.recipe import Recipe, VariantSpec
+from ..inputs.targets import MeasureDefaults
 from ..measure.profile import profile_diffs, profile_variants, profiled_names
 from ..metrics import MetricSpec
-from ..options import DeployOptions, refused_by_search
+from ..orchestration.options import DeployOptions, refused_by_search
+from ..orchestration.prepare import PreparedRun, prepare_run, target_spec
+from ..orchestration.ship import write_ship
+from ..orchestration.steps import recorded_settings, run_settings
+from ..orchestration.timeline import BudgetExceeded, Clock
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
-from ..prepare import PreparedRun, prepare_run, target_spec
-from ..recipe import Recipe, VariantSpec
 from ..report.assemble import assemble_report, score
 from ..report.decision import ship_decision
 from ..report.diff import shipped_name
@@ -47,10 +51,6 @@ from ..report.gate import evaluate_gate
 from ..report.model import Check, Decision, Gate, Report, VariantResult
 from ..report.release import release_judgement
 from ..report.write import write_report
-from ..ship import write_ship
-from ..steps import recorded_settings, run_settings
-from ..targets import MeasureDefaults
-from ..timeline import BudgetExceeded, Clock
 from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, Objective, choose, keep_release_choice, reasons
 from .racing import clearly_slower, race_entry

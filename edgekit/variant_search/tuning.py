@@ -7,7 +7,7 @@ which is the threads). Every setting is a row of the candidate table (``name@t2,
 the default options. Measurements go through the measurement cache like any other (the options are
 part of the request, so part of the key). The agent's runners (``device_agents/edgekit_agent/runners/``,
 ``Runner.OPTIONS``) apply the options and refuse unknown ones; ``ship/runtime.json`` records the
-setting that shipped (``edgekit/ship.py``).
+setting that shipped (``edgekit/orchestration/ship.py``).
 
 The grid stays small: each option's non-default values are tried one at a time at every thread
 count (one factor at a time, never the product of the options), and an option that only matters
@@ -35,11 +35,11 @@ import time
 
 import numpy as np
 
-from ..device_session import MeasureFailure
+from ..devices.session import MeasureFailure
 from ..formats import FORMATS
+from ..inputs.recipe import VariantSpec
 from ..measure.compare import _thin
 from ..measure.stats import BOOTSTRAP_SEED
-from ..recipe import VariantSpec
 from ..report.assemble import score
 from ..report.gate import evaluate_gate
 from .choice import BASE, Candidate, choose, reasons

@@ -61,7 +61,7 @@ def test_auto_trains_on_the_gpu_with_nccl_and_autocast_and_the_teacher_runs_on_a
     ep = torch.export.load(str(out))
     assert "cuda" not in str(ep.graph_module.code) and all(p.device.type == "cpu" for p in ep.state_dict.values())
     assert m["eval_accuracy"] == pytest.approx(_cpu_accuracy(out, env[2]), abs=1e-6)
-    from edgekit.source import load_pt2
+    from edgekit.inputs.source import load_pt2
 
     assert load_pt2(out).reference([np.load(env[2])["x"][:3]]).shape == (3, 10)
 

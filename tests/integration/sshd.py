@@ -85,7 +85,7 @@ def start_netns_sshd(dir: Path, link: NetnsLink) -> _sshd.Sshd:
 def register(s: _sshd.Sshd, name: str, *, target: str = "local", workdir: Path | None = None,
              trust: bool = True) -> None:
     """Put ``s`` in the (test-isolated) inventory as device ``name``, running this venv's Python."""
-    from edgekit.devices import DeviceEntry, add_device, edgekit_known_hosts
+    from edgekit.devices.inventory import DeviceEntry, add_device, edgekit_known_hosts
 
     if trust:
         s.write_known_hosts(edgekit_known_hosts())

@@ -61,8 +61,8 @@ def started_twin(name: str, target: str, runtimes: list[str], tag: str):
     """`edgekit sim up NAME --arch arm64 --target TARGET --runtime R...` from the target's cached wheelhouse
     (downloaded once: ~/.cache/edgekit/wheelhouse/TARGET-py3.11, or $EDGEKIT_TEST_ET_WHEELHOUSE), yielding
     its JSON; stopped by PID afterwards. A generator for module fixtures (``yield from``)."""
-    from edgekit.provision import build_wheelhouse, wheelhouse_lacks
-    from edgekit.targets import load_target
+    from edgekit.devices.provision import build_wheelhouse, wheelhouse_lacks
+    from edgekit.inputs.targets import load_target
 
     old_cache = os.environ.get("EDGEKIT_ROOTFS_CACHE")
     os.environ["EDGEKIT_ROOTFS_CACHE"] = old_cache or str(CACHE / "rootfs")
@@ -115,8 +115,8 @@ def twin():
     old_cache = os.environ.get("EDGEKIT_ROOTFS_CACHE")
     os.environ["EDGEKIT_ROOTFS_CACHE"] = old_cache or str(CACHE / "rootfs")  # the CLI and in-process checks
     wh = Path(os.environ.get("EDGEKIT_TEST_WHEELHOUSE", str(CACHE / "wheelhouse" / "rpi4-py3.11")))
-    from edgekit.provision import build_wheelhouse
-    from edgekit.targets import load_target
+    from edgekit.devices.provision import build_wheelhouse
+    from edgekit.inputs.targets import load_target
 
     t0 = time.perf_counter()
     if not any(wh.glob("onnxruntime-*.whl")):
@@ -155,7 +155,7 @@ def test_twin_is_an_aarch64_python311_device_with_its_runtimes(twin):
 
 def test_twin_has_no_network_beyond_its_link(twin):
     """The runtimes came from the host's wheelhouse: the twin itself has no route anywhere."""
-    from edgekit.devices import get_device, transport_for
+    from edgekit.devices.inventory import get_device, transport_for
 
     entry = get_device(NAME)
     assert entry.emulated is True and entry.python and "PYTHONPATH" in entry.python
@@ -209,7 +209,7 @@ def test_deploy_to_twin_matches_host_accuracy(twin, digits, recipe, tmp_path):
 
 
 def test_sim_down_cleans_up_and_keeps_the_rootfs(twin):
-    from edgekit.devices import load_inventory
+    from edgekit.devices.inventory import load_inventory
     from edgekit.sim.arm64 import rootfs_dir
     from edgekit.sim.device import sim_root
     from edgekit.sim.procs import alive

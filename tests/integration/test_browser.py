@@ -50,7 +50,7 @@ def in_tmp(tmp_path, monkeypatch, digits):
 
 def _host_top1(ship: Path, eval_npz: Path) -> float:
     """The shipped file scored on this host as `edgekit run` runs it (the web runtime's native build)."""
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     with np.load(eval_npz) as z:
         xs, y = {k: z[k] for k in z.files if k != "y"}, z["y"]  # one input: "x" (digits) or "pixel_values" (cnn)
@@ -252,11 +252,10 @@ def _page_p50(profile, workdir: Path, model: Path, x: np.ndarray) -> tuple[float
 def test_browser_mobile_throttles_the_page_cpu_and_says_so(tmp_path, digits):
     """The phone profile's DevTools throttle really slows the page (the same model, both pages in one test),
     and the facts carry the rate, which keys the measurement cache apart from the plain browser's."""
-    from edgekit.measure.cache import device_identity
-    from edgekit.targets import load_target
-
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
+    from edgekit.inputs.targets import load_target
+    from edgekit.measure.cache import device_identity
 
     mobile = load_target("browser-mobile")
     assert mobile.browser.cpu_throttle == 4 and mobile.browser.emulated

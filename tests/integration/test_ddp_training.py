@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from ddp_helpers import kill_group, max_abs_diff, popen, run, state_dict, write_digits, write_factories
 
 pytestmark = pytest.mark.slow
@@ -59,7 +58,7 @@ def test_one_process_writes_a_pt2_teacher_and_its_metrics_in_lineage(one_process
 
     assert doc["sha256"] == sha256_file(out)
     # the teacher is what the rest of edgekit takes (e.g. `edgekit distill --teacher teacher.pt2`)
-    from edgekit.source import load_pt2
+    from edgekit.inputs.source import load_pt2
 
     src = load_pt2(out)
     assert src.artifact.io.inputs[0].shape == (1, 1, 8, 8)

@@ -84,7 +84,7 @@ def test_host_lowered_pte_runs_on_twin_like_on_host(et_twin, digits, tmp_path):
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "local.yaml").read_text())
     spec.update(name="local-et", runtimes=[*spec["runtimes"], "executorch"])  # whatever else local lists
     host_target.write_text(yaml.safe_dump(spec, sort_keys=False))
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
 
     assert "executorch" in load_target(host_target).runtimes  # the local.yaml edit above took
     common = [digits.pt2, "--eval-data", digits.eval, "--calib-data", digits.calib, "--recipe", recipe]

@@ -1,4 +1,5 @@
-"""A fleet run over real sshd devices (edgekit/fleet.py) and the device-side lease (edgekit/lease.py).
+"""A fleet run over real sshd devices (edgekit/orchestration/fleet.py) and the device-side lease
+(edgekit/devices/lease.py).
 
 Default run: three loopback SSH devices measured in parallel through the pool, sharded eval giving the
 metric of one device scoring everything; a unit's sshd killed mid-run (the others finish, the report
@@ -27,8 +28,8 @@ from device_log import AGENT_LOGGER, overlaps  # noqa: E402
 from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd  # noqa: E402
 
 import edgekit  # noqa: E402
-from edgekit.devices import add_device, get_device  # noqa: E402
-from edgekit.recipe import Recipe  # noqa: E402
+from edgekit.devices.inventory import add_device, get_device  # noqa: E402
+from edgekit.inputs.recipe import Recipe  # noqa: E402
 
 pytestmark = needs_sshd
 FAST = dict(runs=5, min_seconds=0.0, warmup=1)
@@ -122,7 +123,7 @@ def test_sharded_fleet_gives_the_one_device_metric(three, mlp, tmp_path):
     assert all(c.unit == worst and c.message.startswith(f"unit {worst} (worst of 3 measured): ")
                for c in unit_checks), unit_checks
     junit = (tmp_path / "fleet" / "junit.xml").read_text()
-    assert all(f'classname="edgekit.fleet" name="u{i}"' in junit for i in range(3))
+    assert all(f'classname="edgekit.orchestration.fleet" name="u{i}"' in junit for i in range(3))
     md = (tmp_path / "fleet" / "report.md").read_text()
     assert "## Fleet" in md and "| u2" in md
     assert 'id="plot-fleet"' in (tmp_path / "fleet" / "report.html").read_text()
@@ -204,8 +205,8 @@ def test_fleet_refuses_a_bad_pool_before_any_work(home, cli, mlp, tmp_path):
 CONTENDER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
-    from edgekit.devices import get_device, transport_for
-    from edgekit.lease import DeviceLease
+    from edgekit.devices.inventory import get_device, transport_for
+    from edgekit.devices.lease import DeviceLease
     busy = "import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.15); f.write('%r %r\\\\n' % (s, time.time()))"
     t = transport_for(get_device("shared"))
     t.python = sys.executable
@@ -239,17 +240,17 @@ def test_two_hosts_contending_through_the_device_lease_never_overlap(home, tmp_p
 
 
 def test_deploy_refuses_a_device_leased_from_another_host(home, tmp_path, mlp):
-    from edgekit.lease import DeviceLease
+    from edgekit.devices.lease import DeviceLease
 
     s = start_loopback_sshd(tmp_path / "sshd")
     try:
         register(s, "shared", target="local", workdir=tmp_path / "dev")
-        from edgekit.devices import transport_for
+        from edgekit.devices.inventory import transport_for
 
         t = transport_for(get_device("shared"))
         t.python = sys.executable
         other = DeviceLease(t, "shared", ttl_s=120).acquire()  # another host's deploy holds it
-        from edgekit.lease import DeviceLeaseHeld
+        from edgekit.devices.lease import DeviceLeaseHeld
 
         t0 = time.monotonic()
         with pytest.raises(DeviceLeaseHeld) as ei:

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from edgekit.recipe import GateConfig
+from edgekit.inputs.recipe import GateConfig
 from edgekit.report.gate import compare_with_baseline
 from tests.unit.report_factory import release_pair
 

@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_coordinator import LabNet, start_coordinator  # noqa: E402
 from device_log import AGENT_LOGGER, overlaps  # noqa: E402
+from lab_coordinator import LabNet, start_coordinator  # noqa: E402
 from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd  # noqa: E402
 
-from edgekit.devices import add_device, get_device  # noqa: E402
+from edgekit.devices.inventory import add_device, get_device  # noqa: E402
 
 pytest.importorskip("labgrid.remote.client", reason="labgrid not installed (pip install 'edgekit[lab]')")
 
@@ -73,8 +73,8 @@ def lab(home, coordinator, monkeypatch, request):
 
 
 def _session(name: str, **kw):
-    from edgekit.device_session import DeviceSession
-    from edgekit.targets import load_target
+    from edgekit.devices.session import DeviceSession
+    from edgekit.inputs.targets import load_target
 
     return DeviceSession(load_target("local"), name, source_io=None, plan=None, **kw)
 
@@ -96,8 +96,8 @@ def _env(**extra) -> dict:
 # and holds it for HOLD seconds (0 = until killed).
 HOLDER = textwrap.dedent("""
     import sys, time
-    from edgekit.device_session import DeviceSession
-    from edgekit.targets import load_target
+    from edgekit.devices.session import DeviceSession
+    from edgekit.inputs.targets import load_target
     name, hold = sys.argv[1], float(sys.argv[2])
     with DeviceSession(load_target("local"), name, source_io=None, plan=None) as s:
         print("HELD", time.time(), flush=True)
@@ -183,8 +183,8 @@ def test_export_three_devices_as_places_with_their_resources(home, coordinator, 
 # --- contention ----------------------------------------------------------------------------------
 CONTENDER = textwrap.dedent("""
     import sys, time
-    from edgekit.device_session import DeviceSession
-    from edgekit.targets import load_target
+    from edgekit.devices.session import DeviceSession
+    from edgekit.inputs.targets import load_target
     name, rounds, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     busy = ("import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.2); "
             "f.write('%r %r\\\\n' % (s, time.time()))")
@@ -305,10 +305,10 @@ def test_a_place_acquired_with_labgrid_client_is_never_taken_over(lab, coordinat
 
 
 def test_deploy_reserves_and_frees_the_place(lab, coordinator, tmp_path):
-    import edgekit
-    from edgekit.recipe import Recipe
-
     from test_fleet import _mlp_onnx
+
+    import edgekit
+    from edgekit.inputs.recipe import Recipe
 
     name, _ = lab
     model, data = _mlp_onnx(tmp_path / "mlp.onnx", width=64, n=40)
@@ -390,9 +390,9 @@ CI_HOST = textwrap.dedent("""
 @pytest.mark.root
 @pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, a bridge)")
 def test_two_ci_hosts_in_namespaces_contend_for_a_pool_through_the_coordinator(tmp_path, monkeypatch):
-    from edgekit.sim import sshd as _sshd
-
     from test_fleet import _mlp_onnx
+
+    from edgekit.sim import sshd as _sshd
 
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "host-a"))
     monkeypatch.delenv("EDGEKIT_COORDINATOR", raising=False)
@@ -458,7 +458,7 @@ def _places_at(address: str):
 
 
 def test_addresses_holder_names_and_tags():
-    from edgekit.devices import DeviceEntry
+    from edgekit.devices.inventory import DeviceEntry
     from edgekit.errors import BadInputError
     from edgekit.lab.coordinator import describe_holder, holder_name, host_id, parse_address, parse_holder
     from edgekit.lab.export import exporter_config, place_match, place_tags

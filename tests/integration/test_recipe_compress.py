@@ -81,10 +81,10 @@ def _faster_as_claimed(v, base, ab: bool = True):
         (v.name, sp, base.latency_ms.p50, v.latency_ms.p50)  # what speedup_vs_baseline means
     if not ab:
         return
-    from edgekit.device_session import DeviceSession, RunSettings
+    from edgekit.devices.session import DeviceSession, RunSettings
+    from edgekit.inputs.source import load_onnx
+    from edgekit.inputs.targets import MeasureDefaults, load_target
     from edgekit.report.release import judge_ab
-    from edgekit.source import load_onnx
-    from edgekit.targets import MeasureDefaults, load_target
 
     a, b = (load_onnx(Path(x.artifact_path)).artifact for x in (base, v))
     # up to three A/B sessions, each a fresh agent process: on this shared host a process's speed ratio of the

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from sshd import needs_sshd, register, sshd_server  # noqa: E402,F401  (pytest fixture)
 
-from edgekit.recipe import PassStep, VariantSpec  # noqa: E402
-from edgekit.targets import MeasureDefaults  # noqa: E402
+from edgekit.inputs.recipe import PassStep, VariantSpec  # noqa: E402
+from edgekit.inputs.targets import MeasureDefaults  # noqa: E402
 from edgekit.variant_search import SearchOptions, search  # noqa: E402
 
 pytestmark = [needs_sshd, pytest.mark.slow]

@@ -83,7 +83,7 @@ def test_deploy_over_ssh(cli, digits, device, tmp_path):
 
 
 def test_file_corrupted_on_the_device_is_detected_and_resent(device, digits, tmp_path):
-    from edgekit.devices import get_device, transport_for
+    from edgekit.devices.inventory import get_device, transport_for
 
     with transport_for(get_device("board")) as t:
         dep = BundleDeployer(t)
@@ -97,7 +97,7 @@ def test_file_corrupted_on_the_device_is_detected_and_resent(device, digits, tmp
 
 def test_corruption_in_transit_is_detected(device, digits, tmp_path):
     """The link flips bytes: the device-side hash check refuses the file (exit 3)."""
-    from edgekit.devices import get_device, transport_for
+    from edgekit.devices.inventory import get_device, transport_for
 
     t = transport_for(get_device("board"))
     dep = BundleDeployer(t)
@@ -161,7 +161,7 @@ def test_two_concurrent_deploys_are_serialized_by_the_lock(digits, device, tmp_p
     reach the lock and wait; once released, one of them measures, and the other only after it exited."""
     import subprocess
 
-    from edgekit.lock import DeviceLock
+    from edgekit.devices.lock import DeviceLock
 
     exe = Path(sys.executable).with_name("edgekit")
     gate = DeviceLock("board").acquire(wait=False)  # "another deploy" holds the device

@@ -15,8 +15,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import run_edgekit_subprocess  # noqa: E402
-from sshd import (delete_netns, make_netns, needs_root, needs_sshd, netns_link, register,  # noqa: E402,F401
-                  start_netns_sshd)
+from sshd import (  # noqa: E402,F401
+    delete_netns,
+    make_netns,
+    needs_root,
+    needs_sshd,
+    netns_link,
+    register,
+    start_netns_sshd,
+)
 
 pytestmark = [needs_sshd]
 FAST = ["--runs", "5", "--min-seconds", "0", "--warmup", "1"]
@@ -77,7 +84,7 @@ def test_deploy_under_20_percent_packet_loss_completes_or_fails_cleanly(digits, 
 @needs_root
 @pytest.mark.root
 def test_sim_up_check_down_leaves_nothing_behind(cli, home):
-    from edgekit.devices import get_device, load_inventory
+    from edgekit.devices.inventory import get_device, load_inventory
     from edgekit.sim.device import load_states, sim_root
     from edgekit.sim.procs import alive
 

@@ -113,7 +113,7 @@ def test_nothing_listening_fails_after_retries_with_backoff(tmp_path):
 
 
 def test_devices_add_trust_flow(cli, sshd_server, home):
-    from edgekit.devices import edgekit_known_hosts, get_device
+    from edgekit.devices.inventory import edgekit_known_hosts, get_device
 
     args = ["devices", "add", "b1", "--target", "local", "--host", sshd_server.host, "--port", sshd_server.port,
             "--user", sshd_server.user, "--key", sshd_server.client_key, "--workdir", str(home / "dev"),
@@ -130,7 +130,7 @@ def test_devices_add_trust_flow(cli, sshd_server, home):
 
 
 def test_devices_add_refuses_a_changed_key_even_with_trust(cli, sshd_server, home, tmp_path):
-    from edgekit.devices import edgekit_known_hosts
+    from edgekit.devices.inventory import edgekit_known_hosts
 
     other = simsshd.keygen(tmp_path / "old_key")
     edgekit_known_hosts().parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +139,6 @@ def test_devices_add_refuses_a_changed_key_even_with_trust(cli, sshd_server, hom
     r = cli("devices", "add", "b2", "--target", "local", "--host", sshd_server.host, "--port", sshd_server.port,
             "--trust")
     assert r.exit_code == 3 and "HOST KEY CHANGED" in r.stderr
-    from edgekit.devices import load_inventory
+    from edgekit.devices.inventory import load_inventory
 
     assert load_inventory().devices == []

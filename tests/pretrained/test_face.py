@@ -99,7 +99,7 @@ def test_the_default_deploy_races_int8_and_the_shipped_file_scores_the_report_fr
     face = json.loads((in_face / "out-deploy" / "ship" / "ship.json").read_text())["interface"]
     assert [o["source_name"] for o in face["outputs"]] == ["output_0", "output_1", "output_2"]
     from edgekit.metrics import get_metric
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     x, y = _eval()
     ys = run_shipped(in_face / "out-deploy" / "ship", {face["inputs"][0]["source_name"]: x})

@@ -72,7 +72,7 @@ def test_default_deploy_ends_in_budget_and_the_shipped_file_scores_the_report_fr
     shipped = next(v for v in rep["variants"] if v["name"] == ship)
     # ship/ alone: the file, its interface (names, layout, the static shape it takes) and runtime.json
     from edgekit.metrics import get_metric
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     face = json.loads((in_models / out / "ship" / "ship.json").read_text())["interface"]
     if shipped["format"] == "tflite":
@@ -97,9 +97,10 @@ def test_the_recognizer_reads_text_lines_at_two_widths_as_shape_buckets(cli, in_
     as PaddleOCR pads them), one shard per width. The deploy scores every line (the metric's per-sample
     statistics joined over both widths), times each width and weights by line count, and the shipped file
     re-scores the report from ship/ alone, width by width."""
-    from edgekit.metrics import get_metric
-    from edgekit.run_shipped import run_shipped
     import onnxruntime as ort
+
+    from edgekit.metrics import get_metric
+    from edgekit.orchestration.run_shipped import run_shipped
 
     lines = pretrained.ocr_rec_lines(in_models / "ocr_rec")
     (in_models / "lines.yaml").write_text(LINES_RECIPE)

@@ -106,7 +106,7 @@ def test_the_default_deploy_scores_silero_as_it_runs_in_use(cli, in_vad):
     assert face["constants"] == {"sr": 16000} and face["state"] == stream["state"] and face["batch"] == 1
     assert {i["source_name"]: i.get("role") for i in face["inputs"]} == {"input": None, "state": "state", "sr": "constant"}
     from edgekit.metrics import get_metric
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     shipped = next(v for v in rep["variants"] if v["name"] == rep["decision"]["ship"])
     ys = run_shipped(in_vad / "out" / "ship", {"input": x})
@@ -178,7 +178,7 @@ def test_openvino_reads_silero_with_its_sample_rate_folded_and_scores_it_with_th
     face = json.loads((in_vad / "out-ov" / "ship" / "ship.json").read_text())["interface"]
     assert face["constants"] == {"sr": 16000} and face["batch"] == 1
     from edgekit.metrics import get_metric
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     shipped = v[rep["decision"]["ship"]]
     ys = run_shipped(in_vad / "out-ov" / "ship", {"input": x})

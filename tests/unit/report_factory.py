@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit.inputs.recipe import GateConfig
 from edgekit.measure.stats import latency_stats
-from edgekit.recipe import GateConfig
 from edgekit.report.gate import evaluate_gate
 from edgekit.report.model import Report, VariantResult
 

@@ -19,7 +19,7 @@ from edgekit.agent import bundle
 from edgekit.agent.bundle import BundleDeployer
 from edgekit.agent.protocol import PROTOCOL, AgentRunFailed, build_request, parse_agent_stdout, run_request
 from edgekit.errors import AgentError, DeviceError, TransportError
-from edgekit.targets import MeasureDefaults
+from edgekit.inputs.targets import MeasureDefaults
 from edgekit.transport.local import LocalTransport
 
 # What every fake agent does right: answer --sha256 (the deployer's self-check and delivery use it).
@@ -36,7 +36,7 @@ if len(sys.argv) >= 2 and sys.argv[1] == "--sha256":
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """y = relu(x) on a (1, 4) float input, loaded as edgekit's ONNX source (its Artifact and IO)."""
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     d = tmp_path_factory.mktemp("tiny")
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "tiny",

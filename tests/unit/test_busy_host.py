@@ -16,18 +16,17 @@ from pathlib import Path
 
 import onnx
 import pytest
+from conftest import run_edgekit_subprocess
+from test_search import _NoConfig
 
 from edgekit.errors import BadInputError
 from edgekit.host import HostThreads, host_compute, host_threads
+from edgekit.inputs.recipe import PassStep, VariantSpec
+from edgekit.inputs.targets import MeasureDefaults
+from edgekit.orchestration.timeline import Clock, check_deadline, timeline_line
 from edgekit.passes.base import Pass, PassOutput
 from edgekit.passes.registry import register
-from edgekit.recipe import PassStep, VariantSpec
-from edgekit.targets import MeasureDefaults
-from edgekit.timeline import Clock, check_deadline, timeline_line
 from edgekit.variant_search import SearchOptions, search
-
-from conftest import run_edgekit_subprocess
-from test_search import _NoConfig
 
 MEASURE = MeasureDefaults(warmup=1, runs=5, min_seconds=0, max_runs=5, threads=1)
 STATIC = VariantSpec(name="int8", passes=[PassStep(name="quantize", config={"mode": "static"})])
@@ -163,8 +162,8 @@ class CooperativeSlowBuild(Pass):
 @pytest.fixture(scope="module")
 def digits_onnx(digits, tmp_path_factory):
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.data import load_npz
-    from edgekit.source import load_source
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
 
     d = tmp_path_factory.mktemp("digits-onnx-busy")
     src = load_source(digits.pt2, workdir=d)
@@ -222,8 +221,8 @@ def test_timeline_accounts_for_the_wall_time(digits_onnx, digits, tmp_path):
 
 def test_a_search_that_waited_for_the_lock_still_runs_finals_and_tuning(digits_onnx, digits, tmp_path):
     """The local target is locked like any device; the wait is reported and outside the budget."""
-    from edgekit.device_session import LOCAL_LOCK
-    from edgekit.lock import DeviceLock
+    from edgekit.devices.lock import DeviceLock
+    from edgekit.devices.session import LOCAL_LOCK
 
     hold = 10.0
     held = threading.Event()
@@ -296,8 +295,9 @@ def test_clock_excludes_the_lock_wait_from_the_budget():
 
 
 def test_a_figure_measured_on_a_busy_device_says_so():
-    from edgekit.report.decision import busy_note, ship_decision
     from report_factory import variant
+
+    from edgekit.report.decision import busy_note, ship_decision
 
     quiet, busy = variant("fp32", median=2.0), variant("int8", median=1.0, seed=1)
     busy.device_state = {"other_cpu_fraction": 0.48}

@@ -5,16 +5,16 @@ import platform
 
 import pytest
 
-from edgekit.data import load_npz
 from edgekit.errors import ConversionError, DeviceError
 from edgekit.formats import Format
+from edgekit.inputs.data import load_npz
 
 pytest.importorskip("coremltools")
 
 
 @pytest.fixture(scope="module")
 def source(digits, tmp_path_factory):
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     return load_source(digits.pt2, workdir=tmp_path_factory.mktemp("coreml-src"))
 
@@ -48,7 +48,7 @@ def test_int8_weights_are_smaller_than_fp16(source, digits, tmp_path):
 def test_onnx_source_and_wrong_suffix_are_refused(digits, tmp_path):
     from edgekit.convert.torch_to_coreml import torch_to_coreml
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_onnx, load_source
+    from edgekit.inputs.source import load_onnx, load_source
 
     src = load_source(digits.pt2, workdir=tmp_path)
     with pytest.raises(ConversionError, match=r"\.mlpackage"):
@@ -61,7 +61,7 @@ def test_onnx_source_and_wrong_suffix_are_refused(digits, tmp_path):
 def test_coreml_target_stops_after_validation_with_a_clear_message(tmp_path):
     from edgekit.artifact import Artifact, IOSpec, TensorSpec
     from edgekit.convert.torch_to_coreml import set_aside_coreml
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
 
     pkg = tmp_path / "v.mlpackage"
     pkg.mkdir()

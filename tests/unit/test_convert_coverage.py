@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgekit.convert.parity import compare_outputs, parity_metrics
-from edgekit.source import run_batched
+from edgekit.inputs.source import run_batched
 
 
 # --- fast, no TensorFlow -------------------------------------------------------------------
@@ -100,7 +100,7 @@ def test_fixed_batch_2_onnx_converts_with_5_samples(cli, tmp_path):
     import torch
     from torch import nn
 
-    from edgekit.source import load_onnx
+    from edgekit.inputs.source import load_onnx
 
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
@@ -157,7 +157,7 @@ def test_multi_output_parity_per_output_in_the_lineage(cli, tmp_path):
     torch.manual_seed(0)
     path = _onnx(tmp_path, _TwoHeads(), (torch.randn(1, 8),), input_names=["x"],
                  output_names=["logits", "feat", "cls"])
-    from edgekit.source import load_onnx
+    from edgekit.inputs.source import load_onnx
 
     src = load_onnx(path)
     outs = src.reference_all([np.zeros((3, 8), np.float32)])

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from edgekit.inputs.recipe import Recipe, default_recipe
+from edgekit.inputs.targets import load_target
 from edgekit.passes.convert import ConvertConfig, variants_for_target
-from edgekit.recipe import Recipe, default_recipe
 from edgekit.report.model import Report
-from edgekit.targets import load_target
 
 
 def test_tflite_variant_runs_in_the_agent_beside_onnx(cli, digits, tmp_path):

@@ -22,7 +22,7 @@ def needs_executorch(test):
 
 @pytest.fixture(scope="module")
 def digits_source(digits, tmp_path_factory):
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     return load_source(digits.pt2, workdir=tmp_path_factory.mktemp("et-src"))
 
@@ -63,7 +63,7 @@ def test_lowered_to_xnnpack_within_parity(digits, digits_source, tmp_path, preci
 @needs_executorch
 def test_the_agent_runs_pte_variants_beside_onnx(digits, tmp_path):
     import edgekit
-    from edgekit.recipe import Recipe
+    from edgekit.inputs.recipe import Recipe
 
     recipe = Recipe.model_validate({
         "baseline": "fp32",
@@ -177,10 +177,9 @@ def test_zoo_bert_lowers_int8_static_and_dynamic(tmp_path):
     """BERT (transformers): XNNPACK's quantizer turned the integer `arange + 0` of its position indices
     into float arithmetic and the lowering failed (an index tensor must be integer); both int8 modes
     now lower and agree with PyTorch."""
-    from tests import zoo
-
     from edgekit.convert.torch_to_executorch import torch_to_executorch
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
+    from tests import zoo
 
     z = zoo.get("text")
     src = load_source(z.pt2, workdir=tmp_path)
@@ -198,7 +197,7 @@ def test_zoo_bert_lowers_int8_static_and_dynamic(tmp_path):
 
 
 def test_arm_targets_list_executorch():
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
 
     for name in ("rpi5", "jetson-orin-nano", "pixel-arm64"):
         runtimes = load_target(name).runtimes
@@ -206,7 +205,7 @@ def test_arm_targets_list_executorch():
 
 
 def test_executorch_is_a_search_candidate_where_targets_list_it():
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
     from edgekit.variant_search.candidates import candidate_variants
 
     got, _ = candidate_variants(load_target("rpi5"), has_calib=True)
@@ -227,10 +226,9 @@ def test_zoo_mobilenet_v2_lowers_fp32_and_int8(tmp_path):
     """A real MobileNetV2 (transformers, trained on the zoo's hue task): every op in XNNPACK, fp32
     parity at float rounding, int8 agreeing with PyTorch's top-1 on 96 eval inputs (on 32, one sample is 3.1
     points: on an AVX2-only host XNNPACK's INT8 rounding put it at 28 of 32)."""
-    from tests import zoo
-
     from edgekit.convert.torch_to_executorch import torch_to_executorch
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
+    from tests import zoo
 
     z = zoo.get("cnn")
     src = load_source(z.pt2, workdir=tmp_path)

@@ -71,7 +71,7 @@ def _paddle_like(path: Path) -> Path:
 
 
 def _source(path: Path, tmp_path: Path):
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     return load_source(path, workdir=tmp_path)
 

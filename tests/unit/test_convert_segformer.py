@@ -37,7 +37,7 @@ def _tokens_model(form: str):
 def _onnx(tmp_path, form: str):
     import torch
 
-    from edgekit.source import load_onnx
+    from edgekit.inputs.source import load_onnx
 
     path = tmp_path / f"{form}.onnx"
     torch.onnx.export(_tokens_model(form), (torch.randn(1, 3, 64, 64),), str(path), dynamo=True, external_data=False,
@@ -87,13 +87,12 @@ def test_hints_only_for_the_ambiguous_pattern(tmp_path):
 def test_zoo_segformer_converts_to_fp32_tflite_within_parity(tmp_path):
     """The zoo's trained Segformer (64x64, stage 0 is 16x16x16): before the hints every route failed
     parity (max abs err ~2, cosine 0.91-0.97); now the pseudo_ops=Erf route passes."""
-    from tests import zoo
-
     from edgekit.convert.chain import convert_to_tflite
     from edgekit.convert.onnx_to_tflite import TfliteConfig
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.data import load_npz
-    from edgekit.source import load_source
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
+    from tests import zoo
 
     m = zoo.get("seg")
     src = load_source(m.pt2, workdir=tmp_path)

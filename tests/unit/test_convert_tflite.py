@@ -12,9 +12,9 @@ import models_zoo  # noqa: E402
 
 from edgekit.artifact import Artifact, IOSpec, LineageStep, TensorSpec  # noqa: E402
 from edgekit.convert.chain import Route, first_passing  # noqa: E402
-from edgekit.data import load_npz  # noqa: E402
 from edgekit.errors import ConversionError, DataError  # noqa: E402
 from edgekit.formats import Format  # noqa: E402
+from edgekit.inputs.data import load_npz  # noqa: E402
 
 pytest.importorskip("onnx2tf")
 
@@ -23,7 +23,7 @@ pytest.importorskip("onnx2tf")
 def mobilenet(tmp_path_factory):
     """The 3-channel image model: exactly the case where onnx2tf 1.28 wants to download sample images."""
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     d = tmp_path_factory.mktemp("mobilenet")
     pt2, calib, ev = models_zoo.export("mobilenet", d)
@@ -209,7 +209,7 @@ def test_fp16_faces_the_breakage_bar_only_when_asked(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     from edgekit.convert.onnx_to_tflite import TfliteConfig, onnx_to_tflite
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.normal(0, 40, (32, 8)).astype(np.float32), "w")

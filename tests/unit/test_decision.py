@@ -3,7 +3,7 @@ ties settled by the smaller file, and a reason for every variant that lost."""
 
 from __future__ import annotations
 
-from edgekit.recipe import GateConfig
+from edgekit.inputs.recipe import GateConfig
 from edgekit.report.decision import decide
 from tests.unit.report_factory import variant
 

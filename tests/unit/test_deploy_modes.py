@@ -3,10 +3,10 @@
 import pytest
 
 from edgekit.errors import BadInputError
-from edgekit.options import DeployOptions
-from edgekit.pipeline import variant_mode
-from edgekit.recipe import Recipe
-from edgekit.targets import load_target
+from edgekit.inputs.recipe import Recipe
+from edgekit.inputs.targets import load_target
+from edgekit.orchestration.options import DeployOptions
+from edgekit.orchestration.pipeline import variant_mode
 
 LOCAL = load_target("local")
 

@@ -1,4 +1,4 @@
-"""The one device stage (edgekit/device_session.py) on the local device: real agent subprocess,
+"""The one device stage (edgekit/devices/session.py) on the local device: real agent subprocess,
 real onnxruntime. A variant the agent cannot run is a typed MeasureFailure and the session goes
 on; a broken device raises; A/B blocks alternate and never come from the measurement cache."""
 
@@ -9,14 +9,14 @@ import pytest
 
 from edgekit.agent.protocol import AgentRequest
 from edgekit.artifact import Artifact
-from edgekit.data import load_npz
-from edgekit.device_session import DeviceSession, Measured, MeasureFailure, RunSettings
+from edgekit.devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from edgekit.errors import DeviceError
 from edgekit.formats import Format
+from edgekit.inputs.data import load_npz
+from edgekit.inputs.source import load_source
+from edgekit.inputs.targets import MeasureDefaults, load_target
 from edgekit.metrics import MetricSpec
 from edgekit.metrics.evaluate import eval_plan
-from edgekit.source import load_source
-from edgekit.targets import MeasureDefaults, load_target
 from tests.unit.agent_loader import tiny_onnx
 
 FAST = RunSettings(measure=MeasureDefaults(warmup=2, runs=10, min_seconds=0.0, max_runs=10))

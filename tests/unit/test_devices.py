@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from edgekit.devices import (DeviceEntry, add_device, edgekit_home, get_device, inventory_path, load_inventory,
-                             open_device_transport, remove_device, transport_for)
+from edgekit.devices.inventory import (
+    DeviceEntry,
+    add_device,
+    edgekit_home,
+    get_device,
+    inventory_path,
+    load_inventory,
+    open_device_transport,
+    remove_device,
+    transport_for,
+)
+from edgekit.devices.lock import DeviceLock, DeviceLockedError
 from edgekit.errors import BadInputError, ConfigError
-from edgekit.lock import DeviceLock, DeviceLockedError
-from edgekit.targets import load_target
+from edgekit.inputs.targets import load_target
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from edgekit.provision import _base_python, download_command
-from edgekit.targets import load_target
+from edgekit.devices.provision import _base_python, download_command
+from edgekit.inputs.targets import load_target
 from edgekit.transport.ssh import SSHConfig, SSHTransport, host_key_name
 
 

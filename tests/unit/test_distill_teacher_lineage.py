@@ -6,9 +6,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from edgekit.data import load_npz
+from edgekit.inputs.data import load_npz
+from edgekit.inputs.source import load_pt2
 from edgekit.passes import PassContext, get_pass
-from edgekit.source import load_pt2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 MODELS = Path(__file__).resolve().parent / "_compress_models.py"

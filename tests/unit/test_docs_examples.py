@@ -151,8 +151,8 @@ def test_the_ship_reference_describes_every_key_write_ship_writes(tmp_path):
     to either without a description here fails."""
     from edgekit.artifact import Artifact, IOSpec, LineageStep, TensorSpec
     from edgekit.formats import Format
+    from edgekit.orchestration.ship import write_ship
     from edgekit.report.model import LatencyMs, RuntimeInfo, VariantResult
-    from edgekit.ship import write_ship
 
     ShipManifest, RuntimeConfig = _ship_models()
     src_io = IOSpec(inputs=(TensorSpec(name="x", shape=(None, 1, 8, 8), dtype="float32", layout="NCHW"),

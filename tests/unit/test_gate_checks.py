@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from edgekit.recipe import GateConfig, Recipe
-from edgekit.report.gate import evaluate_gate, slower_warnings
-
 from report_factory import variant
+
+from edgekit.inputs.recipe import GateConfig, Recipe
+from edgekit.report.gate import evaluate_gate, slower_warnings
 
 
 def _pair(**int8):
@@ -146,7 +145,7 @@ def test_slower_warnings_only_when_the_cis_are_separated():
 
 
 def _target_yaml(tmp_path, limits: str):
-    from edgekit.targets import targets_dirs
+    from edgekit.inputs.targets import targets_dirs
 
     local = next(d / "local.yaml" for d in targets_dirs() if (d / "local.yaml").is_file()).read_text()
     assert "limits: {}" in local
@@ -156,8 +155,8 @@ def _target_yaml(tmp_path, limits: str):
 
 
 def test_target_limits_flow_into_the_gate(tmp_path):
-    from edgekit import pipeline
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
+    from edgekit.orchestration import pipeline
 
     spec = load_target(_target_yaml(tmp_path, "{latency_ms_p90: 5, peak_memory_mb: 100, model_size_mb: 0.1}"))
     cfg = pipeline.resolve_gate(spec, Recipe(), pipeline.DeployOptions())

@@ -4,11 +4,11 @@ instead of failing a release on emulation speed; accuracy is still judged."""
 import os
 import stat
 
-from edgekit.fsutil import atomic_write_text
-from edgekit.recipe import GateConfig
-from edgekit.report.gate import evaluate_gate
-
 from report_factory import variant
+
+from edgekit.fsutil import atomic_write_text
+from edgekit.inputs.recipe import GateConfig
+from edgekit.report.gate import evaluate_gate
 
 
 def test_latency_budget_skipped_on_emulated_device_but_accuracy_judged():

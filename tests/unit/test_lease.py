@@ -1,4 +1,4 @@
-"""The device-side lease (edgekit/lease.py) through a real transport (the local one: the same snippet,
+"""The device-side lease (edgekit/devices/lease.py) through a real transport (the local one: the same snippet,
 run by a real Python, as over SSH): exclusion, refusal naming the holder, waiting, renewal, stale
 take-over, release, and many processes racing for one lease."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.lease import DeviceLease, DeviceLeaseHeld, describe_holder, read_holder
+from edgekit.devices.lease import DeviceLease, DeviceLeaseHeld, describe_holder, read_holder
 from edgekit.transport.local import LocalTransport
 
 
@@ -80,7 +80,7 @@ def test_a_taken_over_lease_is_reported_lost(dev):
 RACER = r"""
 import sys, time
 sys.path.insert(0, {root!r})
-from edgekit.lease import DeviceLease
+from edgekit.devices.lease import DeviceLease
 from edgekit.transport.local import LocalTransport
 t = LocalTransport({dev!r})
 for i in range({rounds}):

@@ -1,5 +1,5 @@
 """A device-side lease lost while measuring (another host took the device over) is a warning in the
-report a user reads, not a silent overlap (edgekit/device_session.py: ``lease_lost`` -> ``warnings()``).
+report a user reads, not a silent overlap (edgekit/devices/session.py: ``lease_lost`` -> ``warnings()``).
 
 A real deploy on an inventory device (kind ``local``: the same lease snippet run by a real Python, as
 over SSH) with a short lease TTL so the renewing thread checks often. When the first variant is about to
@@ -22,7 +22,7 @@ THIEF = {"device": "leased", "host": "other-ci-host", "pid": 424242, "user": "ci
 
 @pytest.fixture
 def leased_device(tmp_path, monkeypatch):
-    from edgekit.devices import DeviceEntry, add_device
+    from edgekit.devices.inventory import DeviceEntry, add_device
 
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("EDGEKIT_DEVICE_LEASE", raising=False)  # leases on (the default)
@@ -33,8 +33,8 @@ def leased_device(tmp_path, monkeypatch):
 
 
 def _steal_on_first_measure(monkeypatch, seen: dict):
-    from edgekit.device_session import DeviceSession
-    from edgekit.lease import LEASE_FILE
+    from edgekit.devices.lease import LEASE_FILE
+    from edgekit.devices.session import DeviceSession
 
     real = DeviceSession.measure
 

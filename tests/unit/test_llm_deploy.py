@@ -184,10 +184,10 @@ def test_a_planted_degenerate_variant_fails_the_gate_on_the_device(llama, tmp_pa
     not luck, keep it from shipping."""
     from edgekit.artifact import Artifact
     from edgekit.formats import Format
+    from edgekit.inputs.targets import load_target
     from edgekit.llm import deploy as d
     from edgekit.llm.export_onnx import export_onnx, lm_io
     from edgekit.llm.judge import LMGate, judge
-    from edgekit.targets import load_target
 
     folder, text = llama
     o = LMOptions(context=64, window=32, max_windows=4, **FAST)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from edgekit.devices.lock import DeviceLock, DeviceLockedError
 from edgekit.errors import DeviceError
-from edgekit.lock import DeviceLock, DeviceLockedError
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def home(tmp_path, monkeypatch):
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from edgekit.lock import DeviceLock
+    from edgekit.devices.lock import DeviceLock
     DeviceLock(sys.argv[1]).acquire()
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))

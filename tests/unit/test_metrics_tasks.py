@@ -191,11 +191,11 @@ def test_metric_options_from_a_recipe_reach_the_eval_plan(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.recipe import load_recipe
+    from edgekit.inputs.source import load_source
     from edgekit.metrics.evaluate import eval_plan
-    from edgekit.options import DeployOptions, resolve_metric_spec
-    from edgekit.recipe import load_recipe
-    from edgekit.source import load_source
+    from edgekit.orchestration.options import DeployOptions, resolve_metric_spec
 
     g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["prob_map"])], "db_head",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],

@@ -21,7 +21,7 @@ def _xs(path) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def digits_onnx(digits, tmp_path_factory):
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     src = load_source(digits.pt2, workdir=tmp_path_factory.mktemp("ncnn-src"))
     return export_onnx(src, tmp_path_factory.mktemp("ncnn-onnx") / "fp32.onnx", _xs(digits.eval))
@@ -73,7 +73,7 @@ def test_what_ncnn_cannot_take_is_refused_with_the_reason(digits_onnx, tmp_path)
 
 def test_the_agent_measures_ncnn_variants_with_their_pinned_setting(digits, tmp_path):
     import edgekit
-    from edgekit.recipe import Recipe
+    from edgekit.inputs.recipe import Recipe
 
     recipe = Recipe.model_validate({
         "baseline": "fp32",
@@ -127,7 +127,7 @@ def test_an_op_pnnx_leaves_untranslated_is_named(tmp_path):
     from edgekit.convert.onnx_to_ncnn import NcnnConfig, onnx_to_ncnn
     from edgekit.convert.torch_to_onnx import export_onnx
     from edgekit.errors import ConversionError
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     class Encoder(torch.nn.Module):
         def __init__(self):

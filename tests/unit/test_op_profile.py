@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 from edgekit.artifact import Artifact
-from edgekit.device_session import DeviceSession, RunSettings
+from edgekit.devices.session import DeviceSession, RunSettings
 from edgekit.formats import Format
-from edgekit.measure.profile import (OpProfile, op_profile, profile_diff, profile_diffs, profile_variants,
-                                     profiled_names)
-from edgekit.targets import MeasureDefaults, load_target
+from edgekit.inputs.targets import MeasureDefaults, load_target
+from edgekit.measure.profile import OpProfile, op_profile, profile_diff, profile_diffs, profile_variants, profiled_names
 from tests.unit.agent_loader import load_agent
 
 SETTINGS = RunSettings(measure=MeasureDefaults(warmup=3, runs=30, min_seconds=0.0, max_runs=30), with_eval=False)
@@ -96,7 +95,7 @@ def profiled(tmp_path_factory):
     import torch
 
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import from_module
+    from edgekit.inputs.source import from_module
 
     d = tmp_path_factory.mktemp("op-profile")
     x = np.random.default_rng(0).random((2, 1, 8, 8), dtype=np.float32)
@@ -144,7 +143,7 @@ def test_the_quantizer_nodes_are_traced_to_the_float_modules(profiled):
 
 
 def test_a_slower_variant_is_profiled_and_the_diff_names_the_ops_that_made_it_slower(profiled):
-    from edgekit.recipe import GateConfig
+    from edgekit.inputs.recipe import GateConfig
     from edgekit.report.gate import evaluate_gate, slower_warnings
 
     measured = profiled["measured"]
@@ -251,7 +250,7 @@ def test_executorch_event_tracer_profile(tmp_path):
     import torch
 
     from edgekit.convert.torch_to_executorch import torch_to_executorch
-    from edgekit.source import from_module
+    from edgekit.inputs.source import from_module
 
     x = np.random.default_rng(0).random((2, 1, 8, 8), dtype=np.float32)
     src = from_module(_net(), (torch.from_numpy(x),), tmp_path)

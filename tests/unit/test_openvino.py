@@ -32,7 +32,7 @@ def _xs(path) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def digits_onnx(digits, tmp_path_factory):
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     src = load_source(digits.pt2, workdir=tmp_path_factory.mktemp("ov-src"))
     return export_onnx(src, tmp_path_factory.mktemp("ov-onnx") / "fp32.onnx", _xs(digits.eval))
@@ -94,7 +94,7 @@ def test_nncf_int8_keeps_accuracy_and_needs_calibration(digits, digits_onnx, tmp
 
     ops = [op.get_type_name() for op in ov.Core().read_model(str(art.path)).get_ops()]
     assert ops.count("FakeQuantize") >= 4, ops  # NNCF's quantizers around the convs and the linear layers
-    from edgekit.source import ort_reference
+    from edgekit.inputs.source import ort_reference
 
     d = np.load(digits.eval)
     fp32 = float((ort_reference(digits_onnx.path)([d["x"]]).argmax(1) == d["y"]).mean() * 100)
@@ -104,7 +104,7 @@ def test_nncf_int8_keeps_accuracy_and_needs_calibration(digits, digits_onnx, tmp
 
 def test_the_agent_measures_ir_variants_and_ships_both_files(digits, tmp_path, monkeypatch):
     import edgekit
-    from edgekit.recipe import Recipe
+    from edgekit.inputs.recipe import Recipe
     from edgekit.report.model import Report
 
     recipe = Recipe.model_validate({
@@ -145,8 +145,8 @@ def test_the_agent_measures_ir_variants_and_ships_both_files(digits, tmp_path, m
 
 def test_a_corrupted_bin_is_an_integrity_failure_not_a_measurement(digits, digits_onnx, tmp_path):
     """The .bin is half of the model: the agent checks the hash over both files."""
-    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
     from edgekit.agent.inprocess import load_agent
+    from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
 
     art = onnx_to_openvino(digits_onnx, tmp_path / "m.xml", OpenvinoConfig(), parity_inputs=_xs(digits.eval))
     agent = load_agent()
@@ -222,8 +222,8 @@ def test_nncf_accuracy_control_rescues_what_plain_nncf_int8_loses(unequalized, t
     from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino
     from edgekit.convert.torch_to_onnx import export_onnx
     from edgekit.errors import PassError
+    from edgekit.inputs.source import load_pt2
     from edgekit.passes import PassContext, get_pass
-    from edgekit.source import load_pt2
 
     _, pt2, calib, ev, _ = unequalized
     src = load_pt2(pt2)
@@ -281,10 +281,10 @@ def test_a_recipe_variant_whose_runtime_the_device_lacks_fails_naming_the_instal
     the runtime where the agent's own words only know pip's name. The device's agent here is the real local one,
     with an `openvino` on its PYTHONPATH that fails to import (a device without the runtime)."""
     import edgekit
-    from edgekit.device_session import provision_hint
+    from edgekit.devices.session import provision_hint
     from edgekit.errors import EdgekitError
-    from edgekit.recipe import Recipe
-    from edgekit.targets import load_target
+    from edgekit.inputs.recipe import Recipe
+    from edgekit.inputs.targets import load_target
 
     blocker = tmp_path / "no-openvino" / "openvino"
     blocker.mkdir(parents=True)
@@ -314,8 +314,8 @@ def test_the_search_s_host_check_scores_an_ir_candidate_from_both_files(digits, 
     """The host check ran the agent on the .xml alone, whose hash is not the model's (.xml + .bin): every IR
     candidate read 'host check skipped: ... (corrupted transfer)' and was never filtered on the host (seen on
     PP-OCR's recognizer, openvino-auto)."""
-    from edgekit.options import DeployOptions
-    from edgekit.recipe import VariantSpec
+    from edgekit.inputs.recipe import VariantSpec
+    from edgekit.orchestration.options import DeployOptions
     from edgekit.variant_search import SearchOptions, search
 
     ov = VariantSpec(name="openvino-fp32", passes=[{"convert": {"to": "openvino", "precision": "fp32"}}])
@@ -332,8 +332,8 @@ def test_an_ir_out_of_its_parity_bar_is_dropped_at_build_and_never_races(digits,
     knocked tflite-fp32 out ('clearly slower than openvino-auto'), and the gate's parity check dropped it in the
     finals: the search shipped fp32. The hop's parity is known at build, so the candidate is dropped there."""
     from edgekit.convert import onnx_to_openvino, parity
-    from edgekit.options import DeployOptions
-    from edgekit.recipe import VariantSpec
+    from edgekit.inputs.recipe import VariantSpec
+    from edgekit.orchestration.options import DeployOptions
     from edgekit.variant_search import SearchOptions, search
 
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))  # no cached IR from another test's bar

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from edgekit.cache import PassCache, cache_root
-from edgekit.data import load_npz
+from edgekit.inputs.data import load_npz
+from edgekit.inputs.source import load_pt2
+from edgekit.orchestration.cache import PassCache, cache_root
 from edgekit.passes import PassContext, get_pass
-from edgekit.source import load_pt2
 
 
 @pytest.fixture

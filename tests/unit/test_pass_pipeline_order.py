@@ -8,10 +8,10 @@ import pytest
 from edgekit.artifact import Artifact, IOSpec
 from edgekit.errors import PassError
 from edgekit.formats import Format
+from edgekit.inputs.recipe import Recipe
+from edgekit.inputs.source import Source
+from edgekit.orchestration.steps import build_variants
 from edgekit.passes import PassContext
-from edgekit.steps import build_variants
-from edgekit.recipe import Recipe
-from edgekit.source import Source
 
 
 def _art(tmp_path, name, fmt):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.data import load_npz
 from edgekit.errors import BadInputError, ConfigError, PassError
 from edgekit.formats import Format
+from edgekit.inputs.data import load_npz
+from edgekit.inputs.source import load_pt2
 from edgekit.passes import PassContext, get_pass
-from edgekit.source import load_pt2
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = f"{ROOT / 'examples' / 'digits' / 'model.py'}:DigitsCNN"

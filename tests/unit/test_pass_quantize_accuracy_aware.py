@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.data import load_npz
 from edgekit.errors import ConfigError, DataError, PassError
+from edgekit.inputs.data import load_npz
+from edgekit.inputs.source import load_onnx, ort_reference
 from edgekit.passes import PassContext, get_pass
 from edgekit.passes.quantize_accuracy_aware import tolerance_points
-from edgekit.source import load_onnx, ort_reference
 
 ARCH = str(Path(__file__).resolve().parents[2] / "examples" / "digits" / "model.py") + ":DigitsCNN"
 
@@ -50,7 +50,7 @@ def outlier_module(digits):
     the outlier and every other unit rounds to zero."""
     import torch
 
-    from edgekit.source import import_object
+    from edgekit.inputs.source import import_object
 
     model = import_object(ARCH)()
     model.load_state_dict(torch.load(digits.pth, weights_only=True))
@@ -124,7 +124,7 @@ def test_no_configuration_meets_the_tolerance_raises_with_the_best_found(outlier
 def test_digits_accuracy_aware_int8_within_half_a_point(digits, data, tmp_path):
     import torch
 
-    from edgekit.source import import_object
+    from edgekit.inputs.source import import_object
 
     model = import_object(ARCH)()
     model.load_state_dict(torch.load(digits.pth, weights_only=True))
@@ -166,7 +166,7 @@ def test_inc_backend_refuses_the_outlier_model_instead_of_returning_its_last_try
 
     ep = torch.export.export(outlier_module, (torch.zeros(1, 1, 8, 8),))
     torch.export.save(ep, str(tmp_path / "outlier.pt2"))
-    from edgekit.source import load_pt2
+    from edgekit.inputs.source import load_pt2
 
     with pytest.raises(PassError, match="INC found no INT8 configuration within 0.50 accuracy points") as err:
         get_pass("quantize_inc")(load_pt2(tmp_path / "outlier.pt2").artifact,

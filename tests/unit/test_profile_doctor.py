@@ -13,10 +13,10 @@ def test_profile_onnx_and_tflite(cli, digits, tmp_path):
     rep = edgekit.profile(digits.pt2, eval_data=digits.eval, out=tmp_path / "a", runs=10, min_seconds=0, warmup=1)
     assert [v.name for v in rep.variants] == ["model"] and rep.variant("model").format == "onnx"
     # a TFLite file built from the exported ONNX, profiled with NHWC data as the .tflite takes it
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_onnx
     from edgekit.passes.base import PassContext
     from edgekit.passes.registry import get_pass
-    from edgekit.source import load_onnx
 
     onnx_art = load_onnx(__import__("pathlib").Path(rep.variant("model").artifact_path)).artifact
     ctx = PassContext(workdir=tmp_path / "w", eval=load_npz(digits.eval))

@@ -2,9 +2,9 @@
 
 import pytest
 
+from edgekit.devices.provision import download_command, runtime_wheels, wheelhouse_lacks
 from edgekit.errors import BadInputError
-from edgekit.provision import download_command, runtime_wheels, wheelhouse_lacks
-from edgekit.targets import load_target
+from edgekit.inputs.targets import load_target
 
 
 def test_executorch_wheels_come_only_with_the_runtime():
@@ -68,7 +68,7 @@ def test_openvino_and_ncnn_pins_on_every_board_are_the_host_s_versions():
     host's very versions (a bump on the host without the boards' pins would ship files another release reads)."""
     import importlib.metadata as md
 
-    from edgekit.targets import list_targets, load_target
+    from edgekit.inputs.targets import list_targets, load_target
 
     boards = []
     for name in list_targets():
@@ -87,7 +87,7 @@ def test_openvino_and_ncnn_pins_on_every_board_are_the_host_s_versions():
 def test_llama_cpp_wheel_is_built_on_the_host_not_downloaded(tmp_path, monkeypatch):
     """llama-cpp-python has no aarch64 wheel on any index: the target names it `host_built`, provisioning builds it
     (llama.cpp cross-compiled for the target's march) instead of asking pip, and installs it without deps."""
-    from edgekit import provision
+    from edgekit.devices import provision
     from edgekit.llm import llama_cpp
 
     spec = load_target("rpi5")

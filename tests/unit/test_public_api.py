@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 import pytest
+from report_factory import report, variant
 
 import edgekit
-from edgekit.recipe import GateConfig
-from report_factory import report, variant
+from edgekit.inputs.recipe import GateConfig
 
 
 def test_every_public_error_is_exported_from_edgekit_with_its_exit_code():

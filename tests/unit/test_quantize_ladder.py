@@ -14,15 +14,15 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit.data import align_to_model, load_npz
+from edgekit.inputs.data import align_to_model, load_npz
+from edgekit.inputs.source import load_onnx, ort_reference_all
 from edgekit.passes import PassContext, get_pass
-from edgekit.source import load_onnx, ort_reference_all
 from tests import zoo
 
 
 def _onnx(name: str, out_dir: Path):
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.source import load_pt2
+    from edgekit.inputs.source import load_pt2
 
     m = zoo.get(name)
     src = load_pt2(m.pt2)
@@ -225,9 +225,9 @@ def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
     """One run per quantized tensor took ~50 min on PP-OCRv4's recognizer (558 tensors x 5 s) inside a
     300 s search: the step measures one run, then takes fewer samples to fit half the time left, or
     does not start and says why (the search drops the candidate with that reason)."""
+    from edgekit.orchestration.timeline import BudgetExceeded, Clock
     from edgekit.passes.quantize_accuracy_aware import quantizable_ops
     from edgekit.passes.sensitivity import measure
-    from edgekit.timeline import BudgetExceeded, Clock
 
     art, cal, ev = cnn
     ctx = PassContext(workdir=tmp_path, calib=cal, eval=ev)

@@ -25,10 +25,10 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit.data import load_npz
 from edgekit.errors import DataError, PassError
+from edgekit.inputs.data import load_npz
+from edgekit.inputs.source import load_onnx, load_pt2, ort_reference
 from edgekit.passes import PassContext, get_pass
-from edgekit.source import load_onnx, load_pt2, ort_reference
 
 TOL = 1.5
 
@@ -191,8 +191,8 @@ def test_the_simulation_agrees_with_onnxruntime(unequalized, fp32, tmp_path):
     """Fake quantization predicts what onnxruntime's QDQ build of the same weights computes."""
     import torch
 
-    from edgekit.passes.quantize_ort import OrtQuantizeConfig
     from edgekit.passes.qat_simulation import simulate
+    from edgekit.passes.quantize_ort import OrtQuantizeConfig
 
     _, _, calib, ev, _ = unequalized
     src, art = fp32
@@ -232,7 +232,7 @@ def test_quantize_qat_pass_writes_a_runnable_int8_onnx_and_is_deterministic(uneq
 
 
 def test_train_labels_that_do_not_fit_are_named(unequalized):
-    from edgekit.data import Dataset
+    from edgekit.inputs.data import Dataset
     from edgekit.passes.quantize_qat import task_of
 
     _, _, _, _, tr = unequalized
@@ -290,7 +290,7 @@ def test_qat_on_the_zoo_mobilenet_folds_batchnorm_and_keeps_accuracy(tmp_path):
     program with a static batch of 1): the graph is re-exported with a dynamic batch, the folded
     weights are fake-quantized (the learning-rate guard restarts a fine-tune that diverges), and the
     INT8 result runs in onnxruntime within 2 points of fp32."""
-    from edgekit.data import align_to_model
+    from edgekit.inputs.data import align_to_model
     from tests import zoo
 
     m = zoo.get("cnn")
@@ -312,8 +312,8 @@ def test_search_ships_the_qat_rescue(unequalized, tmp_path):
     to the QAT rung, is built full INT8 inside the tolerance, and is the file that ships (objective size:
     the smallest file inside the gate wins, so the choice does not hang on a latency tie); without train
     data the same candidate can only keep ops in float."""
-    from edgekit.options import DeployOptions
-    from edgekit.targets import MeasureDefaults, load_target
+    from edgekit.inputs.targets import MeasureDefaults, load_target
+    from edgekit.orchestration.options import DeployOptions
     from edgekit.variant_search import SearchOptions, search
     from edgekit.variant_search.candidates import candidate_variants
 

@@ -10,8 +10,17 @@ import pytest
 
 from edgekit.artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from edgekit.errors import BadInputError, ConversionError
-from edgekit.formats import (FORMATS, RUNTIME_FOR_FORMAT, SUFFIXES, Format, all_precisions, convert_targets,
-                             detect_format, format_spec, spec_for_runtime)
+from edgekit.formats import (
+    FORMATS,
+    RUNTIME_FOR_FORMAT,
+    SUFFIXES,
+    Format,
+    all_precisions,
+    convert_targets,
+    detect_format,
+    format_spec,
+    spec_for_runtime,
+)
 
 
 def test_one_row_per_format_and_the_derived_views():
@@ -58,9 +67,9 @@ def test_every_device_runtime_has_an_agent_runner():
 
 
 def test_candidates_are_valid_recipe_steps():
+    from edgekit.inputs.recipe import PassStep
     from edgekit.passes.convert import ConvertConfig
     from edgekit.passes.registry import known_passes
-    from edgekit.recipe import PassStep
 
     for row in FORMATS:
         for cand in (*row.default_variants, *row.search_candidates):
@@ -85,7 +94,7 @@ def test_convert_step_and_cli_take_the_registry_targets():
 
 
 def test_search_candidates_come_from_the_rows():
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
     from edgekit.variant_search.candidates import candidate_variants
 
     got, skipped = candidate_variants(load_target("rpi4"), has_calib=True)
@@ -100,7 +109,7 @@ def test_search_candidates_come_from_the_rows():
 
 def test_a_target_adds_its_likely_winners_to_the_short_search(tmp_path, monkeypatch):
     from edgekit.errors import ConfigError
-    from edgekit.targets import load_target
+    from edgekit.inputs.targets import load_target
     from edgekit.variant_search.candidates import candidate_variants
 
     def quick(name):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.device_session import ABBlocks
+from edgekit.devices.session import ABBlocks
 from edgekit.errors import BadInputError
 from edgekit.report.release import choose_method, judge_ab, judge_normalized
 from tests.unit.report_factory import report as make_report
@@ -28,7 +28,7 @@ def _blocks(rng, slowdown: float, drift) -> ABBlocks:
 
 def _verdict(j) -> str:
     """What the release gate makes of the judgement at the default 10% threshold (slower fails)."""
-    from edgekit.recipe import GateConfig
+    from edgekit.inputs.recipe import GateConfig
     from edgekit.report.release import latency_change
 
     v = make_variant("int8")

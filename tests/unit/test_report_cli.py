@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from edgekit.recipe import GateConfig
+from edgekit.inputs.recipe import GateConfig
 from edgekit.report.gate import compare_with_baseline
 from tests.unit.report_factory import release_pair
 

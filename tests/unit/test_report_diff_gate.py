@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from edgekit.errors import ConfigError
-from edgekit.recipe import GateConfig, load_recipe
+from edgekit.inputs.recipe import GateConfig, load_recipe
 from edgekit.report.diff import diff_reports, render_diff_markdown
 from edgekit.report.gate import compare_with_baseline, evaluate_gate
 from tests.unit.report_factory import release_pair, report, variant
@@ -149,7 +149,7 @@ def test_a_cached_measurement_compared_with_itself_is_called_out():
 def test_min_speedup_check_and_the_slower_variant_warning():
     """A compressed variant slower than the baseline is a warning by default and a failing check with
     min_speedup; a faster one passes it."""
-    from edgekit.recipe import GateConfig
+    from edgekit.inputs.recipe import GateConfig
     from edgekit.report.gate import evaluate_gate, slower_warnings
     from tests.unit.report_factory import variant
 
@@ -174,7 +174,7 @@ def test_min_speedup_check_and_the_slower_variant_warning():
 
 def test_release_check_is_direction_aware_for_an_error_metric():
     """Against the last release, a rise of an error metric (mse) is a drop in quality: it fails, and a fall passes."""
-    from edgekit.recipe import GateConfig
+    from edgekit.inputs.recipe import GateConfig
     from edgekit.report.diff import diff_reports
     from edgekit.report.gate import release_checks
     from edgekit.report.model import Accuracy

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import xml.etree.ElementTree as ET
 
-from edgekit.recipe import GateConfig
+from edgekit.inputs.recipe import GateConfig
 from edgekit.report.gate import compare_with_baseline
 from edgekit.report.html import pareto_front, parity_hops, render_html, sustained_series
 from edgekit.report.junit import render_junit

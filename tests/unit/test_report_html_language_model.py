@@ -5,9 +5,9 @@ with why (the same figures report.md shows). Built from the report models, no de
 
 from __future__ import annotations
 
+from edgekit.inputs.recipe import GateConfig
 from edgekit.llm.export_gguf import summarize
 from edgekit.llm.layer_plan import LayerChoice, account
-from edgekit.recipe import GateConfig
 from edgekit.report.gate import evaluate_gate
 from edgekit.report.html import render_html
 from edgekit.report.markdown import render_markdown

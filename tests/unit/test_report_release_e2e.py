@@ -99,7 +99,7 @@ def test_digits_loop_writes_all_views(release):
 @pytest.mark.serial  # two runs' timings compared: another worker's load between them reads as a regression
 def test_unchanged_model_passes_against_its_baseline(cli, digits, release, tmp_path):
     """No false alarm at the default threshold (no --max-latency-regression): the README's claim."""
-    from edgekit.recipe import GateConfig
+    from edgekit.inputs.recipe import GateConfig
 
     default = GateConfig().max_latency_regression
     assert default == 0.10
@@ -158,7 +158,7 @@ def test_a_failed_ab_remeasurement_becomes_a_warning(cli, digits, release, tmp_p
     the deploy still finishes and gates, latency is compared across the two runs directly, and the report
     says so in a warning naming the variant and the agent's message."""
     from edgekit.agent.protocol import AgentRunFailed
-    from edgekit.device_session import DeviceSession
+    from edgekit.devices.session import DeviceSession
 
     calls = []
 
@@ -229,9 +229,8 @@ def test_a_re_deploy_keeps_the_release_s_choice_inside_the_latency_tolerance(cli
 def test_slower_model_fails_latency_regression_with_significance(digits, release, tmp_path, cli):
     import numpy as np
 
-    from edgekit.report.diff import counterpart
-
     import edgekit
+    from edgekit.report.diff import counterpart
 
     x = np.load(digits.eval)["x"][:1]
     import torch

@@ -11,14 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.recipe import GateConfig
+from edgekit.inputs.recipe import GateConfig
 from edgekit.report.diff import diff_reports
 from edgekit.report.gate import evaluate_gate
 from edgekit.report.html import render_html
 from edgekit.report.junit import render_junit
 from edgekit.report.markdown import render_markdown
-from edgekit.report.model import (BeforeAfter, ComparedWith, DeviceInfo, Gate, LineageStep, Report, ReportDiff,
-                                  SearchCandidate, SearchSection, VariantResult)
+from edgekit.report.model import (
+    BeforeAfter,
+    ComparedWith,
+    DeviceInfo,
+    Gate,
+    LineageStep,
+    Report,
+    ReportDiff,
+    SearchCandidate,
+    SearchSection,
+    VariantResult,
+)
 from edgekit.report.write import write_report
 from tests.unit.report_factory import lineage, release_pair, report, variant
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from edgekit.errors import BadInputError, DataError, ModelLoadError
+from edgekit.orchestration.run_shipped import run_shipped
+from edgekit.orchestration.ship import write_ship
 from edgekit.report.model import RuntimeInfo, VariantResult
-from edgekit.run_shipped import run_shipped
-from edgekit.ship import write_ship
 
 
 def _variant(name: str, art, runtime: str) -> VariantResult:
@@ -27,7 +27,7 @@ def shipped(digits, tmp_path_factory):
     ONNX reference's outputs on the eval set."""
     pytest.importorskip("onnx2tf")
     from edgekit.convert.api import convert
-    from edgekit.source import load_source, ort_reference_all
+    from edgekit.inputs.source import load_source, ort_reference_all
 
     tmp = tmp_path_factory.mktemp("ship")
     src = load_source(digits.pt2, workdir=tmp)
@@ -97,7 +97,7 @@ def test_a_core_ml_file_says_where_it_runs(tmp_path):
 
 
 def test_a_new_ship_removes_the_old_model_only(shipped, digits, tmp_path):
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     tmp, *_ = shipped
     shutil.copytree(tmp / "out", tmp_path / "out")

@@ -9,15 +9,14 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from pydantic import BaseModel, ConfigDict
 
+from edgekit.inputs.recipe import PassStep, VariantSpec
+from edgekit.inputs.targets import MeasureDefaults
 from edgekit.passes.base import Pass, PassOutput
 from edgekit.passes.registry import register
-from edgekit.recipe import PassStep, VariantSpec
 from edgekit.variant_search import SearchOptions, search
 from edgekit.variant_search.racing import clearly_slower, race_entry
-from edgekit.targets import MeasureDefaults
-
-from pydantic import BaseModel, ConfigDict
 
 
 class _NoConfig(BaseModel):

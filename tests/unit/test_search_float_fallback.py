@@ -88,7 +88,7 @@ def test_a_dynamic_range_int8_file_that_keeps_the_accuracy_does_not_spare_the_fa
     """Found on PP-OCRv4's recognizer (VNNI/AMX host): static INT8 lost 40-100 points on the host, tflite-dynamic
     kept the accuracy (and ran 2.8x slower than tflite-fp32), and the float fallback was not built."""
     from edgekit.artifact import Artifact
-    from edgekit.recipe import VariantSpec
+    from edgekit.inputs.recipe import VariantSpec
     from edgekit.variant_search.choice import Candidate
     from edgekit.variant_search.run import full_int8_kept
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from edgekit.errors import BadInputError, DeviceError
-from edgekit.options import _SEARCH_REFUSES, DeployOptions
-from edgekit.recipe import PassStep, VariantSpec
+from edgekit.inputs.recipe import PassStep, VariantSpec
+from edgekit.orchestration.options import _SEARCH_REFUSES, DeployOptions
 from edgekit.report.model import Report
 from edgekit.variant_search import SearchOptions, search
 from tests.unit.agent_loader import tiny_onnx
@@ -166,8 +166,8 @@ def test_search_refuses_the_fleet_options_with_the_reason(data, tmp_path):
 
 
 def test_search_takes_the_lock_options(data, tmp_path, monkeypatch):
-    from edgekit.devices import DeviceEntry, add_device
-    from edgekit.lock import DeviceLock
+    from edgekit.devices.inventory import DeviceEntry, add_device
+    from edgekit.devices.lock import DeviceLock
 
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
     add_device(DeviceEntry(name="bench", kind="local", target="local", workdir=str(tmp_path / "dev")))

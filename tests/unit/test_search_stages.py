@@ -13,15 +13,14 @@ import time
 
 import onnx
 import pytest
+from test_search import _NoConfig
 
 from edgekit.errors import BadInputError
+from edgekit.inputs.recipe import PassStep, VariantSpec
+from edgekit.inputs.targets import MeasureDefaults
 from edgekit.passes.base import Pass, PassOutput
 from edgekit.passes.registry import register
-from edgekit.recipe import PassStep, VariantSpec
-from edgekit.targets import MeasureDefaults
 from edgekit.variant_search import SearchOptions, search
-
-from test_search import _NoConfig
 
 MEASURE = MeasureDefaults(warmup=1, runs=5, min_seconds=0, max_runs=5, threads=1)
 DYN = VariantSpec(name="int8-dyn", passes=[PassStep(name="quantize", config={"mode": "dynamic"})])
@@ -89,8 +88,8 @@ class SlowBranch(Pass):
 @pytest.fixture(scope="module")
 def digits_onnx(digits, tmp_path_factory):
     from edgekit.convert.torch_to_onnx import export_onnx
-    from edgekit.data import load_npz
-    from edgekit.source import load_source
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
 
     d = tmp_path_factory.mktemp("digits-onnx")
     src = load_source(digits.pt2, workdir=d)
@@ -109,7 +108,7 @@ def _cands(rep) -> dict[str, dict]:
 
 
 def _target(tmp_path, limits: str):
-    from edgekit.targets import targets_dirs
+    from edgekit.inputs.targets import targets_dirs
 
     local = next(d / "local.yaml" for d in targets_dirs() if (d / "local.yaml").is_file()).read_text()
     p = tmp_path / "small-board.yaml"
@@ -198,7 +197,7 @@ def test_latency_budget_drops_a_finalist_over_it(digits_onnx, digits, tmp_path):
     """--latency-budget-ms in --search: the size objective would choose the slow INT8 file (a quarter of
     fp32's size, same answers), but its p50 is over the budget, so it is dropped at the finals with the
     budget in its reason, and fp32, inside the budget, ships."""
-    from edgekit.options import DeployOptions
+    from edgekit.orchestration.options import DeployOptions
 
     register("slow_branch", f"{__name__}:SlowBranch")
     slow = VariantSpec(name="int8-slow", passes=[PassStep(name="quantize", config={"mode": "dynamic"}),
@@ -227,7 +226,7 @@ def test_latency_budget_drops_a_finalist_over_it(digits_onnx, digits, tmp_path):
 def test_min_speedup_drops_a_slower_finalist(digits_onnx, digits, tmp_path):
     """--min-speedup 1 in --search: the slow INT8 file the size objective would choose runs far below fp32's
     speed, so it is dropped at the finals as below the minimum speed-up, and fp32 ships."""
-    from edgekit.options import DeployOptions
+    from edgekit.orchestration.options import DeployOptions
 
     register("slow_branch", f"{__name__}:SlowBranch")
     slow = VariantSpec(name="int8-slow", passes=[PassStep(name="quantize", config={"mode": "dynamic"}),

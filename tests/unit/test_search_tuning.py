@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.options import DeployOptions
-from edgekit.targets import MeasureDefaults
+from edgekit.inputs.targets import MeasureDefaults
+from edgekit.orchestration.options import DeployOptions
 from edgekit.variant_search import SearchOptions, search
 from edgekit.variant_search.tuning import label, settings_grid
 from tests.unit.agent_loader import tiny_onnx
@@ -132,12 +132,12 @@ def test_fixed_threads_are_honoured_and_tuning_can_be_turned_off(data, tmp_path)
 
 
 def test_the_agent_refuses_an_unknown_runtime_option(data, tmp_path):
-    from edgekit.data import load_npz
-    from edgekit.device_session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.devices.session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
+    from edgekit.inputs.targets import load_target
     from edgekit.metrics import MetricSpec
     from edgekit.metrics.evaluate import eval_plan
-    from edgekit.source import load_source
-    from edgekit.targets import load_target
 
     model, ev = data
     src = load_source(model, workdir=tmp_path)
@@ -151,8 +151,8 @@ def test_the_agent_refuses_an_unknown_runtime_option(data, tmp_path):
 
 def _shipped_as(variant, model, tmp_path):
     """ship/ written for one measured tuning row (the file it measured is the source's own)."""
-    from edgekit.ship import write_ship
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
+    from edgekit.orchestration.ship import write_ship
 
     out = tmp_path / variant.name.replace("@", "_").replace(",", "_").replace("=", "-")
     out.mkdir()
@@ -217,12 +217,12 @@ def test_litert_search_measures_xnnpack_and_compiled_model_rows(tflite_data, tmp
 
 
 def test_the_agent_refuses_an_unknown_litert_option_value(tflite_data, tmp_path):
-    from edgekit.data import load_npz
-    from edgekit.device_session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.devices.session import DeviceSession, MeasureFailure, RunSettings
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
+    from edgekit.inputs.targets import load_target
     from edgekit.metrics import MetricSpec
     from edgekit.metrics.evaluate import eval_plan
-    from edgekit.source import load_source
-    from edgekit.targets import load_target
 
     model, ev = tflite_data
     src = load_source(model, workdir=tmp_path)
@@ -238,8 +238,8 @@ def test_a_candidate_whose_runtime_the_device_lacks_is_dropped_before_delivery(d
     """The device's --probe lists its runtimes: an OpenVINO candidate for a device without openvino is
     dropped before anything is sent, naming the runtime and the provisioning command; the rest is measured.
     (The probe is the real local agent's, with openvino taken out of its answer.)"""
+    from edgekit.inputs.recipe import VariantSpec
     from edgekit.measure.cache import DeviceMeasurements
-    from edgekit.recipe import VariantSpec
 
     real = DeviceMeasurements.probe_doc
 

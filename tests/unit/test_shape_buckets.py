@@ -102,7 +102,7 @@ def test_eval_data_at_two_widths_is_scored_per_bucket_timed_per_bucket_and_reshi
         if v["name"] != "fp32":
             assert v["accuracy_stats"]["n"] == 64 and v["speedup_weighted"] > 0, v
     # the shipped file, from ship/ alone, scores what the report says, bucket by bucket
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     ship = rep["decision"]["ship"]
     shipped = next(v for v in rep["variants"] if v["name"] == ship)

@@ -109,9 +109,9 @@ def test_purge_deletes_the_cache_but_not_while_a_twin_uses_it(cache, tmp_path, m
 
 def test_report_marks_an_emulated_device(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
-    from edgekit import pipeline
-    from edgekit.devices import DeviceEntry, add_device
-    from edgekit.targets import load_target
+    from edgekit.devices.inventory import DeviceEntry, add_device
+    from edgekit.inputs.targets import load_target
+    from edgekit.orchestration import pipeline
     from edgekit.transport.local import LocalTransport
 
     add_device(DeviceEntry(name="twin", target="rpi4", host="10.213.1.2", user="root", sim=True, emulated=True,

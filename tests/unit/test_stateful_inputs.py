@@ -1,4 +1,4 @@
-"""Constant and state inputs (``--const``, ``--state``; edgekit/stateful.py) on a tiny streaming model built
+"""Constant and state inputs (``--const``, ``--state``; edgekit/inputs/stateful.py) on a tiny streaming model built
 here with onnx.helper: an accumulator ``out = x * k + state_in``, ``state_out = out``, so that with the state
 carried from zeros ``out[i] = cumsum(x * k)[i]`` exactly (the same float32 additions in the same order), and
 with a zero state per sample it would be ``x * k``. Checked on the host (reference outputs, calibration feeds,
@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgekit.errors import BadInputError
-from edgekit.stateful import parse_constants, parse_state, resolve_stream
+from edgekit.inputs.stateful import parse_constants, parse_state, resolve_stream
 
 FAST = ("--runs", "5", "--min-seconds", "0", "--warmup", "1")
 STREAM = ("--const", "k=2", "--state", "state_out:state_in")
@@ -60,7 +60,7 @@ def acc(tmp_path_factory):
 
 
 def _stream(d, constants=None, data_constants=None):
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     src = load_source(d / "acc.onnx", workdir=d)
     return src, resolve_stream(src.artifact.io, {"k": 2} if constants is None else constants,
@@ -114,7 +114,7 @@ def test_bad_const_values_are_exit_2(cli, acc):
 
 
 def test_an_integer_input_refuses_a_fraction(tmp_path):
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     src = load_source(accumulator(tmp_path / "int-k.onnx", TensorProto.INT64), workdir=tmp_path)
     with pytest.raises(BadInputError, match="takes int64"):
@@ -156,7 +156,7 @@ def test_host_reference_carries_the_state_exactly(acc):
 
 
 def test_a_0d_array_in_the_data_named_like_the_input_is_a_constant(acc, tmp_path):
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
     from edgekit.metrics.evaluate import reference_outputs
 
     d, x = acc
@@ -171,8 +171,8 @@ def test_a_0d_array_in_the_data_named_like_the_input_is_a_constant(acc, tmp_path
 
 
 def test_constants_without_state_are_fed_beside_every_batch(tmp_path):
+    from edgekit.inputs.source import load_source
     from edgekit.metrics.evaluate import reference_outputs
-    from edgekit.source import load_source
 
     g = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"])], "scale",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
@@ -203,7 +203,7 @@ def test_calibration_feeds_carry_the_float_model_s_state(acc):
 def test_static_int8_records_that_calibration_carried_the_state(acc, tmp_path):
     from dataclasses import replace
 
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
     from edgekit.passes.base import PassContext
     from edgekit.passes.quantize_ort import OrtQuantize
 
@@ -221,7 +221,7 @@ def test_static_int8_records_that_calibration_carried_the_state(acc, tmp_path):
 def test_agent_eval_pass_carries_the_state_and_feeds_the_constant(acc, tmp_path):
     from edgekit.agent.inprocess import load_agent
     from edgekit.agent.protocol import build_request, load_outputs
-    from edgekit.targets import MeasureDefaults
+    from edgekit.inputs.targets import MeasureDefaults
 
     d, x = acc
     src, stream = _stream(d)
@@ -242,7 +242,7 @@ def test_a_request_whose_stream_names_what_the_model_lacks_is_refused(acc, tmp_p
 
     from edgekit.agent.inprocess import load_agent
     from edgekit.agent.protocol import AgentRequest, build_request
-    from edgekit.targets import MeasureDefaults
+    from edgekit.inputs.targets import MeasureDefaults
 
     d, _ = acc
     src, stream = _stream(d)
@@ -279,7 +279,7 @@ def test_deploy_scores_every_variant_with_the_state_carried_and_ships_the_contra
     face = json.loads((out / "ship" / "ship.json").read_text())["interface"]
     assert face["constants"] == {"k": 2.0} and face["batch"] == 1 and face["state"][0]["output"] == "state_out"
     assert [i.get("role") for i in face["inputs"]] == [None, "state", "constant"]
-    from edgekit.run_shipped import run_shipped
+    from edgekit.orchestration.run_shipped import run_shipped
 
     shipped = v[rep["decision"]["ship"]] if rep.get("decision") else v["fp32"]
     ys = run_shipped(out / "ship", {"x": x})
@@ -306,8 +306,8 @@ def _mse(a, b) -> float:
 
 
 def test_the_search_and_its_host_filter_take_the_stream(acc, tmp_path):
-    from edgekit.options import DeployOptions
-    from edgekit.recipe import PassStep, VariantSpec
+    from edgekit.inputs.recipe import PassStep, VariantSpec
+    from edgekit.orchestration.options import DeployOptions
     from edgekit.variant_search import SearchOptions, search
 
     d, _ = acc
@@ -327,7 +327,7 @@ def test_tflite_of_a_streaming_model_is_refused_naming_the_fed_inputs(acc, tmp_p
     is refused by name (Silero VAD's builds failed on 'dynamic sizes ... state (axes [1])', a size edgekit knew)."""
     from edgekit.convert.chain import convert_to_tflite
     from edgekit.errors import ConversionError
-    from edgekit.stateful import for_source
+    from edgekit.inputs.stateful import for_source
 
     d, x = acc
     src, _ = _stream(d)
@@ -348,8 +348,8 @@ def test_quantize_takes_const_and_state_and_scores_with_the_state_carried(cli, a
     """`edgekit quantize --const --state`: calibration carries the float model's state, the accuracy-aware
     search scores fp32 and every trial with each model's own state carried (fp32's MSE against the carried
     cumsum is 0; at zero state it would be far from it), and the file written scores so when re-run."""
-    from edgekit.source import ort_once
-    from edgekit.stateful import run as run_stream
+    from edgekit.inputs.source import ort_once
+    from edgekit.inputs.stateful import run as run_stream
 
     d, x = acc
     out = tmp_path / "acc-int8.onnx"
@@ -385,7 +385,7 @@ def test_layer_sensitivity_carries_the_state_through_the_switched_model(acc, tmp
     the constant and its own state, sample by sample (without the stream it cannot run at all)."""
     from dataclasses import replace
 
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
     from edgekit.passes import sensitivity as sens
     from edgekit.passes.base import PassContext
     from edgekit.passes.quantize_ort import OrtQuantize
@@ -431,8 +431,8 @@ def test_openvino_converts_a_stream_model_with_its_constant_folded_and_its_state
 
     from edgekit.convert.fold_stream import fold_stream
     from edgekit.convert.onnx_to_openvino import OpenvinoConfig, onnx_to_openvino, run_ir_all
-    from edgekit.source import load_source
-    from edgekit.stateful import for_source
+    from edgekit.inputs.source import load_source
+    from edgekit.inputs.stateful import for_source
 
     branching_accumulator(tmp_path / "br.onnx")
     src = load_source(tmp_path / "br.onnx", workdir=tmp_path)

@@ -69,7 +69,7 @@ def wide(tmp_path_factory):
 @pytest.fixture(scope="module")
 def wide_pte(wide):
     from edgekit.convert.torch_to_executorch import torch_to_executorch
-    from edgekit.source import load_source
+    from edgekit.inputs.source import load_source
 
     src = load_source(wide / "wide.pt2", workdir=wide)
     return torch_to_executorch(src, wide / "wide.pte", parity_inputs=[np.load(wide / "eval.npz")["x"][:8]]).path
@@ -93,8 +93,9 @@ def test_the_xnnpack_pool_is_sized_by_the_threads(wide_pte):
 def test_a_loaded_program_keeps_its_pool(wide_pte):
     """Resizing the process-wide pool under a loaded program crashed it (executorch 1.5.1): the
     runner refuses instead, and loads at the pool's own size without resetting it."""
-    from edgekit.agent.inprocess import load_agent
     from executorch.extension.pybindings import _C
+
+    from edgekit.agent.inprocess import load_agent
 
     agent = load_agent()
     size = _C._threadpool_get_thread_count()
@@ -121,8 +122,8 @@ def test_executorch_takes_no_runtime_options(wide_pte):
 def test_search_tunes_the_executorch_threads_and_ships_them(wide, tmp_path):
     """A size budget only the int8 .pte meets makes it the selected variant, so the tuning rows are
     ExecuTorch's: the pool at 2 threads, measured by the agent, and runtime.json says how to size it."""
-    from edgekit.recipe import VariantSpec
-    from edgekit.targets import MeasureDefaults, load_target
+    from edgekit.inputs.recipe import VariantSpec
+    from edgekit.inputs.targets import MeasureDefaults, load_target
     from edgekit.variant_search import SearchOptions, search
 
     local = load_target("local")

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from edgekit.device_session import DeviceSession, MeasureFailure, RunSettings
-from edgekit.errors import DeviceError, TransportError
-from edgekit.targets import load_target
-from edgekit.transport.local import LocalTransport
-from edgekit.variant_search import SearchOptions, search
-from edgekit.variant_search import tuning
-from edgekit.variant_search.tuning import row_timeout, tail_worse, thread_limit, tuning_grid
 from test_search_tuning import FAST, data  # noqa: F401  (the same tiny model and eval set)
+
+from edgekit.devices.session import DeviceSession, MeasureFailure, RunSettings
+from edgekit.errors import DeviceError, TransportError
+from edgekit.inputs.targets import load_target
+from edgekit.transport.local import LocalTransport
+from edgekit.variant_search import SearchOptions, search, tuning
+from edgekit.variant_search.tuning import row_timeout, tail_worse, thread_limit, tuning_grid
 
 ONE_THREAD_OPT = "graph_optimization_level={},threads=1"  # one t1 tuning row on any host
 FAULTY_RUNNER = Path(__file__).with_name("faulty_runner.py")
@@ -129,10 +128,10 @@ def test_a_device_that_no_longer_answers_still_fails_the_search(data, tmp_path):
 def test_measure_or_drop_honours_the_time_limit_and_asks_the_device(data, tmp_path, monkeypatch):
     """The session alone: a hanging run past ``timeout_s`` is a timeout failure while the device
     answers; ``measure`` itself still raises; a dead device raises from measure_or_drop too."""
-    from edgekit.data import load_npz
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
     from edgekit.metrics import MetricSpec
     from edgekit.metrics.evaluate import eval_plan
-    from edgekit.source import load_source
 
     model, ev = data
     src = load_source(model, workdir=tmp_path)

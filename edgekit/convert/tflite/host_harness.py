@@ -18,7 +18,7 @@ import numpy as np
 from ...agent.inprocess import load_agent
 from ...artifact import IOSpec
 from ...errors import ConversionError
-from ...source import model_batch, run_batched, shares_samples
+from ...inputs.source import model_batch, run_batched, shares_samples
 from ..onnx2tf_errors import log_tail
 from .config import HOP
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from ...artifact import IOSpec
-from ...data import Dataset
 from ...errors import ConversionError
-from ...source import model_batch
+from ...inputs.data import Dataset
+from ...inputs.source import model_batch
 from .config import HOP, TfliteConfig
 
 

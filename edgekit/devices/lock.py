@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import DeviceError
-from .paths import locks_dir
+from ..errors import DeviceError
+from ..paths import locks_dir
 
 DEFAULT_LEASE_S = 3600.0  # a deploy longer than this is reported as overrunning, not broken into
 POLL_S = 0.2

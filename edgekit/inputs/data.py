@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .artifact import IOSpec
-from .errors import DataError
+from ..artifact import IOSpec
+from ..errors import DataError
 from .stateful import missing_inputs_hint
 
 
@@ -35,7 +35,7 @@ class Dataset:
     sample: dict | None = None  # set by take_subset(): {"n", "of", "seed", "stratified"}
     # a folder of .npy shards: per shard, array name -> file (sent to the device as they are)
     shards: tuple[dict[str, Path], ...] | None = None
-    # 0-d arrays of the file, by name: constant inputs when named like a model input (edgekit/stateful.py)
+    # 0-d arrays of the file, by name: constant inputs when named like a model input (edgekit/inputs/stateful.py)
     constants: dict[str, np.ndarray] | None = None
     # how the model's other inputs are fed besides these arrays (constants, carried state): a
     # stateful.Stream, set by prepare_run once the model is known; None: the data feeds every input
@@ -360,7 +360,7 @@ def fixed_shape_misfit(art, ds: Dataset, source_io: IOSpec | None = None) -> str
     data when it was converted: a TFLite file from a dynamic ONNX) scores only one of them."""
     if not ds.buckets:
         return None
-    from .ship import fixed_shapes
+    from ..orchestration.ship import fixed_shapes
 
     sized = fixed_shapes(art)
     src_io = source_io or art.io

@@ -27,11 +27,11 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel
 
-from .artifact import Artifact, IOSpec, LineageStep
-from .config import validate
-from .formats import Format, model_files
-from .fsutil import cache_dir, sha256_file, sha256_files
-from .passes.base import Pass, PassContext
+from ..artifact import Artifact, IOSpec, LineageStep
+from ..config import validate
+from ..formats import Format, model_files
+from ..fsutil import cache_dir, sha256_file, sha256_files
+from ..passes.base import Pass, PassContext
 
 # Libraries whose version can change a pass's output (looked up without importing them).
 LIBRARIES = ("edgekit", "numpy", "onnx", "onnxruntime", "torch", "torch-pruning", "neural-compressor", "torchao")
@@ -98,13 +98,13 @@ def code_fingerprint(pass_file: Path) -> str:
     h = hashlib.sha256()
     pkg = pass_file.parent.parent
     files = [*sorted(pass_file.parent.glob("*.py")), *sorted((pkg / "convert").glob("*.py")),
-             *sorted((pkg / "source.py", pkg / "artifact.py"))]
-    from .agent.bundle import agent_source
+             pkg / "inputs" / "source.py", pkg / "artifact.py"]
+    from ..agent.bundle import agent_source
 
     files.append(agent_source())
     for f in files:
-        if f.is_file():
-            h.update(f.name.encode() + b"\0" + _hash_path(f).encode())
+        # every file named is hashed: a file moved away must fail here, not drop out of the key unseen
+        h.update(f.name.encode() + b"\0" + _hash_path(f).encode())
     return h.hexdigest()
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
-from .errors import BadInputError
-from .recipe import GateConfig, Recipe
-from .targets import MeasureDefaults, TargetSpec
+from ..errors import BadInputError
+from ..inputs.recipe import GateConfig, Recipe
+from ..inputs.targets import MeasureDefaults, TargetSpec
 
 ReleaseMethod = Literal["auto", "ab", "normalized", "direct"]
 
@@ -43,7 +43,7 @@ class DeployOptions:
     sustained_seconds: float | None = None  # run each variant this long and report latency over time
     energy_command: list[str] | str | None = None  # device-side command printing cumulative joules
     train_data: str | Path | None = None  # .npz (x, y) for pruning fine-tunes and distillation (else the recipe's)
-    use_cache: bool = True  # reuse pass outputs from edgekit.cache when nothing they depend on changed
+    use_cache: bool = True  # reuse pass outputs from edgekit.orchestration.cache when nothing they depend on changed
     lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
     lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
     # threads for host-side work (reference outputs, export, calibration, fine-tunes, conversions);
@@ -66,7 +66,7 @@ class DeployOptions:
     # content, never downloaded) or "device" (one already on the device); see edgekit/agent/benchmark_model.py
     benchmark_binary: str | Path | None = None
     eval_samples: int | None = None  # score a fixed, seeded, stratified subset of the eval set (recorded)
-    # streaming/stateful models (edgekit/stateful.py): model inputs fed besides the eval data, on the host and
+    # streaming/stateful models (edgekit/inputs/stateful.py): model inputs fed besides the eval data, on the host and
     # the device. constants: input name -> value (--const NAME=VALUE), fed unchanged with every sample;
     # state: (output, input) pairs (--state OUT:IN): the input starts as zeros and takes the output after
     # each sample, the samples run one at a time in the data's order (batch 1)
@@ -75,7 +75,7 @@ class DeployOptions:
     # per-op profile of EVERY variant on the device (edgekit/measure/profile.py); without it deploy profiles
     # the baseline and the variants slower than it, a search the baseline and its selection
     profile: bool = False
-    # A fleet run (edgekit/fleet.py): the variants measured on every unit of a pool, in parallel.
+    # A fleet run (edgekit/orchestration/fleet.py): the variants measured on every unit of a pool, in parallel.
     devices: list[str] | None = None  # the units by name (deploy --devices pi-1,pi-2,pi-3)
     pool: str | None = None  # TARGET:LABEL, every inventory device of the class with the label
     shard_eval: bool = False  # each unit scores its part of the eval set (combined into one metric)
@@ -118,14 +118,14 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
     for opt, key in _GATE_OVERRIDES:  # the command line wins over the recipe and the target
         if getattr(opts, opt) is not None:
             g[key] = getattr(opts, opt)
-    from .config import validate
+    from ..config import validate
 
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
 
 
 def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
     """The recipe's metric section with --metric / --metric-option / --output / --postprocess on top."""
-    from .metrics import MetricSpec, get_metric
+    from ..metrics import MetricSpec, get_metric
 
     spec = recipe.metric.model_copy() if recipe.metric is not None else MetricSpec()
     if opts.metric is not None:

@@ -11,21 +11,21 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
-from .artifact import Artifact
+from ..artifact import Artifact
+from ..convert.torch_to_coreml import set_aside_coreml
+from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
+from ..errors import BadInputError, DeviceError, PassError
+from ..formats import Format
+from ..host import current
+from ..inputs.data import fixed_shape_misfit
+from ..inputs.recipe import Recipe
+from ..inputs.source import Source
+from ..measure.request import measure_options
+from ..passes.base import PassContext
+from ..passes.registry import get_pass
 from .cache import data_fingerprint, key_for
-from .convert.torch_to_coreml import set_aside_coreml
-from .device_session import DeviceSession, Measured, MeasureFailure, RunSettings
-from .data import fixed_shape_misfit
-from .errors import BadInputError, DeviceError, PassError
-from .formats import Format
-from .host import current
-from .measure.request import measure_options
 from .options import DeployOptions
-from .passes.base import PassContext
-from .passes.registry import get_pass
 from .prepare import PreparedRun
-from .recipe import Recipe
-from .source import Source
 
 Progress = Callable[[str], None]
 
@@ -34,7 +34,7 @@ def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: P
                    source: Source | None = None, cache: Any = None) -> dict[str, Artifact]:
     """Run each variant's passes. PyTorch-level passes (prune, distill) start from the torch source
     and come first; the result is exported to ONNX (parity-checked, lineage kept) before the first
-    ONNX-level pass or at the end. With ``cache`` (edgekit.cache.PassCache) unchanged steps are reused."""
+    ONNX-level pass or at the end. With ``cache`` (edgekit.orchestration.cache.PassCache) unchanged steps are reused."""
     variants: dict[str, Artifact] = {recipe.baseline: fp32}
     for spec in recipe.variants:  # check the order of every variant before any heavy work
         onnx_seen = False
@@ -70,7 +70,7 @@ def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: P
 
 
 def _export_variant(art: Artifact, ctx: PassContext, stem: str, cache: Any) -> Artifact:
-    from .passes._torch import export_torch_artifact  # heavy (torch): keeps importing the steps light
+    from ..passes._torch import export_torch_artifact  # heavy (torch): keeps importing the steps light
 
     xs = list(ctx.eval.xs) if ctx.eval is not None else list(ctx.calib.xs)
     dest = ctx.workdir / f"{stem}.onnx"
@@ -130,7 +130,7 @@ def recorded_settings(run: PreparedRun, settings: RunSettings, passes_seconds: f
     passes' time and cache use."""
     cache = run.cache
     ht = current()
-    stream = run.eval_ds.stream  # constant and state inputs (edgekit/stateful.py)
+    stream = run.eval_ds.stream  # constant and state inputs (edgekit/inputs/stateful.py)
     return {"host": ht.to_dict() if ht is not None else None,
             **({"stream": stream.settings()} if stream is not None else {}),
             "measure_options": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings.options).items()},

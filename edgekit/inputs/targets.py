@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator, model_validator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .config import load_model_file
-from .errors import TargetError
+from ..config import load_model_file
+from ..errors import TargetError
 
 RuntimeName = str  # one of the format registry's runtimes (edgekit.formats.FORMATS), checked below
 EnergySource = Literal["rapl", "hwmon", "android_battery", "external_command"]
@@ -101,7 +101,7 @@ class TargetSpec(_Strict):
     @field_validator("runtimes")
     @classmethod
     def _known_runtimes(cls, v):
-        from .formats import RUNTIME_FOR_FORMAT
+        from ..formats import RUNTIME_FOR_FORMAT
 
         known = sorted(set(RUNTIME_FOR_FORMAT.values()))
         bad = [r for r in v if r not in known]
@@ -123,7 +123,7 @@ class TargetSpec(_Strict):
 
     @model_validator(mode="after")
     def _short_search_names_candidates_of_its_runtimes(self):
-        from .formats import spec_for_runtime
+        from ..formats import spec_for_runtime
 
         known = [c.name for r in self.runtimes if (row := spec_for_runtime(r)) is not None
                  for c in row.search_candidates]
@@ -154,12 +154,12 @@ def targets_dirs() -> list[Path]:
     env = os.environ.get("EDGEKIT_TARGETS_PATH")
     if env:
         dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    src = Path(__file__).resolve().parent.parent / "targets"
+    src = Path(__file__).resolve().parents[2] / "targets"
     if src.is_dir():
         dirs.append(src)
     # the wheel's copy, edgekit/_targets: a folder without __init__.py (a namespace package), for which
     # importlib.resources.files() returns a MultiplexedPath whose str() is its repr, not a path
-    shipped = Path(__file__).resolve().parent / "_targets"
+    shipped = Path(__file__).resolve().parents[1] / "_targets"
     if shipped.is_dir() and shipped not in dirs:
         dirs.append(shipped)
     return dirs

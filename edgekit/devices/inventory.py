@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .errors import BadInputError, ConfigError
-from .paths import INVENTORY_FILE, edgekit_home, inventory_path, known_hosts_path
+from ..errors import BadInputError, ConfigError
+from ..paths import INVENTORY_FILE, edgekit_home, inventory_path, known_hosts_path
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # edgekit_home (and the other folders) live in the leaf paths.py; re-exported here for compatibility
@@ -81,7 +81,7 @@ def load_inventory() -> Inventory:
     p = inventory_path()
     if not p.is_file():
         return Inventory()
-    from .config import load_model_file
+    from ..config import load_model_file
 
     inv = load_model_file(Inventory, p, hint="fix it with `edgekit devices add/remove`, or delete the file")
     seen: set[str] = set()
@@ -95,7 +95,7 @@ def load_inventory() -> Inventory:
 def save_inventory(inv: Inventory) -> Path:
     import yaml
 
-    from .fsutil import atomic_write_text
+    from ..fsutil import atomic_write_text
 
     p = inventory_path()
     doc = inv.model_dump(mode="json", exclude_defaults=False)
@@ -116,7 +116,7 @@ def get_device(name: str) -> DeviceEntry:
 
 
 def add_device(entry: DeviceEntry, *, replace: bool = False) -> DeviceEntry:
-    from .targets import load_target
+    from ..inputs.targets import load_target
 
     load_target(entry.target)  # an unknown target class fails here, with the known ones
     inv = load_inventory()
@@ -177,7 +177,7 @@ def host_lock_holder(name: str) -> dict | None:
 
 
 def known_hosts_files(entry: DeviceEntry) -> tuple[str, ...]:
-    from .transport.ssh import user_known_hosts
+    from ..transport.ssh import user_known_hosts
 
     files = [str(edgekit_known_hosts())]
     if entry.known_hosts:
@@ -190,18 +190,18 @@ def transport_for(entry: DeviceEntry, target_python: str = "python3"):
     """A transport to ``entry`` (not connected yet, no lock)."""
     python = entry.python or target_python
     if entry.kind == "ssh":
-        from .transport.ssh import SSHConfig, SSHTransport
+        from ..transport.ssh import SSHConfig, SSHTransport
 
         cfg = SSHConfig(host=entry.host or "", port=entry.port, user=entry.user, key=entry.key,
                         known_hosts=known_hosts_files(entry), connect_timeout=entry.connect_timeout)
         return SSHTransport(cfg, workdir=entry.workdir, python=python)
     if entry.kind == "local":
-        from .transport.local import LocalTransport
+        from ..transport.local import LocalTransport
 
         return LocalTransport(entry.workdir, python=entry.python)
     if entry.kind == "adb":
         try:
-            from .transport import adb as _adb
+            from ..transport import adb as _adb
         except ImportError as exc:
             raise BadInputError(f"device '{entry.name}' is an adb device, and this edgekit has no ADB transport") from exc
         return _adb.transport_for_device(entry, python)
@@ -284,9 +284,9 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
     """Connect, install the agent if needed, and describe the device against its target class."""
     import json as _json
 
-    from .agent.bundle import BundleDeployer
-    from .agent.protocol import parse_agent_stdout
-    from .targets import load_target
+    from ..agent.bundle import BundleDeployer
+    from ..agent.protocol import parse_agent_stdout
+    from ..inputs.targets import load_target
 
     spec = load_target(entry.target)
     t = transport_for(entry, spec.python)
@@ -311,7 +311,7 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
         problems.append(f"arch is {dev.get('arch')}, target {spec.name} is {spec.arch}")
     if dev.get("os") and dev.get("os") != spec.os:
         problems.append(f"os is {dev.get('os')}, target {spec.name} is {spec.os}")
-    from .formats import spec_for_runtime
+    from ..formats import spec_for_runtime
 
     # runtimes the agent drives (the registry's rows; Core ML is profiled from macOS, not by the agent)
     on_agent = [r for r in spec.runtimes if (row := spec_for_runtime(r)) is None or row.agent_runs]
@@ -330,7 +330,7 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
         else:
             notes.append("emulated (qemu user mode): the CPU model and core count it reports are this host's, "
                          "and its timings are not the board's")
-        from .sim.state import find_state
+        from ..sim.state import find_state
 
         st = find_state(entry.name)
         if st is not None and (st.cpu_quota or st.memory_bytes):

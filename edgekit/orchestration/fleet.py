@@ -27,15 +27,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .device_session import DeviceSession, Measured
-from .devices import select_devices
-from .errors import BadInputError, DeviceError, EdgekitError
+from ..devices.inventory import select_devices
+from ..devices.session import DeviceSession, Measured
+from ..errors import BadInputError, DeviceError, EdgekitError
+from ..report.assemble import assemble_report
+from ..report.model import Check, FleetSection, FleetUnit, FleetVariant, Report
+from ..report.release import release_judgement
+from ..report.write import write_report
 from .options import DeployOptions
 from .prepare import prepare_run, resolve_recipe, target_spec
-from .report.assemble import assemble_report
-from .report.model import Check, FleetSection, FleetUnit, FleetVariant, Report
-from .report.release import release_judgement
-from .report.write import write_report
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
 
 Progress = Callable[[str], None]

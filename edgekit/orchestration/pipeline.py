@@ -15,27 +15,27 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from .device_session import DeviceSession, device_info, emulation_of
-from .errors import BadInputError, DeviceError
+from ..devices.session import DeviceSession, device_info, emulation_of
+from ..errors import BadInputError, DeviceError
+from ..formats import RUNTIME_FOR_FORMAT
+from ..host import host_compute, host_threads
+from ..inputs.recipe import Recipe
+from ..inputs.targets import TargetSpec
+from ..measure.profile import profile_diffs, profile_variants, profiled_names
+from ..report.assemble import assemble_report
+from ..report.decision import decide
+from ..report.model import Report
+from ..report.release import release_judgement
+from ..report.write import write_report
+from ..transport.base import Transport
+from ..variant_search import SearchOptions
+from ..variant_search import search as run_search
+from ..variant_search.candidates import candidate_variants
 from .fleet import deploy_fleet
-from .formats import RUNTIME_FOR_FORMAT
-from .host import host_compute, host_threads
-from .measure.profile import profile_diffs, profile_variants, profiled_names
 from .options import DeployOptions, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
-from .recipe import Recipe
-from .report.assemble import assemble_report
-from .report.decision import decide
-from .report.model import Report
-from .report.release import release_judgement
-from .report.write import write_report
 from .ship import write_ship
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
-from .targets import TargetSpec
-from .transport.base import Transport
-from .variant_search import SearchOptions
-from .variant_search import search as run_search
-from .variant_search.candidates import candidate_variants
 
 Progress = Callable[[str], None]
 
@@ -100,7 +100,7 @@ def deploy(
     ht = host_threads(opts.host_threads)
     progress(ht.describe())
     with host_compute(ht):
-        if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/fleet.py)
+        if opts.devices or opts.pool:  # a fleet run: every unit of a pool, in parallel (edgekit/orchestration/fleet.py)
             return deploy_fleet(model, eval_data=eval_data, target=spec, device=device, calib_data=calib_data,
                                 recipe=recipe, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key,
                                 y_key=y_key, options=opts, progress=progress, transport=transport)
@@ -109,7 +109,7 @@ def deploy(
 
 
 def _is_lm(model: Any) -> bool:
-    from .llm.source import is_lm_source
+    from ..llm.source import is_lm_source
 
     return isinstance(model, (str, Path)) and is_lm_source(model)
 

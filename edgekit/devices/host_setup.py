@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .targets import TargetSpec
+from ..inputs.targets import TargetSpec
 
 Say = Callable[[str], None]
 TWIN = "arm64-twin"  # the emulated Raspberry Pi OS twin (`edgekit sim up NAME --arch arm64`), set up with --twin
@@ -55,7 +55,7 @@ def _which(name: str, sbin: bool = False) -> Callable[[], str | None]:
 
 
 def _web_runtimes_check() -> str | None:
-    from .transport.web_runtimes import find, versions
+    from ..transport.web_runtimes import find, versions
 
     found = find()
     if found is None:
@@ -65,15 +65,15 @@ def _web_runtimes_check() -> str | None:
 
 
 def _web_runtimes_setup(say: Say) -> str:
-    from .transport.web_runtimes import install
+    from ..transport.web_runtimes import install
 
     found = install(say)
     return f"{found.node_modules} ({found.source})"
 
 
 def _chromium_check() -> str | None:
-    from .errors import DeviceError
-    from .transport.browser import chromium_path
+    from ..errors import DeviceError
+    from ..transport.browser import chromium_path
 
     try:
         return chromium_path()
@@ -94,14 +94,14 @@ def _module(name: str) -> Callable[[], str | None]:
 
 
 def _rootfs_check() -> str | None:
-    from .sim.arm64 import STAMP, rootfs_dir
+    from ..sim.arm64 import STAMP, rootfs_dir
 
     d = rootfs_dir()
     return str(d) if (d / STAMP).is_file() else None
 
 
 def _rootfs_setup(say: Say) -> str:
-    from .sim.arm64 import ensure_host, ensure_rootfs
+    from ..sim.arm64 import ensure_host, ensure_rootfs
 
     ensure_host()  # root, the tools, qemu-aarch64 registered with binfmt_misc
     rootfs = ensure_rootfs(say)
@@ -150,7 +150,7 @@ def check(target: str, reqs: list[Requirement]) -> list[Status]:
 
 def all_statuses() -> tuple[list[Status], list[str]]:
     """Every listed target's requirements and the twin's (for `edgekit doctor`), and the targets that did not load."""
-    from .targets import list_targets, load_target
+    from ..inputs.targets import list_targets, load_target
 
     rows: list[Status] = []
     broken: list[str] = []

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .artifact import Artifact, IOSpec, LineageStep, TensorSpec
-from .errors import ModelLoadError
-from .formats import Format, detect_format, format_spec
+from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
+from ..errors import ModelLoadError
+from ..formats import Format, detect_format, format_spec
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Source:
     # every output, in the model's order: float outputs as float32, integer/bool outputs keep their dtype
     reference_all: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
     # one run on a whole feed (every model input, in order) -> every output: what a stateful model's
-    # reference runs sample by sample (edgekit/stateful.py); None when the source cannot give it
+    # reference runs sample by sample (edgekit/inputs/stateful.py); None when the source cannot give it
     run_once: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
 
     def __post_init__(self):
@@ -226,7 +226,7 @@ def ort_once(path: Path, threads: int = 1, *, optimized: bool = True
 
 
 def _unfed(path: Path, names: list[str], fed: int):
-    from .errors import DataError
+    from ..errors import DataError
 
     return DataError(f"{path.name} takes {len(names)} inputs ({', '.join(names)}) and this host-side run fed "
                      f"{fed}: inputs {', '.join(names[fed:])} are fed (--const/--state) only where edgekit carries them "
@@ -304,7 +304,7 @@ def load_onnx(path: Path) -> Source:
 
 def load_tflite(path: Path) -> Source:
     """A .tflite to profile as it is: its own I/O is the user's data layout, its host run the reference."""
-    from .errors import require
+    from ..errors import require
 
     interp_mod = require("ai_edge_litert.interpreter", "tflite", "loading a .tflite model")
     try:
@@ -473,7 +473,7 @@ def synthetic_inputs(io: IOSpec, *, input_shapes: dict[str, tuple[int, ...] | li
     """Seeded stand-in inputs for a model whose input sizes are all known (from the model, or from
     ``input_shapes``): float inputs standard normal, integer inputs 0 or 1, bool inputs False/True.
     They prove the conversion reproduces the model's arithmetic; they say nothing about accuracy."""
-    from .errors import DataError
+    from ..errors import DataError
 
     shapes = []
     for spec in io.inputs:

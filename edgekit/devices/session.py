@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .agent.bundle import BundleDeployer
-from .agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
-from .artifact import Artifact
-from .data import Dataset
-from .errors import AgentError, BadInputError, DeviceError, EdgekitError
-from .formats import Format
-from .measure.stats import latency_stats
-from .report.model import VariantResult
-from .targets import MeasureDefaults, TargetSpec
-from .transport.base import Transport
+from ..agent.bundle import BundleDeployer
+from ..agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
+from ..artifact import Artifact
+from ..errors import AgentError, BadInputError, DeviceError, EdgekitError
+from ..formats import Format
+from ..inputs.data import Dataset
+from ..inputs.targets import MeasureDefaults, TargetSpec
+from ..measure.stats import latency_stats
+from ..report.model import VariantResult
+from ..transport.base import Transport
 
 Progress = Callable[[str], None]
 
@@ -102,9 +102,9 @@ def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = 
                    lock_timeout: float | None = None) -> Transport:
     if device is None:
         if target.transport in ("local", "browser"):
-            from .devices import _attach_lock
+            from ..transport.local import LocalTransport
+            from .inventory import _attach_lock
             from .lock import DeviceLock
-            from .transport.local import LocalTransport
 
             # this host's CPU is the device (the browser's too): two deploys measuring on it at once inflate
             # each other's figures
@@ -112,7 +112,7 @@ def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = 
             lock.acquire(wait=lock_wait, timeout=lock_timeout)
             try:
                 if target.transport == "browser":
-                    from .transport.browser import BrowserTransport
+                    from ..transport.browser import BrowserTransport
 
                     t = BrowserTransport(profile=target.browser)
                 else:
@@ -124,7 +124,7 @@ def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = 
             return t
         raise BadInputError(f"target '{target.name}' is reached over {target.transport}: name the device",
                             hint="pass --device NAME (see `edgekit devices list`), or use --target local")
-    from .devices import open_device_transport
+    from .inventory import open_device_transport
 
     return open_device_transport(device, target, wait=lock_wait, lock_timeout=lock_timeout)
 
@@ -139,7 +139,7 @@ def provision_hint(target: TargetSpec, device: str | None, runtime: str) -> str:
         return f"install it with `edgekit devices provision {where} --runtime {runtime}`"
     if wheels is not None:
         return f"install the target's runtimes with `edgekit devices provision {where}`"
-    from .formats import spec_for_runtime
+    from ..formats import spec_for_runtime
 
     row = spec_for_runtime(runtime)
     if target.transport == "local" and row is not None and row.extra:
@@ -153,7 +153,7 @@ def emulation_of(device: str | None) -> str | None:
     """How the device is emulated (an arm64 twin under qemu, from its inventory entry); None = real."""
     if device is None:
         return None
-    from .devices import get_device
+    from .inventory import get_device
 
     try:
         entry = get_device(device)
@@ -167,7 +167,8 @@ class DeviceSession:
                  lock_wait: bool = True, lock_timeout: float | None = None, remeasure: bool = False,
                  progress: Progress | None = None, clock=None):
         self.target, self.device = target, device
-        self.clock = clock  # edgekit.timeline.Clock: the lock wait is its own span, outside the time budget
+        # edgekit.orchestration.timeline.Clock: the lock wait is its own span, outside the time budget
+        self.clock = clock
         self.lock_wait_s = 0.0
         self.source_io, self.plan = source_io, plan
         self._given = transport
@@ -197,7 +198,7 @@ class DeviceSession:
         try:
             waited = getattr(getattr(t, "lock", None), "waited_s", 0.0)
             if self._given is None and self.device is not None:  # the device-side lease (other hosts)
-                from .lab.coordinator import session_place
+                from ..lab.coordinator import session_place
                 from .lease import session_lease
 
                 # with EDGEKIT_COORDINATOR: the device's labgrid place first (None without it)
@@ -212,7 +213,7 @@ class DeviceSession:
             self.deployer = BundleDeployer(t)
             # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
             self.facts_before = t.device_facts() if hasattr(t, "device_facts") else None
-            from .measure.cache import open_device_measurements
+            from ..measure.cache import open_device_measurements
 
             self.measurements = open_device_measurements(self.deployer, device_name=self.device,
                                                          remeasure=self.remeasure)
@@ -244,12 +245,12 @@ class DeviceSession:
     # --- delivery --------------------------------------------------------------------------------
     def use_eval(self, ds: Dataset, art_dir: Path) -> None:
         """Deliver the eval set (by content) that every measurement with ``with_eval`` reads."""
-        from .data import eval_bundle
+        from ..inputs.data import eval_bundle
 
         self._eval_bundle = eval_bundle(ds, art_dir)
         self._eval_keys = ds.x_keys
         self._eval_buckets = ds.shards_per_bucket  # or None: one shape
-        self._stream = ds.stream  # constant/state inputs (edgekit/stateful.py): sent with every request
+        self._stream = ds.stream  # constant/state inputs (edgekit/inputs/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
     def deliver(self, artifacts) -> None:
@@ -328,7 +329,7 @@ class DeviceSession:
     def lacking_runtime(self, art: Artifact) -> str | None:
         """Why the device cannot run ``art``: its runtime is not among those the device's agent has (its
         ``--probe``), with the command that installs it; None when it has it or the probe cannot say."""
-        from .formats import format_spec
+        from ..formats import format_spec
 
         runtime = format_spec(art.format).runtime
         try:
@@ -399,7 +400,7 @@ class DeviceSession:
         return res.doc.get("op_profile")
 
     def _benchmark_model(self, art: Artifact, settings: RunSettings) -> dict:
-        from .agent.benchmark_model import run_benchmark_model
+        from ..agent.benchmark_model import run_benchmark_model
 
         m = settings.measure
         binary = settings.benchmark_binary
@@ -446,7 +447,7 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
         parity_outputs = plan.parity(res.outputs)
         parity = next(iter(parity_outputs.values()), None)
         accuracy = plan.accuracy_dict(plan.score(res.outputs))
-    from .measure.sustained import analyze
+    from ..measure.sustained import analyze
 
     return VariantResult(
         name=name, format=art.format.value, precision=art.precision, runtime=doc.runtime.model_dump(),

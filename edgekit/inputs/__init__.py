@@ -1,0 +1,1 @@
+"""What the user brings: the model source, data sets, streaming state, recipes and target classes."""
