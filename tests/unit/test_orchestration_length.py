@@ -12,7 +12,8 @@ import pytest
 PKG = Path(__file__).resolve().parents[2] / "edgekit"
 MAX_LINES = 60
 # (file, function): the public entry points and the search's real body
-ORCHESTRATIONS = [("orchestration/pipeline.py", "deploy"), ("variant_search/run.py", "search"), ("variant_search/run.py", "_search")]
+ORCHESTRATIONS = [("orchestration/pipeline.py", "deploy"), ("variant_search/run.py", "search"),
+                 ("variant_search/run.py", "_search")]
 
 
 def function_lines(path: Path, name: str) -> int:
