@@ -17,7 +17,11 @@ Gate options and their defaults, and why:
 
 The decision ships the fastest variant by the objective (decode tokens/s by default; ``ttft``: the warm time
 to first token at the shortest prompt; ``prefill``: prefill tokens/s at the longest prompt) among those that
-pass, and says why each other one lost."""
+pass, and says why each other one lost. As for fixed graphs (``report/decision.py``), a variant whose decode
+95% CI overlaps the fastest's is a tie, settled by the smaller file: the device could not tell them apart, and
+on a busy host the point estimates of tied files trade places from run to run (a user's GPT-2 shipped
+ort-int4 on a quiet host and ort-int4-b128 on a busy one), while the smaller file is the same answer every time.
+TTFT and prefill have no CI: the point estimate decides."""
 
 from __future__ import annotations
 
@@ -96,6 +100,18 @@ def objective_value(v: VariantResult, objective: str) -> float | None:
     return g.prefill[-1]["tokens_per_s"] if g.prefill else None
 
 
+def _tied(v: VariantResult, fastest: VariantResult, objective: str) -> bool:
+    """Decode: the 95% CIs of tokens/s overlap (the other objectives have no CI: never a tie)."""
+    if objective != "decode" or v.generation is None or fastest.generation is None:
+        return False
+    a, b = v.generation.decode_tokens_per_s_ci95, fastest.generation.decode_tokens_per_s_ci95
+    return bool(a and b) and a[0] <= b[1] and b[0] <= a[1]
+
+
+def _mb(v: VariantResult) -> str:
+    return f"{v.size_bytes / 1e6:.1f} MB" if v.size_bytes >= 1e6 else f"{v.size_bytes / 1e3:.0f} KB"
+
+
 def describe(v: VariantResult, objective: str) -> str:
     g = v.generation
     assert g is not None
@@ -125,12 +141,22 @@ def judge(variants: list[VariantResult], baseline: str, cfg: LMGate, objective: 
         gate = Gate(passed=False, checks=[c for v in variants for c in variant_checks(v, cfg)] or [
             Check(name="measured", passed=False, message="no variant was measured")])
         return gate, Decision(ship=None, reason="no variant passes the quality checks", lost=lost)
-    best = max(ok, key=lambda v: (objective_value(v, objective) or 0.0, -v.size_bytes))
+    fastest = max(ok, key=lambda v: (objective_value(v, objective) or 0.0, -v.size_bytes))
+    ties = [v for v in ok if v is fastest or _tied(v, fastest, objective)]
+    best = min(ties, key=lambda v: (v.size_bytes, -(objective_value(v, objective) or 0.0), v.name))
     for v in ok:
-        if v is not best:
-            lost[v.name] = f"slower: {describe(v, objective)} vs {best.name}'s {describe(best, objective)}"
+        if v is best:
+            continue
+        if v in ties:
+            lost[v.name] = (f"tied with {best.name} on speed ({describe(v, objective)} vs {describe(best, objective)}: "
+                            f"the 95% CIs overlap) and larger ({_mb(v)} vs {_mb(best)})")
+        else:
+            lost[v.name] = f"slower: {describe(v, objective)} vs {fastest.name}'s {describe(fastest, objective)}"
     base = next((v for v in variants if v.name == baseline), None)
-    reason = f"{best.name}: fastest inside the quality gate ({describe(best, objective)})"
+    reason = (f"{best.name}: fastest inside the quality gate ({describe(best, objective)})" if best is fastest else
+              f"{best.name}: inside the quality gate, tied on speed with the fastest, {fastest.name} "
+              f"({describe(best, objective)} vs {describe(fastest, objective)}: the 95% CIs overlap), and the "
+              f"smaller file ({_mb(best)} vs {_mb(fastest)})")
     faster = False
     if base is not None and base is not best and base.generation and best.generation and objective == "decode":
         b_hi = (base.generation.decode_tokens_per_s_ci95 or [0, 0])[1]

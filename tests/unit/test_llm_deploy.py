@@ -343,7 +343,9 @@ def test_threads_are_tuned_per_runtime_and_a_setting_ships_only_when_clearly_fas
         else:
             assert row.name in r.decision.lost
             why = r.decision.lost[row.name]
-            assert ("not proved faster" in why and lo <= hi) or why.startswith("slower"), why
+            # not clearly faster than its own file, or it was (and so raced) but lost to another file
+            assert ("not proved faster" in why and lo <= hi) or why.startswith("slower") or (
+                why.startswith("tied with") and lo > hi), why
             if why.startswith("slower at"):  # slower than its own file at fewer threads: both CIs named
                 assert row.generation.decode_tokens_per_s_ci95[1] < base.generation.decode_tokens_per_s_ci95[0]
     shipped = r.variant(r.decision.ship)

@@ -1,0 +1,59 @@
+"""The language-model decision's tie rule (edgekit/llm/judge.py): among the files inside the quality gate, one
+whose decode 95% CI overlaps the fastest's is a tie, settled by the smaller file, as the fixed-graph decision
+does; a file proved slower (CIs separated) loses as slower; TTFT has no CI and is decided by the point estimate.
+Built from report models, no deploy."""
+
+from __future__ import annotations
+
+from edgekit.llm.judge import LMGate, judge
+from edgekit.report.model import VariantResult
+
+
+def _v(name: str, *, tok_s: float, ci: list[float], size: int, ttft: float = 1.0) -> VariantResult:
+    return VariantResult(
+        name=name, format="onnx", precision="int4", size_bytes=size,
+        runtime={"name": "onnxruntime", "version": "1.32.0", "threads": 1}, sha256=(name.encode().hex() * 64)[:64],
+        generation={"context": 96, "ttft_ms": ttft, "prefill": [{"tokens": 6, "tokens_per_s": 1000.0}],
+                    "decode_tokens_per_s": tok_s, "decode_tokens_per_s_ci95": ci},
+        quality={"positions": 270, "windows": 6, "top_k": 64, "perplexity": 21.2, "perplexity_float": 21.13,
+                 "perplexity_increase": 21.2 / 21.13 - 1, "kld_mean": 0.01, "kld_ci95": [0.008, 0.012],
+                 "top1_agreement": 0.96, "greedy": {"repeat_share": 0.1, "repeat_share_float": 0.1}})
+
+
+def _race() -> list[VariantResult]:
+    return [_v("ort-fp32", tok_s=50.0, ci=[49.0, 51.0], size=4_000_000, ttft=2.0),
+            _v("ort-int4", tok_s=101.0, ci=[98.0, 104.0], size=1_200_000, ttft=0.9),  # fastest point estimate
+            _v("ort-int4-b128", tok_s=99.0, ci=[96.0, 102.0], size=1_000_000, ttft=1.1),  # tied, smaller
+            _v("gguf-q4_0", tok_s=80.0, ci=[78.0, 82.0], size=900_000, ttft=1.0)]  # smallest, proved slower
+
+
+def test_a_tie_on_decode_ships_the_smaller_file_and_says_so():
+    gate, d = judge(_race(), "ort-fp32", LMGate(), "decode", {})
+    assert gate.passed and d.ship == "ort-int4-b128", d
+    assert "tied on speed with the fastest, ort-int4" in d.reason and "smaller file (1.0 MB vs 1.2 MB)" in d.reason
+    assert d.lost["ort-int4"].startswith("tied with ort-int4-b128 on speed") and "larger" in d.lost["ort-int4"]
+    # proved slower than the fastest: loses as slower even though it is the smallest file
+    assert d.lost["gguf-q4_0"].startswith("slower:") and "ort-int4's" in d.lost["gguf-q4_0"]
+    assert d.proved_faster  # b128's CI lies above fp32's
+
+
+def test_the_answer_does_not_depend_on_which_tied_file_read_faster():
+    """The busy-host case: the tied files' point estimates trade places; the shipped file stays the same."""
+    race = _race()
+    race[1], race[2] = (_v("ort-int4", tok_s=97.0, ci=[94.0, 100.0], size=1_200_000),
+                        _v("ort-int4-b128", tok_s=103.0, ci=[100.0, 106.0], size=1_000_000))
+    _, d = judge(race, "ort-fp32", LMGate(), "decode", {})
+    assert d.ship == "ort-int4-b128" and d.reason.startswith("ort-int4-b128: fastest inside the quality gate")
+    assert d.lost["ort-int4"].startswith("tied with ort-int4-b128")
+
+
+def test_separated_cis_ship_the_fastest_even_when_larger():
+    race = _race()
+    race[2] = _v("ort-int4-b128", tok_s=90.0, ci=[89.0, 91.0], size=1_000_000)
+    _, d = judge(race, "ort-fp32", LMGate(), "decode", {})
+    assert d.ship == "ort-int4" and d.lost["ort-int4-b128"].startswith("slower:")
+
+
+def test_ttft_has_no_ci_so_the_point_estimate_decides():
+    _, d = judge(_race(), "ort-fp32", LMGate(), "ttft", {})
+    assert d.ship == "ort-int4" and d.lost["ort-int4-b128"].startswith("slower:")
