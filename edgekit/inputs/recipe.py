@@ -31,7 +31,9 @@ class _Strict(BaseModel):
 
 
 class PassStep(_Strict):
-    name: str
+    name: str  # the pass: a name in the pass registry (quantize, convert, prune_magnitude, distill...), checked on load
+    # the pass's settings (e.g. {mode: static, per_channel: true}), validated by the pass's own Config when it runs;
+    # empty: its defaults
     config: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -47,16 +49,20 @@ class PassStep(_Strict):
 
 
 class VariantSpec(_Strict):
+    # the variant's name in the report and its file names: letters, digits, _ . -; unique, not the baseline's
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    # the passes that build it, in order, from the fp32 model (PyTorch-level passes such as prune and distill from
+    # the PyTorch program, before any ONNX-level pass); empty: the fp32 file itself under this name
     passes: list[PassStep] = Field(default_factory=list)
 
 
 class MeasureOverrides(_Strict):
-    warmup: int | None = Field(None, ge=0)
-    runs: int | None = Field(None, ge=1)
+    warmup: int | None = Field(None, ge=0)  # untimed runs before measuring; None: the target's (--warmup wins)
+    runs: int | None = Field(None, ge=1)  # minimum timed runs; None: the target's (--runs wins)
+    # minimum total timed seconds; None: the target's (--min-seconds wins)
     min_seconds: float | None = Field(None, ge=0)
-    max_runs: int | None = Field(None, ge=1)
-    threads: int | None = Field(None, ge=1)
+    max_runs: int | None = Field(None, ge=1)  # hard cap on timed runs; None: the target's (no command-line option)
+    threads: int | None = Field(None, ge=1)  # intra-op threads of the runtime; None: the target's (--threads wins)
 
 
 class GateConfig(_Strict):
@@ -68,9 +74,17 @@ class GateConfig(_Strict):
     relative_accuracy_drop: bool = Field(False, description="read max_accuracy_drop as percent of the baseline")
     strict_stats: bool = Field(False, description="fail the accuracy check only when the drop is above the tolerance "
                                "AND statistically significant (paired 95% CI excludes 0)")
+    # budget for each judged variant's device-measured p50, ms (check latency_p50_budget, skipped on an emulated
+    # device); None: the target's limits.latency_ms_p50; --latency-budget-ms wins over both
     latency_ms_p50: float | None = Field(None, gt=0)
+    # budget for the device-measured p90, ms (check latency_p90_budget, skipped on an emulated device); None: the
+    # target's limits.latency_ms_p90
     latency_ms_p90: float | None = Field(None, gt=0)
+    # budget for the agent process's peak RSS on the device while measuring, MB (check peak_memory_budget); None:
+    # the target's limits.peak_memory_mb; --memory-budget-mb wins over both
     peak_memory_mb: float | None = Field(None, gt=0)
+    # budget for the variant's file size, MB of 10^6 bytes (check model_size_budget); None: the target's
+    # limits.model_size_mb
     model_size_mb: float | None = Field(None, gt=0)
     min_speedup: float | None = Field(None, gt=0, description="fail a variant whose device-measured speed-up over the "
                                       "baseline (baseline p50 / its p50) is below this; None: a slower variant is a warning")
@@ -86,9 +100,14 @@ class GateConfig(_Strict):
 
 
 class Recipe(_Strict):
+    # the name the fp32 ONNX model (the source exported, no pass) goes by: what the other variants are compared
+    # with (the report's baseline)
     baseline: str = "fp32"
+    # the variants to build from the fp32 model; a target whose first runtime is LiteRT or Core ML adds that
+    # runtime's default variants when no variant has a convert step
     variants: list[VariantSpec] = Field(default_factory=list)
-    measure: MeasureOverrides = MeasureOverrides()
+    measure: MeasureOverrides = MeasureOverrides()  # overrides of the target's measure settings (unset: the target's)
+    # what a shippable variant must meet; the target's limits fill the budgets left unset, the command line wins
     gate: GateConfig = GateConfig()
     metric: MetricSpec | None = None  # what scores the eval pass (default: top1 on the first output)
     # .npz (x, y) that pruning fine-tunes and distillation train on; relative to the recipe file

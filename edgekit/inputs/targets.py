@@ -37,9 +37,15 @@ class MeasureDefaults(_Strict):
 class Limits(_Strict):
     """Budgets a variant must meet on this hardware class (None = no budget)."""
 
+    # budget for the device-measured p50, ms: the gate's latency_ms_p50 where the recipe sets none
+    # (--latency-budget-ms wins)
     latency_ms_p50: float | None = Field(None, gt=0)
+    # budget for the device-measured p90, ms: the gate's latency_ms_p90 where the recipe sets none
     latency_ms_p90: float | None = Field(None, gt=0)
+    # budget for the agent process's peak RSS while measuring, MB: the gate's peak_memory_mb where the recipe sets
+    # none (--memory-budget-mb wins)
     peak_memory_mb: float | None = Field(None, gt=0)
+    # budget for the variant's file size, MB of 10^6 bytes: the gate's model_size_mb where the recipe sets none
     model_size_mb: float | None = Field(None, gt=0)
 
 
@@ -60,8 +66,14 @@ class RuntimeWheels(_Strict):
 class WheelSpec(_Strict):
     """Wheels the device runtime needs, for offline provisioning from a host-side wheelhouse."""
 
+    # the device's Python (X.Y) the wheels are downloaded for (pip download --python-version); `edgekit devices
+    # check` flags a device whose Python is another version
     python_version: str = "3.11"
+    # pip platform tags to download for (one --platform each, e.g. manylinux_2_28_aarch64); empty: pip's default,
+    # this host's platform
     platforms: tuple[str, ...] = ()
+    # requirements downloaded with their dependencies on the host and installed on the device by `edgekit devices
+    # provision` (pip itself rides along)
     packages: tuple[str, ...] = ()
     runtime_packages: dict[str, RuntimeWheels] = Field(default_factory=dict, description="per runtime (a name in "
                                                        "`runtimes`), the wheels it adds on top of `packages`")
@@ -74,8 +86,10 @@ class BrowserProfile(_Strict):
     cpu_throttle: float = Field(1.0, ge=1, le=20, description="CPU slowdown factor (DevTools "
                                 "Emulation.setCPUThrottlingRate; Lighthouse's mid-tier phone is 4)")
     viewport: tuple[int, int] | None = Field(None, description="CSS pixels (width, height) of the emulated screen")
+    # device pixels per CSS pixel of the emulated screen (DevTools Emulation.setDeviceMetricsOverride); applied
+    # only with a viewport
     device_scale_factor: float = Field(1.0, gt=0)
-    mobile: bool = False
+    mobile: bool = False  # emulate a mobile device (setDeviceMetricsOverride's mobile flag); only with a viewport
 
     @property
     def emulated(self) -> bool:
@@ -88,11 +102,18 @@ class BrowserProfile(_Strict):
 
 
 class TargetSpec(_Strict):
-    name: str
-    description: str = ""
+    name: str  # the target's name: its file's stem (targets/NAME.yaml, checked on load); inventory devices name it
+    description: str = ""  # one line on the hardware class, shown by `edgekit targets list`
+    # the device's CPU architecture (wasm32: a browser page); `edgekit devices check` flags a device whose agent
+    # reports another, and the report records it (device.target_arch)
     arch: Literal["x86_64", "aarch64", "armv7l", "arm64", "wasm32"]
+    # the device's operating system (browser: a web page); `edgekit devices check` flags a device whose agent
+    # reports another
     os: Literal["linux", "android", "ios", "macos", "browser"]
+    # the device's CPU cores: thread tuning (the search, a language model's deploy) tries up to this many, at most
+    # 4 (MAX_THREADS) and no more than the agent finds usable
     cores: int = Field(ge=1)
+    # the device's memory, MB: a language model's weights, KV cache and runtime must fit 80% of it
     memory_mb: int = Field(ge=1)
     runtimes: tuple[RuntimeName, ...] = Field(min_length=1, description="in order of preference")
     march: str | None = Field(None, description="the GCC -march of the device's cores, for native code edgekit "
@@ -109,17 +130,22 @@ class TargetSpec(_Strict):
             raise ValueError(f"unknown runtime(s) {bad}; known: {known}")
         return v
     transport: Literal["local", "ssh", "adb", "browser"]  # browser: this host's headless Chromium
+    # the Python command that runs the agent on an ssh or adb device (an inventory entry's own python wins)
     python: str = "python3"
+    # the energy sensors to try on the device, in order: the agent reads the first that works; empty: no energy
+    # figure (--energy-command adds external_command)
     energy_sources: tuple[EnergySource, ...] = ()
-    measure: MeasureDefaults = MeasureDefaults()
-    limits: Limits = Limits()
+    measure: MeasureDefaults = MeasureDefaults()  # measurement settings; a recipe's measure and the command line win
+    limits: Limits = Limits()  # budgets on this hardware class; a recipe's gate sets its own instead
+    # the wheels `edgekit devices provision` downloads on the host and installs on the device (which needs no
+    # internet); None: nothing to provision
     wheels: WheelSpec | None = None
     big_cores_mask: str | None = None  # taskset mask of the fast cores (big.LITTLE SoCs)
     browser: BrowserProfile | None = None  # transport browser only: the page's emulated phone, if any
     # search candidates this target adds to the default deploy's short search (the registry marks the
     # likeliest winners on a typical CPU; a board where another runtime is known to win names its candidates)
     short_search: tuple[str, ...] = ()
-    notes: str = ""
+    notes: str = ""  # free text for people (e.g. how the board throttles); edgekit reads nothing from it
 
     @model_validator(mode="after")
     def _short_search_names_candidates_of_its_runtimes(self):

@@ -94,7 +94,7 @@ class Accuracy(_Open):
     value: float  # in `units`
     n: int  # samples (or scored positions) the value is over
     direction: str = "higher"  # higher | lower is better
-    units: str = "%"
+    units: str = "%"  # the metric's units: % (top1, miou, map50...), dB (psnr, snr), "" (mse, perplexity)
     against: str = "labels"  # labels | reference (the float model's own outputs)
     outputs: list[str] | None = None  # the outputs the metric read
 
@@ -102,7 +102,7 @@ class Accuracy(_Open):
 class Parity(_Open):
     reference: str  # what the device's outputs were compared with (the float model's outputs on the host)
     max_abs_err: float  # over every element of the output (inf where the device gave NaN/inf and the float did not)
-    mean_abs_err: float
+    mean_abs_err: float  # mean |device - reference| over every element of the output (inf as for max_abs_err)
     cosine: float  # cosine similarity of the whole output, flattened (0 when non-finite values appeared)
     top1_agreement: float | None = None  # share of argmaxes along the class axis that agree (class-like outputs)
     n: int  # samples compared (the output's leading dimension)
@@ -131,10 +131,17 @@ class LineageStep(_Open):
 
     kind: str  # source | convert | pass
     name: str  # e.g. "torch->onnx", "quantize"
+    # the step's settings: a pass's validated config (defaults filled in), a hop's options (opset, converter...),
+    # a source's path
     config: dict[str, Any] = Field(default_factory=dict)
+    # what the step measured: a hop's parity and parity_violations, a pass's own figures, a pass-cache hit
+    # (cache: hit, key, original_seconds)
     metrics: dict[str, Any] = Field(default_factory=dict)
-    input_sha256: str | None = None
+    input_sha256: str | None = None  # the file the step started from (Artifact.derive); None: none (a source step)
+    # meant for the step's output file's hash, but no edgekit code sets it (the artifact's own lineage step has no
+    # such field), so it is null; the variant's sha256 is the last step's output
     output_sha256: str | None = None
+    # the host's wall seconds for the step (on a pass-cache hit: the reuse; metrics.cache.original_seconds the build)
     seconds: float | None = None
 
     @property
@@ -166,40 +173,41 @@ class OpTime(_Open):
     ``share`` of the profiled runs' wall time. ``module``: the PyTorch module it came from ("" = the model's
     own forward, None = not traceable, e.g. a layout transform onnxruntime inserted)."""
 
-    node: str
-    op_type: str | None = None
-    module: str | None = None
-    module_class: str | None = None
+    node: str  # the node as the runtime's profiler names it (onnxruntime node, OpenVINO layer, ExecuTorch event)
+    op_type: str | None = None  # its op type as the profiler reports it (e.g. Conv, QLinearConv, Convolution)
+    module: str | None = None  # the PyTorch module path it was traced to ("" = the model's forward, None = not traced)
+    module_class: str | None = None  # that module's class name (e.g. Conv2d), where the exporter recorded it
+    # what ran it: onnxruntime's execution provider, OpenVINO's kernel (exec type), ExecuTorch's delegate | portable
     provider: str | None = None
-    calls: int = 0
-    total_ms: float = 0.0
-    mean_ms: float = 0.0
-    ms: float = 0.0
-    share: float | None = None
+    calls: int = 0  # times the node ran over the profiled runs
+    total_ms: float = 0.0  # its kernel time summed over every profiled run, ms
+    mean_ms: float = 0.0  # total_ms / runs: per inference, ms
+    ms: float = 0.0  # per inference from its median call (median x calls / runs), ms
+    share: float | None = None  # total_ms / the profiled runs' wall time (OpProfile.total_ms); None: that is unknown
 
 
 class OpTypeTime(_Open):
-    op_type: str
-    nodes: int
-    calls: int
-    mean_ms: float
+    op_type: str  # the op type the row sums (OpTime.op_type; "?" for nodes the profiler gave none)
+    nodes: int  # profiled nodes of this type
+    calls: int  # their calls, summed over the profiled runs
+    mean_ms: float  # their summed kernel time / runs: per inference, ms
     ms: float  # per inference, from each node's median call
-    share: float | None = None
+    share: float | None = None  # their summed kernel time / the profiled runs' wall time; None when that is unknown
 
 
 class OpProfile(_Open):
     """A variant's per-op profile, or ``source`` None with the ``reason`` (no figures then)."""
 
-    source: str | None = None
-    reason: str | None = None
-    runs: int = 0
+    source: str | None = None  # the profiler: onnxruntime, executorch or openvino; None: no profile
+    reason: str | None = None  # why there is no profile (e.g. the runtime has no per-op profiler); None when there is
+    runs: int = 0  # profiled runs (one more ran first and is left out); 0 without a profile
     total_ms: float | None = None  # wall time of the profiled runs (the runtime's own run events)
     mean_run_ms: float | None = None  # per inference, under the profiler
-    median_run_ms: float | None = None
+    median_run_ms: float | None = None  # the median profiled run's wall time, ms (what run_ms and diffs use)
     ops: list[OpTime] = Field(default_factory=list)  # slowest first
     by_op_type: list[OpTypeTime] = Field(default_factory=list)  # slowest first
     mapping: str | None = None  # how nodes were traced to modules (or why they were not)
-    mapped_nodes: int = 0
+    mapped_nodes: int = 0  # nodes traced to a PyTorch module (module not None)
     mapped_share: float | None = None  # the share of op time traced to a module
 
     @property
@@ -219,22 +227,25 @@ class OpProfile(_Open):
 
 
 class OpTypeDelta(_Open):
-    op_type: str
-    base_nodes: int
-    other_nodes: int
+    op_type: str  # the op type (OpTypeTime.op_type) of either profile
+    base_nodes: int  # its nodes in the base variant's profile (0: none there)
+    other_nodes: int  # its nodes in the other variant's profile (0: none there)
     base_ms: float  # per inference
-    other_ms: float
+    other_ms: float  # per inference, ms, in the other variant's profile
     delta_ms: float  # other - base (> 0: the other variant spends more here)
 
 
 class ProfileDiff(_Open):
-    base: str
-    other: str
-    base_source: str | None = None
-    other_source: str | None = None
+    base: str  # the variant compared against: the report's baseline
+    other: str  # the profiled variant compared with it
+    base_source: str | None = None  # the base profile's profiler (OpProfile.source); None: it has no profile
+    other_source: str | None = None  # the other profile's profiler; None: it has no profile
+    # False: the two profiles come from different profilers (compared by op type only); True also when one is missing
     same_runtime: bool = True
     delta_ms: float | None = None  # per inference under the profiler, other - base
     rows: list[OpTypeDelta] = Field(default_factory=list)  # largest |delta| first
+    # one sentence: how much slower (faster) other is under the profiler, the op types that account for it and
+    # the compute a quantized model leaves in fp32; or why there is no diff (a profile missing)
     summary: str
 
 
@@ -252,11 +263,14 @@ class Generation(_Open):
     inter_token_ms: dict[str, Any] = Field(default_factory=dict, description="p50, p95, mean, n of the decode steps")
     decode_filled: dict[str, Any] = Field(default_factory=dict,
                                           description="decode after a prompt that fills the cache near the context")
-    peak_rss_mb: float | None = None
+    peak_rss_mb: float | None = Field(None, description="the agent process's peak RSS on the device over the run, MB "
+                                      "(VmHWM, else ru_maxrss); None when unreadable")
     kv_cache_mb: float | None = Field(None, description="the KV cache at kv_cache_tokens positions")
     kv_cache_source: str | None = Field(None, description="runtime (the arrays it holds) or config (computed)")
-    kv_cache_tokens: int | None = None
-    energy_mj_per_token: float | None = None
+    kv_cache_tokens: int | None = Field(None, description="positions the cache held when read: the filled prompt's "
+                                        "plus the decoded tokens (its fullest in the run)")
+    energy_mj_per_token: float | None = Field(None, description="mJ a generated token, from the agent's energy record; "
+                                              "None when no energy source read")
 
 
 class LMQuality(_Open):
@@ -302,6 +316,8 @@ class VariantResult(_Open):
     sustained: dict[str, Any] | None = None
     # Where the numbers come from: {"reused": true, "measured_at": ...} when taken from the measurement cache.
     measurement: dict[str, Any] = Field(default_factory=dict)
+    # the task metric, scored on the host from the device's outputs on the eval set; None when no outputs came back
+    # (a language model: its perplexity on the eval text)
     accuracy: Accuracy | None = None
     # baseline - variant in the metric's units (for a lower-is-better metric: variant - baseline); > 0 = worse
     accuracy_drop: float | None = None
@@ -321,7 +337,7 @@ class VariantResult(_Open):
     # a language model's variant (task text-generation): the generation figures and the quality from the
     # device's own log-probabilities; latency_ms then holds the inter-token times of the decode
     generation: Generation | None = None
-    quality: LMQuality | None = None
+    quality: LMQuality | None = None  # a language model's: its quality against the float model; None otherwise
 
 
 class Check(_Open):
@@ -329,10 +345,12 @@ class Check(_Open):
     variant: str | None = None  # the variant it judged (None: the run as a whole)
     value: float | None = None  # the measured value, in the check's units
     limit: float | None = None  # the limit it was held to
-    passed: bool
+    passed: bool  # the check held (a skipped one counts as passed); the gate passes when every check did
     message: str  # one sentence: the figures and the verdict
     # Set on checks against a baseline report (latency regression): the test's p-value and verdict.
     p_value: float | None = None
+    # the statistics' verdict: latency_regression (the method's CI excludes 1, and its test agrees where it has one),
+    # accuracy_drop (the paired per-sample test); None where no test was made
     significant: bool | None = None
     ratio_ci95: list[float] | None = None  # latency regression: 95% CI of the p50 ratio, this / baseline
     skipped: bool = False  # not applicable here (e.g. a latency budget on an emulated device); says why
@@ -340,6 +358,8 @@ class Check(_Open):
 
 class Gate(_Open):
     passed: bool  # every check passed: the exit code is 0 (else 1; `Report.raise_for_gate()` raises GateFailed)
+    # every check the gate made (report/gate.py; a language model's: llm/judge.py), failed or not: per judged
+    # variant, per conversion hop's parity, and against a baseline report the release checks
     checks: list[Check] = Field(default_factory=list)
 
     @property
@@ -351,7 +371,9 @@ class Gate(_Open):
 class BeforeAfter(_Open):
     """A reading taken before and after measuring (a temperature, in °C)."""
 
+    # before the first variant's measurement (battery_temperature_c: when the device session opened); None: unread
     before: float | None = None
+    # after the last variant's measurement (battery_temperature_c: when the device session closed); None: unread
     after: float | None = None
 
 
@@ -369,7 +391,7 @@ class DeviceInfo(_Open):
     python: str | None = None  # the device's Python that ran the agent
     cpu: str | None = None  # the CPU model name
     cores: int | None = None  # os.cpu_count() on the device
-    hostname: str | None = None
+    hostname: str | None = None  # the device's network name (platform.node() on the agent)
     machine_id: str | None = None  # a non-reversible hash; keys the measurement cache
     # the device state before the first variant and after the last (edgekit.orchestration.pipeline._device_info)
     governor: str | None = None
@@ -383,6 +405,8 @@ class DeviceInfo(_Open):
     latency_representative: bool | None = None  # False when emulated: no latency figure is the board's
     # Android over adb (edgekit.transport.adb: parse_facts): model, SoC, clocks, battery...
     android: dict[str, Any] | None = None
+    # Android over adb: the battery's temperature when the session opened and closed (/sys/class/power_supply or
+    # dumpsys battery)
     battery_temperature_c: BeforeAfter | None = None
 
     @property
@@ -408,22 +432,22 @@ class Screening(_Open):
     p50: float | None = None  # ms, from the short measurement
     ci95: list[float] | None = None  # 95% CI of that median, ms
     accuracy: float | None = None  # the task metric the screening run measured on the device
-    peak_memory_mb: float | None = None
-    energy_mj_per_inference: float | None = None
+    peak_memory_mb: float | None = None  # the agent's peak RSS during the screening run, MB
+    energy_mj_per_inference: float | None = None  # mJ per inference in the screening run; None when no source read
 
 
 class SearchCandidate(_Open):
     """One candidate of the search (``Candidate.summary()``): how far it got and why it stopped."""
 
-    name: str
+    name: str  # the candidate's variant name (fp32: the baseline's row)
     status: str | None = None  # baseline | built | dropped | finalist | selected | skipped
     dropped_at: str | None = None  # the stage: host_accuracy | screening | racing | finals ...
     reason: str | None = None  # why it stopped where it did (or why it was selected)
-    format: str | None = None
-    precision: str | None = None
-    size_bytes: int | None = None
+    format: str | None = None  # the built file's format; None when it was not built (or in a language model's search)
+    precision: str | None = None  # the built file's precision (fp32, fp16, int8...); None when not built
+    size_bytes: int | None = None  # the built file's size, bytes; None when not built
     host_accuracy: float | None = None  # the metric on the host before any device time (the host filter)
-    screening: Screening | None = None
+    screening: Screening | None = None  # its short measurement on the device; None when it was not screened
     passes: list[PassRef] | None = None  # the passes that built it
 
 
@@ -443,6 +467,7 @@ class Timeline(_Open):
     wall_s: float | None = None  # the run's wall time, seconds
     budget_s: float | None = None  # the search's time budget (--time-budget)
     lock_wait_s: float = 0.0  # waiting for the device's lock, outside the budget
+    # every finished span in the order recorded (nested ones too; unattributed_s counts the top-level ones)
     spans: list[TimelineSpan] = Field(default_factory=list)
     unattributed_s: float | None = None  # wall time no span covers
 
@@ -454,8 +479,10 @@ class SearchSection(_Open):
     shipped: ShippedFile | None = None  # the file written to OUT/ship/
     seconds: float | None = None  # the search's wall time
     time_budget_s: float | None = None  # --time-budget (candidates not reached are dropped, saying so)
-    timeline: Timeline | None = None
+    timeline: Timeline | None = None  # where the search's wall time went; None in a language model's search
     host: dict[str, Any] | None = None  # the host's CPU and the threads host-side work used (edgekit/host.py)
+    # one row per candidate: the baseline's first, then every candidate the search built or dropped, then the
+    # skipped ones (a language model's: every file it built, measured or dropped)
     candidates: list[SearchCandidate] = Field(default_factory=list)
 
 
@@ -463,11 +490,11 @@ class SearchSection(_Open):
 class ReportIdentity(_Open):
     """Which report a comparison side is (diff.py: _report_identity)."""
 
-    created_at: str | None = None
-    edgekit_version: str | None = None
-    target: str | None = None
+    created_at: str | None = None  # that report's created_at (ISO 8601, UTC)
+    edgekit_version: str | None = None  # the edgekit that wrote that report
+    target: str | None = None  # that report's target name
     device: str | None = None  # the device's name
-    model_sha256: str | None = None
+    model_sha256: str | None = None  # that report's model.sha256: the source model's hash
     model: str | None = None  # the model's source
 
 
@@ -483,11 +510,16 @@ LATENCY_METHODS = {
 
 
 class ComparedWith(ReportIdentity):
-    path: str | None = None
+    path: str | None = None  # the baseline report's path (--baseline)
+    # the baseline report file's sha256 (a language model's release gate: the last release's shipped file's)
     sha256: str | None = None
     # ab_interleaved (ab) | normalized_by_reference (normalized) | direct; None in reports before 1.3
     method: str | None = None
     method_text: str | None = None  # the method in words, as the gate that judged it put it
+    # the method's particulars: "requested" (--release-method), and per judged variant the A/B run (baseline_file,
+    # same_file, blocks, block_ratios, runs_per_block, order; ab_failed, ab_warnings) or the normalized reference
+    # (reference, reference_sha256, reference_ratio_raw); a language model's: the last release's variant and file
+    # (llm/release.py)
     method_detail: dict[str, Any] | None = None
 
     def method_description(self) -> str | None:
@@ -507,16 +539,22 @@ class ComparedWith(ReportIdentity):
 
 class MetricChange(_Open):
     metric: str  # latency_p50_ms | latency_p90_ms | latency_p99_ms | accuracy | peak_memory_mb | size_bytes | energy_mj
+    # the baseline report's figure (its counterpart variant), in the metric's units (ms, MB, bytes, mJ, the
+    # metric's own); None when not measured there
     before: float | None = None
-    after: float | None = None
+    after: float | None = None  # this report's figure, same units; None when not measured here
     change: float | None = None  # after - before
     change_rel: float | None = None  # (after - before) / before
     significant: bool | None = None  # None: no significance test applies to this metric
+    # latency p50: Mann-Whitney U (or the release method's test, e.g. Wilcoxon over A/B blocks); accuracy of a top-k
+    # metric: the two-proportion z-test; None where no test gives one
     p_value: float | None = None
-    ratio_ci95: list[float] | None = None
+    ratio_ci95: list[float] | None = None  # latency p50 only: 95% CI of the ratio after / before
+    # what judged it: e.g. "bootstrap ratio-of-medians CI + Mann-Whitney U", "median 95% CI overlap (no raw
+    # timings)", "two-proportion z-test", or the release method in words; None for single-figure metrics
     test: str | None = None
     verdict: str  # e.g. "slower", "faster", "no significant change", "larger", "unchanged", "not measured"
-    message: str
+    message: str  # one line for people: the figures and the verdict (latency: the ratio, its CI and the test)
     worse_by: float | None = None  # accuracy: how much worse ``after`` is, in the metric's direction and units
 
     @property
@@ -528,8 +566,10 @@ REGRESSION_VERDICTS = frozenset({"slower", "worse", "larger"})
 
 
 class VariantDiff(_Open):
-    variant: str
+    variant: str  # the current report's variant
     baseline_variant: str | None = None  # set when judged against another name: the previously shipped variant
+    # one per metric: latency_p50_ms, latency_p90_ms, latency_p99_ms, accuracy, peak_memory_mb, size_bytes and
+    # energy_mj (where either report has energy)
     changes: list[MetricChange] = Field(default_factory=list)
 
     def get(self, metric: str, default: Any = None) -> MetricChange | None:  # type: ignore[override]
@@ -540,13 +580,18 @@ class VariantDiff(_Open):
 class ReportDiff(_Open):
     """Changes of ``current`` relative to ``baseline`` (the previous report); built by diff.py."""
 
-    baseline: ReportIdentity
-    current: ReportIdentity
-    alpha: float
+    baseline: ReportIdentity  # the previous report compared against
+    current: ReportIdentity  # this report
+    alpha: float  # significance level of the latency tests (the gate's significance_alpha; default 0.05)
+    # the smallest relative p50 change called slower or faster (the gate's max_latency_regression, default 0.10);
+    # also the relative change within which p90, p99, memory and energy are "unchanged"
     min_effect: float
+    # one per variant of this report with a counterpart in the baseline report (its namesake or the shipped one)
     variants: list[VariantDiff] = Field(default_factory=list)
     added: list[str] = Field(default_factory=list)  # variants only in the current report
     removed: list[str] = Field(default_factory=list)  # variants only in the baseline report
+    # what weakens the comparison (targets or devices differ, a reused measurement, thread counts differ, a failed
+    # A/B re-measurement, a direct cross-run comparison); a deploy also adds them to the report's warnings
     warnings: list[str] = Field(default_factory=list)
 
     def variant(self, name: str) -> VariantDiff | None:
@@ -576,7 +621,7 @@ class FleetUnit(_Open):
     latency_ms: dict[str, dict[str, float]] = Field(default_factory=dict)  # variant -> p50/p90/p99/mean
     # variant -> the device's wall seconds for its eval pass (its shard, when sharded), as the agent timed it
     eval_seconds: dict[str, float | None] = Field(default_factory=dict)
-    transport: str | None = None
+    transport: str | None = None  # local | ssh | adb | browser, from its report's device; None when it has no report
     hostname: str | None = None  # as the agent on the unit reported it
 
 
@@ -604,8 +649,8 @@ class FleetSection(_Open):
     total: int  # units in the fleet
     eval_samples: int | None = None  # the eval set's samples
     eval_covered: int | None = None  # sharded: the samples scored (a failed unit's shard is missing)
-    units: list[FleetUnit] = Field(default_factory=list)
-    variants: list[FleetVariant] = Field(default_factory=list)
+    units: list[FleetUnit] = Field(default_factory=list)  # every unit of the fleet, measured or failed
+    variants: list[FleetVariant] = Field(default_factory=list)  # every variant a unit measured a p50 for
 
 
 # --- the report ----------------------------------------------------------------------------------------
@@ -634,6 +679,8 @@ class Report(_Open):
     warnings: list[str] = Field(default_factory=list)  # what a reader must know about the figures (emulation, caps)
     # The previous report this run was compared with (`--baseline`), and the comparison.
     compared_with: ComparedWith | None = None
+    # the per-variant diff against it (diff.py, report/release.py); None in a language model's report, whose
+    # release checks are in the gate
     comparison: ReportDiff | None = None
     # The variant search (`deploy --search`): the objective, what shipped, every candidate.
     search: SearchSection | None = None
