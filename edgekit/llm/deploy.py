@@ -39,6 +39,7 @@ from ..report.model import (
     ShippedFile,
     VariantResult,
 )
+from ..report.release import LatencyJudgement
 from ..report.write import write_report
 from ..transport.base import Transport
 from .candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
@@ -49,7 +50,8 @@ from .memory import check_fits, kv_bytes_per_token, memory_plan
 from .parity import cache_parity
 from .quality import Reference, greedy_reference, quality, reference
 from .release import PREFIX as RELEASE_PREFIX
-from .release import ReleaseGate, compared_with, load_last_release, release_checks
+from .release import LastRelease, ReleaseGate, compared_with, load_last_release, release_checks
+from .release_ab import Side, decode_ab
 from .request import GenerateSettings, generate_request, generation_figures
 from .ship import write_lm_ship
 from .source import LMSource, load_lm
@@ -230,6 +232,27 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
     return results, dropped, first_doc, session, capped
 
 
+def _release_ab(p: Prepared, o: LMOptions, built: dict[str, Artifact], shipped: VariantResult, last: LastRelease,
+                device: str | None, transport: Transport | None,
+                progress: Progress) -> tuple[LatencyJudgement | None, str | None]:
+    """The release gate's decode A/B (``release_ab.py``) in a session of its own: (its judgement, or why it
+    could not run)."""
+    m = _measure(p.spec, o)
+    art = built[file_of(shipped.name)]
+    new = Side(shipped.name, art, p.settings.context, shipped.runtime.threads or m.threads,
+               o.runtime_options.get(str(format_spec(art.format).runtime)))
+    recorded = last.variant.runtime
+    old = Side(last.name, last.artifact, int((last.report.settings.get("generate") or {}).get("context")
+                                             or p.settings.context),
+               recorded.threads or m.threads, None)  # its options: pinned on its artifact by load_last_release
+    try:
+        with DeviceSession(p.spec, device, source_io=None, plan=None, transport=transport, lock_wait=o.lock_wait,
+                           lock_timeout=o.lock_timeout, remeasure=True, progress=progress) as session:
+            return decode_ab(session, old, new, m, p.text.windows, o.release.rounds, progress), None
+    except EdgekitError as exc:
+        return None, str(exc)
+
+
 def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetSpec = "local",
               device: str | None = None, out: str | Path = "edgekit-out", options: LMOptions | None = None,
               transport: Transport | None = None, progress: Progress | None = None) -> Report:
@@ -266,10 +289,13 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
     ties = not_competing(results, o.objective)  # thread settings not clearly faster than the measured threads
     gate, decision = judge([v for v in results if v.name not in ties], baseline, o.gate, o.objective,
                            {**dropped, **ties})
+    ab = None
     if last is not None:
         shipped = next((v for v in results if v.name == decision.ship), None)
+        ab, ab_failure = (_release_ab(p, o, built, shipped, last, device, transport, progress)
+                          if shipped is not None and again is not None else (None, None))
         gate.checks += release_checks(shipped, again, last, p.src.sha256, p.text.describe().get("windows_sha256"),
-                                      o.release, failed.get(last.name))
+                                      o.release, failed.get(last.name), ab, ab_failure)
         gate.passed = gate.passed and all(c.passed for c in gate.checks)
     progress("writing the report")
     report = Report(
@@ -286,7 +312,7 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
             "gate": {"max_kld": o.gate.max_kld, "max_perplexity_increase": o.gate.max_perplexity_increase},
             "skipped": skipped},
         baseline=baseline, variants=results + ([again] if again is not None else []), gate=gate,
-        compared_with=compared_with(last) if last is not None else None, decision=decision,
+        compared_with=compared_with(last, ab) if last is not None else None, decision=decision,
         warnings=session.warnings() + ([capped] if capped else []),
         search=SearchSection(mode="full" if o.search else "quick", objective=o.objective, selected=decision.ship,
                              seconds=round(time.perf_counter() - t0, 2), candidates=[

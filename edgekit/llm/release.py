@@ -6,17 +6,19 @@ shipped file, checked against the sha256 the report recorded, is measured again 
 workload and its own runtime settings (a figure from another day is not comparable: clocks, heat and load
 differ), and the gate adds:
 
-- ``release_decode``: this release's decode tokens/s against the last release's, measured now. It fails when
-  the new figure is more than ``max_decode_regression`` (``--max-latency-regression``, default 10%) below and
-  the two 95% CIs are separated (a drop inside the noise is not a regression);
+- ``release_decode``: this release's decode speed against the last release's, the two files timed in
+  alternating rounds in this session (``release_ab.py``). It fails when this release decodes more than
+  ``max_decode_regression`` (``--max-latency-regression``, default 10%) slower by the median round ratio and
+  the slowdown is significant (its 95% CI excludes no change and the signed-rank test agrees): a drop inside
+  the noise is not a regression;
 - ``release_kld`` (when both releases come from the same model, by its sha256): the mean KLD from the float
   model may not grow by more than ``max_kld_increase`` (default 0.01 nats a token, a fifth of the default
   ``--max-kld``) over the last release's, measured now on the same text;
 - ``release_perplexity`` (same eval text): perplexity may not grow by more than ``max_perplexity_increase`` of
   the last release's (default 2%).
 
-The last release's re-measurement is in the report as a variant named ``release:<its name>``; it takes no part
-in the decision."""
+The last release's re-measurement (its figures and its scoring, beside this release's files) is in the report
+as a variant named ``release:<its name>``; it takes no part in the decision."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from ..errors import BadInputError
 from ..formats import Format
 from ..fsutil import sha256_file
 from ..report.model import Check, ComparedWith, Report, VariantResult
+from ..report.release import LatencyJudgement
 
 PREFIX = "release:"
 
@@ -37,6 +40,7 @@ class ReleaseGate:
     max_decode_regression: float = 0.10  # as --max-latency-regression's default for fixed models
     max_kld_increase: float = 0.01
     max_perplexity_increase: float = 0.02
+    rounds: int = 8  # the decode A/B's pairs of turns (release_ab.ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -86,16 +90,11 @@ def load_last_release(path: str | Path) -> LastRelease:
     return LastRelease(path=path, report=report, variant=v, artifact=art)
 
 
-def _ci(v: VariantResult) -> tuple[float, float]:
-    g = v.generation
-    lo, hi = (g.decode_tokens_per_s_ci95 or [g.decode_tokens_per_s, g.decode_tokens_per_s]) if g else (0.0, 0.0)
-    return float(lo), float(hi)
-
-
 def release_checks(new: VariantResult | None, again: VariantResult | None, last: LastRelease, model_sha: str | None,
-                   text_sha: str | None, cfg: ReleaseGate, again_failure: str | None = None) -> list[Check]:
-    """The release checks above; a check that cannot be judged says why (and fails: the gate never passes on a
-    figure it does not have)."""
+                   text_sha: str | None, cfg: ReleaseGate, again_failure: str | None = None,
+                   ab: LatencyJudgement | None = None, ab_failure: str | None = None) -> list[Check]:
+    """The release checks above (``ab``: the decode A/B's judgement, ``release_ab.decode_ab``); a check that
+    cannot be judged says why (and fails: the gate never passes on a figure it does not have)."""
     if new is None:
         return []  # nothing shipped this time: the gate already failed
     if again is None or again.generation is None or new.generation is None:
@@ -103,17 +102,7 @@ def release_checks(new: VariantResult | None, again: VariantResult | None, last:
                       message=f"the last release's file ({last.variant.name}) could not be measured again in this "
                               "session, so this release cannot be compared with it"
                               + (f": {again_failure}" if again_failure else ""))]
-    a, b = new.generation.decode_tokens_per_s, again.generation.decode_tokens_per_s
-    (alo, ahi), (blo, bhi) = _ci(new), _ci(again)
-    ratio = a / b if b else 0.0
-    separated = ahi < blo
-    regressed = ratio < 1 - cfg.max_decode_regression and separated
-    checks = [Check(name="release_decode", variant=new.name, value=ratio, limit=1 - cfg.max_decode_regression,
-                    passed=not regressed,
-                    message=f"decode {a:.1f} tok/s (95% CI {alo:.1f}-{ahi:.1f}) vs the last release's "
-                            f"{last.variant.name} measured now {b:.1f} ({blo:.1f}-{bhi:.1f}): {ratio:.2f}x"
-                            + (", CIs separated: a regression" if regressed else
-                               " (CIs overlap: within the noise)" if ratio < 1 - cfg.max_decode_regression else ""))]
+    checks = [_decode_check(new, last, cfg, ab, ab_failure)]
     same_model = model_sha is not None and model_sha == last.report.model.get("sha256")
     same_text = text_sha is not None and text_sha == (last.report.settings.get("eval_text") or {}).get("windows_sha256")
     if new.quality is not None and again.quality is not None:
@@ -133,14 +122,34 @@ def release_checks(new: VariantResult | None, again: VariantResult | None, last:
     return checks
 
 
-METHOD = "same_session"
-METHOD_TEXT = "the last release's shipped file measured again in this session, beside this release's files"
+def _decode_check(new: VariantResult, last: LastRelease, cfg: ReleaseGate, ab: LatencyJudgement | None,
+                  ab_failure: str | None) -> Check:
+    if ab is None:
+        return Check(name="release_decode", variant=new.name, passed=False,
+                     message=f"the decode A/B against the last release's {last.variant.name} did not run"
+                             + (f": {ab_failure}" if ab_failure else ""))
+    speed = 1.0 / ab.ratio  # this release's decode speed over the last release's
+    lo, hi = 1.0 / ab.ci95[1], 1.0 / ab.ci95[0]
+    regressed = speed < 1 - cfg.max_decode_regression and ab.significant and ab.ratio > 1
+    p = f", signed-rank p={ab.p_value:.3g}" if ab.p_value is not None else ""
+    return Check(name="release_decode", variant=new.name, value=speed, limit=1 - cfg.max_decode_regression,
+                 ratio_ci95=[lo, hi], p_value=ab.p_value, significant=ab.significant, passed=not regressed,
+                 message=f"decode speed {speed:.2f}x the last release's {last.variant.name} (95% CI {lo:.2f}-{hi:.2f}"
+                         f"{p}), the two files timed in {ab.detail.get('blocks')} alternating rounds in this session"
+                         + (": significantly slower, a regression" if regressed else
+                            ": within the noise (not significant)" if speed < 1 - cfg.max_decode_regression else ""))
 
 
-def compared_with(last: LastRelease) -> ComparedWith:
+METHOD = "ab"
+METHOD_TEXT = ("the last release's shipped file and this release's timed in alternating rounds in this session "
+               "(decode), and scored again beside this release's files (quality)")
+
+
+def compared_with(last: LastRelease, ab: LatencyJudgement | None = None) -> ComparedWith:
     r = last.report
     return ComparedWith(path=str(last.path), sha256=last.artifact.sha256, method=METHOD, method_text=METHOD_TEXT,
-                        method_detail={"variant": last.variant.name, "file": str(last.artifact.path)},
+                        method_detail={"variant": last.variant.name, "file": str(last.artifact.path),
+                                       **(ab.detail if ab is not None else {})},
                         created_at=r.created_at, edgekit_version=r.edgekit_version, target=r.target,
                         device=r.device.name if r.device is not None else None,
                         model_sha256=r.model.get("sha256"), model=r.model.get("source"))

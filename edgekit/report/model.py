@@ -513,7 +513,9 @@ class ComparedWith(ReportIdentity):
     path: str | None = None  # the baseline report's path (--baseline)
     # the baseline report file's sha256 (a language model's release gate: the last release's shipped file's)
     sha256: str | None = None
-    # ab_interleaved (ab) | normalized_by_reference (normalized) | direct; None in reports before 1.3
+    # ab_interleaved (ab; a language model's release gate: alternating decode rounds, edgekit/llm/release_ab.py)
+    # | normalized_by_reference (normalized) | direct | same_session (language models before this stop's A/B);
+    # None in reports before 1.3
     method: str | None = None
     method_text: str | None = None  # the method in words, as the gate that judged it put it
     # the method's particulars: "requested" (--release-method), and per judged variant the A/B run (baseline_file,
