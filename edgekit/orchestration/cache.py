@@ -96,8 +96,8 @@ def code_fingerprint(pass_file: Path) -> str:
     plus the converter modules and the agent that passes call into (convert/, device_agents/), so a
     change in the converter itself is never answered from a stale cache entry."""
     h = hashlib.sha256()
-    pkg = pass_file.parent.parent
-    files = [*sorted(pass_file.parent.glob("*.py")), *sorted((pkg / "convert").glob("*.py")),
+    pkg = Path(__file__).resolve().parents[1]  # edgekit's own: a pass may live elsewhere (a user's, a test's)
+    files = [*sorted(pass_file.parent.glob("*.py")), *sorted((pkg / "convert").rglob("*.py")),
              pkg / "inputs" / "source.py", pkg / "artifact.py"]
     from ..agent.bundle import agent_source
 
