@@ -1,7 +1,9 @@
 """Convert every architecture of tests/models_zoo.py through every format and precision and print
 parity and conversion time per hop (the numbers behind the support table in docs/benchmarks/conversion.md).
 
-    python benchmarks/convert_matrix.py [--only mlp,gru] [--json out.json]
+    python benchmarks/convert_matrix.py [--only mlp,gru] [--json out.json] [--docs]
+
+``--docs`` writes the support table into docs/benchmarks/conversion.md (its ``convert_matrix`` section).
 
 fp32/fp16 rows show max |error| of the hop against its input model (ONNX vs PyTorch, TFLite vs
 ONNX); INT8 rows show top-1 agreement with the PyTorch model on 64 seeded inputs. Core ML parity
@@ -35,7 +37,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--docs", action="store_true",
+                    help="write the support table into docs/benchmarks/conversion.md (every architecture only)")
     args = ap.parse_args(argv)
+    if args.docs and args.only:
+        ap.error("--docs writes the whole table: leave out --only")
     names = [n for n in models_zoo.ZOO if not args.only or n in args.only.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as td:
@@ -70,7 +76,41 @@ def main(argv=None) -> int:
                       f"{'' if row['ok'] else row['error']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    table = support_table(rows)
+    print(table)
+    if args.docs:
+        from _docs import write_section
+
+        write_section(ROOT / "docs" / "benchmarks" / "conversion.md", "convert_matrix", table)
     return 0
+
+
+def _cell(row: dict) -> str:
+    """One hop's figure as the support table shows it: fp32/fp16 the hop's max |error| against the model it came
+    from, INT8 the chain's top-1 agreement with PyTorch; Core ML on Linux has no runtime: its spec is validated."""
+    if not row["ok"]:
+        return "✗ " + row["error"].replace("|", "/")[:120]
+    last = (row.get("hops") or [{}])[-1]
+    par = last.get("parity") or {}
+    chain = last.get("chain_parity") or par
+    if row["precision"].startswith("int8"):
+        top1 = chain.get("top1_agreement")
+        if top1 is not None:
+            return f"✓ {top1:.1%}"
+    err = par.get("max_abs_err")
+    if err is not None:
+        return f"✓ {err:.1e}"
+    return "spec ✓ (parity: macOS)" if row["to"] == "coreml" else "✓ (no parity figure)"
+
+
+def support_table(rows: list[dict]) -> str:
+    labels = [f"{to} {label}" for to, label, _ in CASES]
+    by = {(r["arch"], f"{r['to']} {r['precision']}"): r for r in rows}
+    archs = list(dict.fromkeys(r["arch"] for r in rows))
+    out = ["| architecture | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for a in archs:
+        out.append(f"| {a} | " + " | ".join(_cell(by[(a, c)]) if (a, c) in by else "not run" for c in labels) + " |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
