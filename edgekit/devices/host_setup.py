@@ -129,14 +129,29 @@ TWIN_REQUIREMENTS = [
 ]
 
 
+def _host_built(spec: TargetSpec) -> list[Requirement]:
+    """What building the target's host-built wheels needs (llama.cpp cross-compiled for a board: its cross compiler
+    and cmake), for the runtimes that list one; provisioning them fails without these."""
+    from ..llm.llama_cpp import CROSS  # the triplets edgekit cross-builds for (a table: no heavy import)
+
+    runtimes = sorted(rt for rt, w in (spec.wheels.runtime_packages if spec.wheels else {}).items() if w.host_built)
+    if not runtimes:
+        return []
+    why = f"builds the {', '.join(runtimes)} wheel for the device (`edgekit devices provision NAME --runtime R`)"
+    triplet = CROSS.get("aarch64" if spec.arch == "arm64" else spec.arch)
+    cross = [Requirement(f"{triplet}-g++", f"the cross compiler that {why}", _which(f"{triplet}-g++"),
+                         f"apt-get install -y g++-{triplet}")] if triplet else []
+    return cross + [Requirement("cmake", why, _which("cmake"), "apt-get install -y cmake")]
+
+
 def requirements_for(spec: TargetSpec) -> list[Requirement]:
     """What deploying to ``spec`` needs on this host, beyond edgekit's own dependencies."""
     if spec.transport == "browser":
         return [WEB_RUNTIMES, CHROMIUM]
     if spec.transport == "ssh":
-        return [PARAMIKO]
+        return [PARAMIKO, *_host_built(spec)]
     if spec.transport == "adb":
-        return [ADB]
+        return [ADB, *_host_built(spec)]
     return []
 
 

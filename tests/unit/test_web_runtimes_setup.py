@@ -165,6 +165,12 @@ def test_doctor_lists_the_missing_runtimes_with_the_setup_command(cli, host):
     assert not chromium["present"] and "apt-get install -y chromium" in chromium["fix"]
     assert ("arm64-twin", "arm64-rootfs") in rows and rows[("arm64-twin", "arm64-rootfs")]["by_edgekit"]
     assert not any(s["target"] == "local" for s in doc["setup"])  # the local target needs nothing more
+    # the Pi 5 lists a host-built llama.cpp wheel: its cross compiler and cmake are named with their install
+    # commands (nothing on this PATH has them); the Pi 4 lists none, so neither is asked of it
+    gxx = rows[("rpi5", "aarch64-linux-gnu-g++")]
+    assert not gxx["present"] and gxx["fix"] == "apt-get install -y g++-aarch64-linux-gnu" and "llama.cpp" in gxx["for"]
+    assert rows[("rpi5", "cmake")]["fix"] == "apt-get install -y cmake"
+    assert ("rpi4", "cmake") not in rows and ("rpi4", "paramiko") in rows
     r = cli("doctor")
     assert "browser: missing web-runtimes" in r.stdout and "-> edgekit setup --target browser" in r.stdout
     web_runtimes.install()
