@@ -7,9 +7,10 @@ same in both (or the search refuses it with a reason: :func:`refused_by_search`)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypedDict
 
 from ..errors import BadInputError
 from ..inputs.recipe import GateConfig, Recipe
@@ -82,13 +83,63 @@ class DeployOptions:
     fleet_gate: Literal["worst", "median"] = "worst"  # which unit's figures the gate judges
     min_devices: int | None = None  # units that must be measured (default: all of them)
 
-    def update(self, overrides: dict) -> "DeployOptions":
+    def update(self, overrides: Mapping[str, Any]) -> "DeployOptions":
         known = {f.name for f in fields(self)}
         for k, v in overrides.items():
             if k not in known:
                 raise TypeError(f"unexpected keyword argument {k!r} (not a DeployOptions field)")
             setattr(self, k, v)
         return self
+
+
+class DeployOverrides(TypedDict, total=False):
+    """:func:`edgekit.deploy`'s keyword overrides, typed: every field of :class:`DeployOptions` (the same names and
+    types; ``tests/unit/test_public_api.py`` keeps the two equal), so a typo or a wrong type is a type-checker error
+    rather than a ``TypeError`` at run time."""
+
+    max_accuracy_drop: float | None
+    relative_accuracy_drop: bool | None
+    metric: str | None
+    outputs: list[str] | None
+    metric_options: dict | None
+    postprocess: str | None
+    strict_stats: bool | None
+    min_speedup: float | None
+    latency_budget_ms: float | None
+    memory_budget_mb: float | None
+    warmup: int | None
+    runs: int | None
+    min_seconds: float | None
+    threads: int | None
+    max_seconds: float
+    extra_warnings: list[str]
+    remeasure: bool
+    warmup_mode: str | None
+    sustained_seconds: float | None
+    energy_command: list[str] | str | None
+    train_data: str | Path | None
+    use_cache: bool
+    lock_wait: bool
+    lock_timeout: float | None
+    host_threads: int | None
+    baseline_report: str | Path | None
+    baseline_artifacts: str | Path | None
+    release_method: ReleaseMethod
+    ab_blocks: int
+    max_latency_regression: float | None
+    max_release_accuracy_drop: float | None
+    max_memory_increase: float | None
+    max_size_increase: float | None
+    benchmark_binary: str | Path | None
+    eval_samples: int | None
+    constants: dict | None
+    state: list[tuple[str, str]] | None
+    profile: bool
+    devices: list[str] | None
+    pool: str | None
+    shard_eval: bool
+    fleet_gate: Literal["worst", "median"]
+    min_devices: int | None
 
 
 def resolve_measure(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> MeasureDefaults:

@@ -15,6 +15,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from typing_extensions import Unpack
+
 from ..devices.session import DeviceSession, device_info, emulation_of
 from ..errors import BadInputError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
@@ -32,7 +34,7 @@ from ..variant_search import SearchOptions
 from ..variant_search import search as run_search
 from ..variant_search.candidates import candidate_variants
 from .fleet import deploy_fleet
-from .options import DeployOptions, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
+from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
 from .ship import write_ship
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
@@ -45,7 +47,7 @@ def _noop(_: str) -> None:
 
 
 def profile(model: Any, *, eval_data: str | Path, target: str | TargetSpec = "local", device: str | None = None,
-            out: str | Path = "edgekit-out", **kwargs: Any) -> Report:
+            out: str | Path = "edgekit-out", **kwargs: Unpack[DeployOverrides]) -> Report:
     """Measure a model as it is (.pt2/.onnx/.tflite or an nn.Module), no compression: one variant,
     the same agent, report and gate (budgets) as :func:`deploy`."""
     return deploy(model, eval_data=eval_data, target=target, device=device, out=out,
@@ -69,15 +71,16 @@ def deploy(
     progress: Progress | None = None,
     transport: Transport | None = None,
     search: bool | None = None,
-    search_options: Any = None,
-    **overrides: Any,
+    search_options: SearchOptions | None = None,
+    **overrides: Unpack[DeployOverrides],
 ) -> Report:
     """Compress ``model``, measure the variants on the device, write and return the report.
 
     ``model`` is a path (.pt2, .onnx, or .pt/.pth with ``arch='module:Class'``) or an
     ``nn.Module`` with ``example_inputs``. ``x_key`` names the input arrays (``"a,b"`` or a tuple
     for several inputs; arrays named like the model's inputs are matched without it). Keyword overrides
-    (``max_accuracy_drop=0.5``, ``latency_budget_ms=2``, ``runs=100``...) are the fields of :class:`DeployOptions`.
+    (``max_accuracy_drop=0.5``, ``latency_budget_ms=2``, ``runs=100``...) are the fields of :class:`DeployOptions`,
+    typed by ``DeployOverrides`` (a misspelt or mistyped one is a type-checker error).
 
     Which variants: a ``recipe``'s; without one, a short search over the target's likeliest winners
     (``variant_search``; ``search=True`` tries every candidate, ``search=False`` measures the fixed
@@ -114,7 +117,7 @@ def _is_lm(model: Any) -> bool:
     return isinstance(model, (str, Path)) and is_lm_source(model)
 
 
-def _deploy_options(options: DeployOptions | None, overrides: dict[str, Any]) -> DeployOptions:
+def _deploy_options(options: DeployOptions | None, overrides: DeployOverrides) -> DeployOptions:
     """A copy of the caller's options (they stay as given) with deploy()'s keyword overrides applied."""
     try:
         opts = copy.copy(options or DeployOptions()).update(overrides)

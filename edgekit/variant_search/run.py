@@ -23,7 +23,7 @@ import contextlib
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..agent.inprocess import load_agent
 from ..agent.protocol import build_request, load_outputs
@@ -34,7 +34,7 @@ from ..formats import RUNTIME_FOR_FORMAT
 from ..host import host_compute, host_threads
 from ..inputs.data import eval_bundle, fixed_shape_misfit
 from ..inputs.recipe import Recipe, VariantSpec
-from ..inputs.targets import MeasureDefaults
+from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..measure.profile import profile_diffs, profile_variants, profiled_names
 from ..metrics import MetricSpec
 from ..orchestration.options import DeployOptions, refused_by_search
@@ -51,6 +51,7 @@ from ..report.gate import evaluate_gate
 from ..report.model import Check, Decision, Gate, Report, VariantResult
 from ..report.release import release_judgement
 from ..report.write import write_report
+from ..transport.base import Transport
 from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, Objective, choose, keep_release_choice, reasons
 from .racing import clearly_slower, race_entry
@@ -84,12 +85,13 @@ class SearchOptions:
     quick: bool = False
 
 
-def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None, target: str = "local",
-           device: str | None = None, out: str | Path = "edgekit-out", max_accuracy_drop: float | None = None,
-           options: SearchOptions | None = None, deploy_options: DeployOptions | None = None,
-           example_inputs: tuple | None = None, arch: str | None = None, x_key: str | tuple[str, ...] = "x",
-           y_key: str = "y", transport=None, progress=None, baseline_report: str | Path | None = None, metric=None,
-           eval_samples: int | None = None) -> Report:
+def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None,
+           target: str | TargetSpec = "local", device: str | None = None, out: str | Path = "edgekit-out",
+           max_accuracy_drop: float | None = None, options: SearchOptions | None = None,
+           deploy_options: DeployOptions | None = None, example_inputs: tuple | None = None, arch: str | None = None,
+           x_key: str | tuple[str, ...] = "x", y_key: str = "y", transport: Transport | None = None,
+           progress: Callable[[str], None] | None = None, baseline_report: str | Path | None = None,
+           metric: str | MetricSpec | None = None, eval_samples: int | None = None) -> Report:
     """Build, screen, race and measure every candidate; ship the best inside the gate.
 
     ``deploy_options`` carries every deploy option (gate, budgets, measurement, lock, cache,
