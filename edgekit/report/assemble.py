@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..metrics.evaluate import score_drops
 from .gate import evaluate_gate, slower_warnings
-from .model import Gate, Report, VariantResult
+from .model import Gate, Report, SearchSection, VariantResult
 from .release import compare_reports
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def run_warnings(measured: dict[str, "Measured"], baseline: str, session: "Devic
 
 def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session: "DeviceSession", *,
                     baseline: str, warnings: list[str], settings: dict[str, Any] | None = None,
-                    judged: list[str] | None = None, gate: Gate | None = None, search: dict | None = None,
+                    judged: list[str] | None = None, gate: Gate | None = None, search: SearchSection | None = None,
                     release: "ReleaseJudgement | None" = None, scored: bool = False) -> Report:
     """``measured``: the variants in report order (the baseline among them). ``judged``: the names
     the gate judges (default: every non-baseline variant). ``gate``: a verdict decided by the caller

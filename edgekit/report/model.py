@@ -479,6 +479,10 @@ class SearchSection(_Open):
     shipped: ShippedFile | None = None  # the file written to OUT/ship/
     seconds: float | None = None  # the search's wall time
     time_budget_s: float | None = None  # --time-budget (candidates not reached are dropped, saying so)
+    # a re-deploy with --baseline kept the last release's choice instead of the fastest finalist (its variant,
+    # instead_of, objective, ratio_to_fastest, fastest, tolerance: variant_search/choice.keep_release_choice);
+    # None when the fastest shipped
+    kept_release_choice: dict[str, Any] | None = None
     timeline: Timeline | None = None  # where the search's wall time went; None in a language model's search
     host: dict[str, Any] | None = None  # the host's CPU and the threads host-side work used (edgekit/host.py)
     # one row per candidate: the baseline's first, then every candidate the search built or dropped, then the

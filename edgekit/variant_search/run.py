@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +31,7 @@ from ..artifact import Artifact
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
-from ..host import host_compute, host_threads
+from ..host import HostThreads, host_compute, host_threads
 from ..inputs.data import eval_bundle, fixed_shape_misfit
 from ..inputs.recipe import Recipe, VariantSpec
 from ..inputs.targets import MeasureDefaults, TargetSpec
@@ -48,8 +48,19 @@ from ..report.assemble import assemble_report, score
 from ..report.decision import ship_decision
 from ..report.diff import shipped_name
 from ..report.gate import evaluate_gate
-from ..report.model import Check, Decision, Gate, Report, VariantResult
-from ..report.release import release_judgement
+from ..report.model import (
+    Check,
+    Decision,
+    Gate,
+    Report,
+    Screening,
+    SearchCandidate,
+    SearchSection,
+    ShippedFile,
+    Timeline,
+    VariantResult,
+)
+from ..report.release import ReleaseJudgement, release_judgement
 from ..report.write import write_report
 from ..transport.base import Transport
 from .candidates import calibrated, candidate_variants
@@ -107,29 +118,53 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
             ht = host_threads(opts.host_threads)
             stack.enter_context(host_compute(ht))
         progress(f"{ht.describe()}; time budget {sopts.time_budget_s:g} s")
-        return _search(model, spec, eval_data, calib_data, device, out, sopts, opts, recipe, example_inputs, arch,
-                       x_key, y_key, transport, progress, clock, ht)
+        with clock.span("preparation"):
+            run = prepare_run(model, eval_data=eval_data, target=spec, recipe=recipe, opts=opts,
+                              calib_data=calib_data, out=out, example_inputs=example_inputs, arch=arch, x_key=x_key,
+                              y_key=y_key, progress=progress)
+        return _search(SearchState(run=run, sopts=sopts, opts=opts, clock=clock, ht=ht, progress=progress),
+                       device, transport)
 
 
-def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOptions, opts: DeployOptions, recipe,
-            example_inputs, arch, x_key, y_key, transport, progress, clock, ht) -> Report:
-    with clock.span("preparation"):
-        run = prepare_run(model, eval_data=eval_data, target=spec, recipe=recipe, opts=opts, calib_data=calib_data,
-                          out=out, example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key,
-                          progress=progress)
+@dataclass
+class SearchState:
+    """One search as it goes: its prepared run and settings, then what each stage found (``_report`` reads it)."""
+
+    run: PreparedRun
+    sopts: SearchOptions
+    opts: DeployOptions
+    clock: Clock
+    ht: HostThreads
+    progress: Callable[[str], None]
+    cands: list[Candidate] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (candidate, why the target skips it)
+    final: dict[str, Measured] = field(default_factory=dict)  # the finalists' full measurements, by name
+    chosen: VariantResult | None = None  # what ships (None: nothing passes)
+    nogate: Gate | None = None  # the gate's verdict when nothing qualified
+    kept: dict[str, Any] | None = None  # the release's choice kept within its latency tolerance
+    release: ReleaseJudgement | None = None
+    base_screen: VariantResult | None = None  # the baseline's screening measurement
+    screen_settings: RunSettings | None = None
+    final_settings: RunSettings | None = None
+
+
+def _search(st: SearchState, device: str | None, transport: Transport | None) -> Report:
+    run, sopts, opts, clock, ht, progress = st.run, st.sopts, st.opts, st.clock, st.ht, st.progress
+    spec = run.target
     run.started = clock.started
     if sopts.measure is not None:
         run.measure = sopts.measure
     specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
         candidate_variants(spec, has_calib=run.calib_ds is not None, quick=sopts.quick)
-    cands = [Candidate(s) for s in specs]
+    cands = st.cands = [Candidate(s) for s in specs]
     _build(run, cands, clock, ht, progress)
     with clock.span("host_filter"):
         _host_filter(run, cands, sopts, progress)
     if sopts.quick and sopts.candidates is None:
         skipped = _float_fallback(run, spec, cands, skipped, sopts, clock, ht, progress)
-    final_settings = run_settings(run, opts)
-    screen_settings = _screening(final_settings, sopts)
+    st.skipped = skipped
+    final_settings = st.final_settings = run_settings(run, opts)
+    st.screen_settings = _screening(final_settings, sopts)
     with DeviceSession(spec, device, source_io=run.source.artifact.io, plan=run.plan, transport=transport,
                        lock_wait=opts.lock_wait, lock_timeout=opts.lock_timeout, remeasure=opts.remeasure,
                        progress=progress, clock=clock) as session:
@@ -140,49 +175,60 @@ def _search(model, spec, eval_data, calib_data, device, out, sopts: SearchOption
             session.use_eval(run.eval_ds, run.art_dir)
             session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
         with clock.span("screening"):
-            base_screen = _screen(session, run, cands, screen_settings, sopts, progress)
+            st.base_screen = _screen(session, run, cands, st.screen_settings, sopts, progress)
         with clock.span("finals"):
-            final = _finals(session, run, cands, final_settings, progress)
-            chosen, nogate, kept = _select(run, final, cands, sopts, session.emulation is None)
+            final = st.final = _finals(session, run, cands, final_settings, progress)
+            chosen, st.nogate, st.kept = _select(run, final, cands, sopts, session.emulation is None)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
             with clock.span("tuning"):
                 chosen, chosen_settings = tune_runtime(session, run, final, cands, chosen, final_settings, opts,
                                                        clock.deadline, progress, sopts.objective)
-        release = None
+        st.chosen = chosen
         if chosen is not None and run.previous is not None:
             with clock.span("release"):
-                release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
-                                            shipped=chosen.name)
+                st.release = release_judgement(session, run, final, [chosen.name], chosen_settings, opts, progress,
+                                               shipped=chosen.name)
         with clock.span("profile"):
             profile_variants(session, final, profiled_names(final, BASE, opts.profile,
                                                             [chosen.name] if chosen else [], slower=False),
                              final_settings, {chosen.name: chosen_settings} if chosen else None)
     with clock.span("report"):
-        return _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen,
-                       screen_settings, final_settings, clock, ht, kept)
+        return _report(st, session)
 
 
-def _report(run, session, sopts, opts, cands, skipped, final, chosen, nogate, release, base_screen, screen_settings,
-            final_settings, clock, ht, kept=None) -> Report:
-    ship = write_ship(run.out_dir, chosen, final[chosen.name].artifact, run.source.artifact.io) if chosen is not None else None
-    timeline = clock.to_dict()
-    section = {"mode": "quick" if sopts.quick else "full", "objective": sopts.objective, "selected": chosen.name if chosen else None, "shipped": ship,
-               "seconds": timeline["wall_s"], "time_budget_s": sopts.time_budget_s,
-               **({"kept_release_choice": kept} if kept else {}),
-               "timeline": timeline, "host": ht.to_dict(),
-               "candidates": [{"name": BASE, "status": "selected" if chosen and chosen.name == BASE else "baseline",
-                               "format": run.fp32.format.value, "precision": "fp32", "size_bytes": run.fp32.size_bytes,
-                               "screening": {"p50": base_screen.latency_ms.p50, "ci95": base_screen.latency_ms.ci95}}]
-                             + [c.summary() for c in cands]
-                             + [{"name": n, "status": "skipped", "reason": r} for n, r in skipped]}
+def _section(st: SearchState) -> SearchSection:
+    """The report's search section: the mode, the objective, what ships, where the time went, and every
+    candidate's row (the baseline's first, then each built or dropped one, then the skipped)."""
+    run, chosen, base_screen = st.run, st.chosen, st.base_screen
+    ship = (write_ship(run.out_dir, chosen, st.final[chosen.name].artifact, run.source.artifact.io)
+            if chosen is not None else None)
+    timeline = st.clock.to_dict()
+    base = SearchCandidate(name=BASE, status="selected" if chosen and chosen.name == BASE else "baseline",
+                           format=run.fp32.format.value, precision="fp32", size_bytes=run.fp32.size_bytes,
+                           screening=Screening(p50=base_screen.latency_ms.p50, ci95=base_screen.latency_ms.ci95)
+                           if base_screen is not None and base_screen.latency_ms is not None else None)
+    return SearchSection(
+        mode="quick" if st.sopts.quick else "full", objective=st.sopts.objective,
+        selected=chosen.name if chosen else None, shipped=ShippedFile(**ship) if ship else None,
+        seconds=timeline["wall_s"], time_budget_s=st.sopts.time_budget_s, kept_release_choice=st.kept,
+        timeline=Timeline(**timeline), host=st.ht.to_dict(),
+        candidates=[base, *(SearchCandidate(**c.summary()) for c in st.cands),
+                    *(SearchCandidate(name=n, status="skipped", reason=r) for n, r in st.skipped)])
+
+
+def _report(st: SearchState, session: DeviceSession) -> Report:
+    run, final, chosen, cands = st.run, st.final, st.chosen, st.cands
+    assert st.screen_settings is not None and st.final_settings is not None
+    section = _section(st)
     ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
     builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)
-    warnings = list(opts.extra_warnings) + _budget_warnings(cands, clock, ht)
+    warnings = list(st.opts.extra_warnings) + _budget_warnings(cands, st.clock, st.ht)
     report = assemble_report(run, ordered, session, baseline=BASE, warnings=warnings,
-                             judged=[chosen.name] if chosen else None, gate=nogate, search=section, release=release,
-                             settings={"screening": screen_settings.measure.model_dump(),
-                                       **recorded_settings(run, final_settings, builds)})
+                             judged=[chosen.name] if chosen else None, gate=st.nogate, search=section,
+                             release=st.release,
+                             settings={"screening": st.screen_settings.measure.model_dump(),
+                                       **recorded_settings(run, st.final_settings, builds)})
     report.profile_diffs = profile_diffs(report.variants, BASE)
     report.decision = _decision(report, cands, chosen)
     write_report(report, run.out_dir)
@@ -217,7 +263,7 @@ def _decision(report: Report, cands: list[Candidate], chosen) -> Decision:
     if chosen is None:
         return Decision(ship=None, reason="no variant passes the gate (the fp32 baseline included)", lost=lost)
     decision = ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
-    kept = getattr(report.search, "kept_release_choice", None)
+    kept = report.search.kept_release_choice if report.search is not None else None
     if kept:  # what the baseline's sentence says (nothing faster passes) is not so: say why it ships instead
         why = (f"the release's choice, kept: {kept['ratio_to_fastest']:.3g}x the {kept['objective']} of the fastest "
                f"finalist ({kept['fastest']}), within the release's {kept['tolerance']:.0%} latency tolerance")
