@@ -65,7 +65,7 @@ def distill_cmd(
         for a, what in ((t_src.artifact, "teacher"), (s_art, "student")):
             if a.format != Format.TORCH:
                 raise BadInputError(f"the {what} must be a PyTorch program (.pt2), got {a.format.value}")
-        ctx = PassContext(workdir=wd, eval=ev, train=train, extras={"teacher": t_src.artifact})
+        ctx = PassContext(workdir=wd, eval=ev, train=train, teacher=t_src.artifact)
         cfg = {"teacher": str(teacher), "student": student, "temperature": temperature, "alpha": alpha,
                "epochs": epochs, "lr": lr}
         art = C.run_one("distill", s_art, cfg, ctx, "distilled")

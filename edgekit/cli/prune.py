@@ -62,7 +62,7 @@ def prune_cmd(
         if source.artifact.format != Format.TORCH:
             raise BadInputError(f"pruning works on PyTorch models; {model.name} is {source.artifact.format.value}",
                                 hint="give the .pt2 (or .pth with --arch)")
-        ctx = PassContext(workdir=wd, eval=ev, train=train, extras={"arch": arch} if arch else {})
+        ctx = PassContext(workdir=wd, eval=ev, train=train, arch=arch or None)
         if unstructured:
             art = C.run_one("prune_magnitude", source.artifact, {"sparsity": sparsity}, ctx, "pruned")
         else:

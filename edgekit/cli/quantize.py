@@ -109,13 +109,13 @@ def quantize_cmd(
         ctx = PassContext(workdir=wd, calib=calib, eval=ev, train=train)
         if train is not None:
             _check_train(train, source, calib, model)
-            ctx.extras["source"] = source  # the QAT rung fine-tunes the PyTorch program
+            ctx.source = source  # the QAT rung fine-tunes the PyTorch program
         if ev is not None and (metric is not None or output):
             from ..metrics import MetricSpec
             from ..metrics.evaluate import eval_plan
 
             outs = [o.strip() for v in output for o in v.split(",") if o.strip()] or None
-            ctx.extras["metric_plan"] = eval_plan(MetricSpec(name=metric or "top1", outputs=outs), source, ev)
+            ctx.metric_plan = eval_plan(MetricSpec(name=metric or "top1", outputs=outs), source, ev)
         parity_xs = list((ev or calib).xs) if (ev or calib) else None
         art = source.artifact
         if backend == "inc":

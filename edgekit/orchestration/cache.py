@@ -86,7 +86,7 @@ def cache_key(p: Pass, artifact: Artifact, cfg: BaseModel, ctx: PassContext) -> 
         "pass": p.name,
         "config": cfg.model_dump(mode="json"),
         "data": data_fingerprint(ctx),
-        "extras": _extras_fingerprint(ctx.extras),
+        "extras": _extras_fingerprint(ctx.known()),
         "code": code_fingerprint(Path(inspect.getfile(type(p)))),
     })
 

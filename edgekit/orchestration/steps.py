@@ -84,10 +84,9 @@ def build_recipe(run: PreparedRun, progress: Progress) -> tuple[dict[str, Artifa
     """The prepared run's recipe variants (:func:`build_variants`, through the pass cache); returns them,
     the passes' seconds and the warnings (Core ML variants set aside where they cannot be measured)."""
     # convert steps (Core ML / litert-torch) start from the PyTorch program; accuracy-aware passes score with the plan
-    extras: dict[str, Any] = {"source": run.source, "metric_plan": run.plan, **({"arch": run.arch} if run.arch else {})}
-    if run.source.artifact.format == Format.TORCH:
-        extras["teacher"] = run.source.artifact  # distill's default teacher
-    ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds, extras=extras)
+    ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds, source=run.source,
+                      metric_plan=run.plan, arch=run.arch or None,
+                      teacher=run.source.artifact if run.source.artifact.format == Format.TORCH else None)
     started = time.perf_counter()
     variants = build_variants(run.fp32, run.recipe, ctx, progress, source=run.source, cache=run.cache)
     variants, coreml_notes = set_aside_coreml(variants, run.target)  # Core ML prediction needs macOS

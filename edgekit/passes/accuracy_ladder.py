@@ -36,7 +36,7 @@ def quantizable_ops() -> set[str]:
 
 
 class _Scorer:
-    """The deploy's metric (``ctx.extras["metric_plan"]``; top-1 on the first output without one) of
+    """The deploy's metric (``ctx.metric_plan``; top-1 on the first output without one) of
     an ONNX file on the eval set, and its output MSE vs fp32 (the first model scored). ``__call__``
     returns (goodness, mse) where goodness is the metric value signed so that higher is better."""
 

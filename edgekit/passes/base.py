@@ -9,7 +9,7 @@ import abc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -19,14 +19,31 @@ from ..errors import PassError
 from ..formats import Format
 from ..inputs.data import Dataset
 
+if TYPE_CHECKING:  # annotations only: the source and the metric plan import torch and the metrics
+    from ..inputs.source import Source
+    from ..metrics.evaluate import EvalPlan
+
 
 @dataclass
 class PassContext:
+    """What a pass may read besides its input file and its config: the data sets, and what the run around it
+    knows (each None when the run does not have it; the pass cache keys on every one: ``cache.cache_key``)."""
+
     workdir: Path
     calib: Dataset | None = None
     eval: Dataset | None = None
     train: Dataset | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    # the model as the user gave it: convert steps to Core ML / litert-torch and the QAT rung start from its
+    # PyTorch program
+    source: Source | None = None
+    metric_plan: EvalPlan | None = None  # the run's metric: accuracy-aware passes score with it (else top-1)
+    teacher: Artifact | None = None  # distill's default teacher (the run's PyTorch model)
+    arch: str | None = None  # module:Class of a state-dict model (--arch), for passes that rebuild it
+
+    def known(self) -> dict[str, Any]:
+        """The run's facts that are set, by name (the pass cache's key reads them)."""
+        return {k: v for k, v in (("arch", self.arch), ("metric_plan", self.metric_plan), ("source", self.source),
+                                  ("teacher", self.teacher)) if v is not None}
 
 
 @dataclass

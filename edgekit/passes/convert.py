@@ -67,7 +67,7 @@ class ConvertConfig(BaseModel):
 class Convert(Pass):
     name = "convert"
     Config = ConvertConfig
-    input_formats = (Format.ONNX,)  # Core ML and litert-torch read the PyTorch program from ctx.extras["source"]
+    input_formats = (Format.ONNX,)  # Core ML and litert-torch read the PyTorch program from ctx.source
 
     def __call__(self, artifact: Artifact, config: dict | BaseModel | None, ctx: PassContext,
                  *, out_name: str | None = None) -> Artifact:
@@ -84,7 +84,7 @@ class Convert(Pass):
         row = format_spec(cfg.to)
         stem = out_name or f"convert-{cfg.to}-{cfg.precision}-{artifact.sha256[:12]}"
         parity = list(ctx.eval.xs) if ctx.eval is not None else None
-        return convert_to(artifact, row.format, ctx.workdir / f"{stem}{row.suffix}", source=ctx.extras.get("source"),
+        return convert_to(artifact, row.format, ctx.workdir / f"{stem}{row.suffix}", source=ctx.source,
                           precision=cfg.precision, options=cfg.options(), calib=ctx.calib, parity_inputs=parity,
                           route=cfg.route, workdir=ctx.workdir)
 

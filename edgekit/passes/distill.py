@@ -164,7 +164,7 @@ def _teacher_artifact(config: DistillConfig, ctx: PassContext, artifact: Artifac
         if not p.is_file():
             raise BadInputError(f"teacher {p} not found", hint="teacher: path to the teacher's .pt2")
         return load_pt2(p).artifact
-    t = ctx.extras.get("teacher")
+    t = ctx.teacher
     if isinstance(t, Artifact) and t.format == Format.TORCH:
         return t
     if config.student:  # a fresh student learns from the input model

@@ -42,7 +42,7 @@ class StructuredPrune(TorchPass):
 
         from . import _torch as T
 
-        arch = config.arch or ctx.extras.get("arch")
+        arch = config.arch or ctx.arch
         if not arch:
             raise PassError("structured pruning rebuilds the model as an nn.Module and needs its architecture",
                             hint="set arch: module:Class in the pass config (or pass --arch); the weights come "

@@ -44,7 +44,7 @@ def _qat_source(artifact: Artifact, config: AccuracyAwareConfig, ctx: PassContex
         return None, "qat.enabled is false"
     if config.mode != "static":
         return None, "QAT simulates static INT8 (give --calib-data)"
-    src = ctx.extras.get("source")
+    src = ctx.source
     if getattr(src, "program", None) is None:
         return None, "QAT fine-tunes the PyTorch model and the source is not one (give the .pt2)"
     k = len(src.artifact.lineage)

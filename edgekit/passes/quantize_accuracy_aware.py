@@ -145,7 +145,7 @@ class AccuracyAwareQuantize(Pass):
         if ctx.eval is None:
             raise DataError("accuracy-aware quantization needs an eval set",
                             hint="pass --eval-data EVAL.npz (inputs and labels), or use the plain `quantize` pass")
-        plan = ctx.extras.get("metric_plan")
+        plan = ctx.metric_plan
         if plan is None and ctx.eval.y is None:
             raise DataError(f"eval data {ctx.eval.path} has no labels; accuracy-aware quantization scores top-1 "
                             "on them",

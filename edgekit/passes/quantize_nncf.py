@@ -57,7 +57,7 @@ class QuantizeNncf(Pass):
         if ctx.eval is None:
             raise DataError("quantize_nncf scores each candidate on the eval set and none was given",
                             hint="pass --eval-data with labels")
-        plan = ctx.extras.get("metric_plan")
+        plan = ctx.metric_plan
         if plan is None and ctx.eval.y is None:
             raise DataError("quantize_nncf needs labels (y) in the eval set, or a metric plan",
                             hint="add y=labels to the .npz")

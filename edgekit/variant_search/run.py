@@ -303,7 +303,7 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
     candidate."""
     # train data (--train-data) reaches the accuracy-aware candidate's QAT rung (ort-int8-mixed)
     ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds,
-                      extras={"source": run.source, "metric_plan": run.plan})
+                      source=run.source, metric_plan=run.plan)
     deadline = clock.share_deadline(BUILD_SHARE)
     todo = [c for c in cands]
     for i, c in enumerate(todo):

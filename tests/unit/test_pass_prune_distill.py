@@ -24,7 +24,7 @@ def ctx_factory(digits):
     teacher = load_pt2(digits.pt2).artifact
 
     def make(tmp_path, **kw):
-        return PassContext(workdir=tmp_path, eval=ev, train=train, extras={"arch": ARCH, "teacher": teacher, **kw})
+        return PassContext(workdir=tmp_path, eval=ev, train=train, **{"arch": ARCH, "teacher": teacher, **kw})
 
     return make
 

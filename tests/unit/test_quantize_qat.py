@@ -111,7 +111,7 @@ def _qdq_counts(path) -> tuple[int, int]:
 def _ctx(tmp_path, unequalized, source, train=True):
     _, _, calib, ev, tr = unequalized
     return PassContext(workdir=tmp_path, calib=calib, eval=ev, train=tr if train else None,
-                       extras={"source": source})
+                       source=source)
 
 
 def test_every_ptq_setting_misses_and_qat_rescues_within_tolerance(unequalized, fp32, tmp_path):
