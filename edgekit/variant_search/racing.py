@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..measure.stats import bootstrap_median_ci
-
 import numpy as np
+
+from ..measure.stats import bootstrap_median_ci
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,69 +31,37 @@ from ..artifact import Artifact
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
-from ..host import HostThreads, host_compute, host_threads
+from ..host import host_compute, host_threads
 from ..inputs.data import eval_bundle, fixed_shape_misfit
-from ..inputs.recipe import Recipe, VariantSpec
+from ..inputs.recipe import Recipe
 from ..inputs.targets import MeasureDefaults, TargetSpec
-from ..measure.profile import profile_diffs, profile_variants, profiled_names
+from ..measure.profile import profile_variants, profiled_names
 from ..metrics import MetricSpec
 from ..orchestration.options import DeployOptions, refused_by_search
 from ..orchestration.prepare import PreparedRun, prepare_run, target_spec
-from ..orchestration.ship import write_ship
-from ..orchestration.steps import recorded_settings, run_settings
+from ..orchestration.steps import run_settings
 from ..orchestration.timeline import BudgetExceeded, Clock
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
-from ..report.assemble import assemble_report, score
-from ..report.decision import ship_decision
+from ..report.assemble import score
 from ..report.diff import shipped_name
 from ..report.gate import evaluate_gate
 from ..report.model import (
     Check,
-    Decision,
     Gate,
     Report,
-    Screening,
-    SearchCandidate,
-    SearchSection,
-    ShippedFile,
-    Timeline,
     VariantResult,
 )
-from ..report.release import ReleaseJudgement, release_judgement
-from ..report.write import write_report
+from ..report.release import release_judgement
 from ..transport.base import Transport
 from .candidates import calibrated, candidate_variants
-from .choice import BASE, Candidate, Objective, choose, keep_release_choice, reasons
+from .choice import BASE, Candidate, choose, keep_release_choice, reasons
+from .outcome import search_report
 from .racing import clearly_slower, race_entry
+from .state import SearchOptions, SearchState
 from .tuning import tune_runtime
 
 BUILD_SHARE = 0.8  # of the time budget: the rest is left to measure what was built
-
-
-@dataclass
-class SearchOptions:
-    objective: Objective = "p50"
-    # wall time: builds start only inside the first BUILD_SHARE of it, and a candidate that was built is
-    # always measured (a short search on a slow machine must not spend its budget on builds it then
-    # throws away, shipping fp32 unmeasured against them); runtime tuning stops at it. Candidates not
-    # built are dropped with that reason.
-    time_budget_s: float = 900.0
-    screening_runs: int = 30
-    race_margin: float = 0.05
-    host_filter: bool = True
-    host_slack: float = 0.5  # accuracy points of leeway for host-vs-device differences
-    candidates: list[VariantSpec] | None = None  # None = every candidate the target can run
-    remeasure: bool = False  # kept for callers; the same as DeployOptions.remeasure
-    measure: MeasureDefaults | None = None  # final measurement settings (None = the target's with the options')
-    # runtime options as a search dimension: the selected variant is measured again under the
-    # runtime's options (threads 1..cores unless --threads fixes them, and each runtime's own:
-    # variant_search/tuning.py RUNTIME_OPTIONS) and the fastest setting ships, with the options it
-    # needs beside the file
-    tune_runtime: bool = True
-    # only the target's likeliest winners (the registry's ``quick`` candidates): what `edgekit deploy`
-    # runs without a recipe; --search tries every candidate
-    quick: bool = False
 
 
 def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None,
@@ -124,28 +92,6 @@ def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None =
                               y_key=y_key, progress=progress)
         return _search(SearchState(run=run, sopts=sopts, opts=opts, clock=clock, ht=ht, progress=progress),
                        device, transport)
-
-
-@dataclass
-class SearchState:
-    """One search as it goes: its prepared run and settings, then what each stage found (``_report`` reads it)."""
-
-    run: PreparedRun
-    sopts: SearchOptions
-    opts: DeployOptions
-    clock: Clock
-    ht: HostThreads
-    progress: Callable[[str], None]
-    cands: list[Candidate] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (candidate, why the target skips it)
-    final: dict[str, Measured] = field(default_factory=dict)  # the finalists' full measurements, by name
-    chosen: VariantResult | None = None  # what ships (None: nothing passes)
-    nogate: Gate | None = None  # the gate's verdict when nothing qualified
-    kept: dict[str, Any] | None = None  # the release's choice kept within its latency tolerance
-    release: ReleaseJudgement | None = None
-    base_screen: VariantResult | None = None  # the baseline's screening measurement
-    screen_settings: RunSettings | None = None
-    final_settings: RunSettings | None = None
 
 
 def _search(st: SearchState, device: str | None, transport: Transport | None) -> Report:
@@ -194,82 +140,7 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
                                                             [chosen.name] if chosen else [], slower=False),
                              final_settings, {chosen.name: chosen_settings} if chosen else None)
     with clock.span("report"):
-        return _report(st, session)
-
-
-def _section(st: SearchState) -> SearchSection:
-    """The report's search section: the mode, the objective, what ships, where the time went, and every
-    candidate's row (the baseline's first, then each built or dropped one, then the skipped)."""
-    run, chosen, base_screen = st.run, st.chosen, st.base_screen
-    ship = (write_ship(run.out_dir, chosen, st.final[chosen.name].artifact, run.source.artifact.io)
-            if chosen is not None else None)
-    timeline = st.clock.to_dict()
-    base = SearchCandidate(name=BASE, status="selected" if chosen and chosen.name == BASE else "baseline",
-                           format=run.fp32.format.value, precision="fp32", size_bytes=run.fp32.size_bytes,
-                           screening=Screening(p50=base_screen.latency_ms.p50, ci95=base_screen.latency_ms.ci95)
-                           if base_screen is not None and base_screen.latency_ms is not None else None)
-    return SearchSection(
-        mode="quick" if st.sopts.quick else "full", objective=st.sopts.objective,
-        selected=chosen.name if chosen else None, shipped=ShippedFile(**ship) if ship else None,
-        seconds=timeline["wall_s"], time_budget_s=st.sopts.time_budget_s, kept_release_choice=st.kept,
-        timeline=Timeline(**timeline), host=st.ht.to_dict(),
-        candidates=[base, *(SearchCandidate(**c.summary()) for c in st.cands),
-                    *(SearchCandidate(name=n, status="skipped", reason=r) for n, r in st.skipped)])
-
-
-def _report(st: SearchState, session: DeviceSession) -> Report:
-    run, final, chosen, cands = st.run, st.final, st.chosen, st.cands
-    assert st.screen_settings is not None and st.final_settings is not None
-    section = _section(st)
-    ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
-    builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)
-    warnings = list(st.opts.extra_warnings) + _budget_warnings(cands, st.clock, st.ht)
-    report = assemble_report(run, ordered, session, baseline=BASE, warnings=warnings,
-                             judged=[chosen.name] if chosen else None, gate=st.nogate, search=section,
-                             release=st.release,
-                             settings={"screening": st.screen_settings.measure.model_dump(),
-                                       **recorded_settings(run, st.final_settings, builds)})
-    report.profile_diffs = profile_diffs(report.variants, BASE)
-    report.decision = _decision(report, cands, chosen)
-    write_report(report, run.out_dir)
-    return report
-
-
-def _budget_warnings(cands: list[Candidate], clock, ht) -> list[str]:
-    """When the budget cut candidates, say which and why, in one sentence (the console shows it)."""
-    cut = [c for c in cands if c.status == "dropped" and c.stage == "build" and c.reason
-           and c.reason.startswith(("time budget exhausted before", "cut by the time budget"))]
-    if not cut:
-        return []
-    prep = clock.seconds("preparation")
-    busy = f" on a busy host ({ht.describe()})" if ht.busy() else f" ({ht.describe()})"
-    return [f"{len(cut)} candidate{'s' if len(cut) != 1 else ''} not built or cut by the time budget "
-            f"({', '.join(c.name for c in cut)}): preparation took {prep:.0f} s and builds "
-            f"{clock.seconds('build'):.0f} s of the {clock.budget_s:g} s budget{busy}; --time-budget raises it"]
-
-
-def _decision(report: Report, cands: list[Candidate], chosen) -> Decision:
-    """The search's answer in deploy's words: what ships and why, and why every other candidate lost."""
-    lost = {c.name: (f"dropped at {c.stage}: {c.reason}" if c.status == "dropped"
-                     else c.reason or f"a finalist, not the best by {report.search.objective}")
-            for c in cands if chosen is None or c.name not in (chosen.name, chosen.name.split("@")[0])
-            and not ("@" in c.name and c.status != "dropped")}  # tuning rows that ran: the one line below
-    others = [v for v in report.variants if "@" in v.name or (chosen is not None and "@" in chosen.name
-                                                               and v.name == chosen.name.split("@")[0])]
-    others = [v for v in others if chosen is None or v.name != chosen.name]
-    if others:  # one line for the runtime settings the shipped file was measured under
-        lost["other runtime settings"] = (f"not the best by {report.search.objective}: " + ", ".join(
-            f"{v.name} p50 {v.latency_ms.p50:.4g} ms" if v.latency_ms else f"{v.name} not measured" for v in others))
-    if chosen is None:
-        return Decision(ship=None, reason="no variant passes the gate (the fp32 baseline included)", lost=lost)
-    decision = ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
-    kept = report.search.kept_release_choice if report.search is not None else None
-    if kept:  # what the baseline's sentence says (nothing faster passes) is not so: say why it ships instead
-        why = (f"the release's choice, kept: {kept['ratio_to_fastest']:.3g}x the {kept['objective']} of the fastest "
-               f"finalist ({kept['fastest']}), within the release's {kept['tolerance']:.0%} latency tolerance")
-        decision.reason = (f"{chosen.name} (the baseline): {why}" if chosen.name.split("@")[0] == BASE
-                           else f"{decision.reason}; {why}")
-    return decision
+        return search_report(st, session)
 
 
 def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_report, metric, eval_samples):
