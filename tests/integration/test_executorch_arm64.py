@@ -69,8 +69,10 @@ def test_twin_reports_its_executorch_runtime(et_twin):
     assert doc["device"]["arch"] == "aarch64"
     assert doc["runtimes"].get("executorch") == "1.1.0", doc["runtimes"]
     assert {"onnxruntime", "litert"} <= set(doc["runtimes"]), doc["runtimes"]
-    # openvino and ncnn: rpi5 lists them, installed with their own --runtime (test_openvino_ncnn_arm64.py)
-    assert set(doc["missing_runtimes"]) <= {"openvino", "ncnn"} and doc["matches_target"] is True, doc
+    # openvino, ncnn and llama.cpp: rpi5 lists them, installed with their own --runtime
+    # (test_openvino_ncnn_arm64.py, test_llama_cpp*.py)
+    assert set(doc["missing_runtimes"]) <= {"openvino", "ncnn", "llama.cpp"} and doc["matches_target"] is True, doc
+    assert "executorch" not in doc["missing_runtimes"], doc
 
 
 def test_host_lowered_pte_runs_on_twin_like_on_host(et_twin, digits, tmp_path):
