@@ -65,7 +65,9 @@ def main(argv=None) -> int:
                                     "routes_tried": s.metrics.get("routes_tried")} for s in hops]
                     row["ok"] = True
                 except EdgekitError as exc:
-                    row.update(ok=False, error=str(exc).splitlines()[0][:300], seconds=round(time.perf_counter() - t0, 2))
+                    # the first line says what failed, the next ones why (a chain's failure lists each route's error)
+                    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+                    row.update(ok=False, error=" ".join(lines)[:300], seconds=round(time.perf_counter() - t0, 2))
                 rows.append(row)
                 last = (row.get("hops") or [{}])[-1]
                 par = last.get("parity") or {}
@@ -89,7 +91,7 @@ def _cell(row: dict) -> str:
     """One hop's figure as the support table shows it: fp32/fp16 the hop's max |error| against the model it came
     from, INT8 the chain's top-1 agreement with PyTorch; Core ML on Linux has no runtime: its spec is validated."""
     if not row["ok"]:
-        return "✗ " + row["error"].replace("|", "/")[:120]
+        return "✗ " + row["error"].replace("|", "/")[:200]
     last = (row.get("hops") or [{}])[-1]
     par = last.get("parity") or {}
     chain = last.get("chain_parity") or par
