@@ -221,6 +221,28 @@ def commit() -> str:
         return "unknown"
 
 
+def short_vs_search(report) -> None:
+    """Issue #37's bar, read from one --search run: the fastest file inside the quality gate among the default
+    deploy's short search (candidates.SHORT) against the fastest inside the gate among every row measured."""
+    from edgekit.llm.candidates import SHORT
+
+    lost = report.decision.lost
+    inside = [v for v in report.variants if v.generation and v.generation.decode_tokens_per_s
+              and (v.name == report.decision.ship or not lost.get(v.name, "").startswith(("fails", "no ")))]
+    if not inside:
+        print("- short search vs --search: no file inside the gate")
+        return
+    best = max(inside, key=lambda v: v.generation.decode_tokens_per_s)
+    short = [v for v in inside if v.name.split("@")[0] in SHORT]
+    if not short:
+        print(f"- short search vs --search: no short-search file inside the gate (--search's best {best.name})")
+        return
+    s = max(short, key=lambda v: v.generation.decode_tokens_per_s)
+    print(f"- the short search's best inside the gate, {s.name} ({s.generation.decode_tokens_per_s:.1f} tok/s), is "
+          f"{s.generation.decode_tokens_per_s / best.generation.decode_tokens_per_s:.2f}x --search's, {best.name} "
+          f"({best.generation.decode_tokens_per_s:.1f} tok/s); {len(inside)} of {len(report.variants)} files inside")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="llama,qwen2")
@@ -306,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                          "tool": tool, "ratio": ratio, "kld": q.kld_mean, "peer_kld": peer_kld})
         for name, why in report.decision.lost.items():
             print(f"- not {name}: {why}")
+        short_vs_search(report)
         for v in report.variants:  # the int4 files' layer accounts (edgekit/llm/layer_plan.py)
             acc = next((s.metrics["quantization"] for s in v.lineage if "layers" in s.metrics.get("quantization", {})),
                        None)
