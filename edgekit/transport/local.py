@@ -12,15 +12,18 @@ import time
 from pathlib import Path
 
 from ..errors import TransportError
+from ..paths import cache_dir
 from .base import CommandResult, Transport
 
 
 def default_local_workdir() -> Path:
+    """``$EDGEKIT_LOCAL_DEVICE_DIR``, else edgekit's cache folder ``local-device`` (under ``$EDGEKIT_HOME`` when
+    that is set, as every other folder edgekit keeps: a pipeline that points EDGEKIT_HOME at its workspace finds
+    nothing written outside it)."""
     base = os.environ.get("EDGEKIT_LOCAL_DEVICE_DIR")
     if base:
         return Path(base)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "edgekit" / "local-device"
+    return cache_dir("local-device")
 
 
 class LocalTransport(Transport):
