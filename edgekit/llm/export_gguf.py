@@ -84,6 +84,17 @@ def get_vocab_base_pre(self, tokenizer):
         print("EDGEKIT_TOKENIZER_PRE " + pre, file=sys.stderr, flush=True)
         return pre
 base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+
+# GPT-2's converter reads hparams["n_ctx"], which transformers' GPT2Config no longer writes (a GPT-2 saved by a
+# current transformers has only n_positions, the same number): give it that, and say so
+load_hparams = base.ModelBase.load_hparams
+def load_hparams_n_ctx(*args, **kwargs):
+    hp = load_hparams(*args, **kwargs)
+    if hp.get("model_type") == "gpt2" and "n_ctx" not in hp and "n_positions" in hp:
+        hp["n_ctx"] = hp["n_positions"]
+        print("EDGEKIT_N_CTX " + str(hp["n_ctx"]), file=sys.stderr, flush=True)
+    return hp
+base.ModelBase.load_hparams = staticmethod(load_hparams_n_ctx)
 sys.argv = [convert] + sys.argv[3:]
 runpy.run_path(convert, run_name="__main__")
 '''
@@ -152,6 +163,9 @@ def convert_to_gguf(folder: str | Path, dest: str | Path, *, outtype: str = "f16
     if m:
         notes.append(f"tokenizer pre-tokenizer {m.group(1)!r} matched from tokenizer.json's structure (the "
                      "converter's hash list does not know this tokenizer)")
+    if "EDGEKIT_N_CTX" in res.stderr:
+        notes.append("context length from config.json's n_positions (GPT-2's converter reads n_ctx, which current "
+                     "transformers no longer writes)")
     requested = FLOAT_TYPES[outtype]
     account = tensor_account(dest, requested, file_type=requested)
     return GGUFFile(dest, requested, requested, sha256_file(dest), seconds, account, summarize(account), notes)

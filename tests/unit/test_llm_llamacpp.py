@@ -247,6 +247,34 @@ def test_the_other_family_qwen2(llama, reference, tmp_path):
     _agrees(got, ref, float(np.abs(got - ref).max()))
 
 
+def test_a_gpt2_saved_by_current_transformers_converts(llama, tiny, tmp_path):
+    """A user's GPT-2 (the family of distilgpt2 and most fine-tunes) saved by a current transformers has no n_ctx
+    in config.json, which llama.cpp's GPT-2 converter reads: every GGUF variant was dropped at build with a
+    KeyError (found deploying such a model as a user types it). The context length comes from n_positions, the
+    note says so, and the f16 file's logits match PyTorch."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from edgekit.llm.export_gguf import export_gguf
+
+    torch.manual_seed(0)
+    folder = tmp_path / "gpt2"
+    model = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=384, n_positions=128)).eval()
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny, local_files_only=True).save_pretrained(folder)
+    assert "n_ctx" not in json.loads((folder / "config.json").read_text())  # what the converter used to need
+    files = export_gguf(folder, tmp_path / "out", quants=("Q8_0",))
+    assert any("n_positions" in n for n in files["F16"].notes), files["F16"].notes
+    ids = AutoTokenizer.from_pretrained(folder)(PROMPT * 3)["input_ids"][:N_PROMPT]
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    got = decoder(files["F16"].path).forward(ids, 0)
+    assert np.abs(got - ref).max() <= F16_REL * np.abs(ref).max()
+    _agrees(got, ref, float(np.abs(got - ref).max()))
+
+
 def test_width_not_a_multiple_of_32_falls_back_to_f16_and_says_so(llama, tmp_path):
     """At width 48 not even a 32-block fits: llama-quantize writes those matrices as F16, named with why."""
     from edgekit.llm.export_gguf import export_gguf
