@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..report.decision import busy_note
 from ..report.model import Check, Decision, Gate, VariantResult
 
 DEFAULT_MAX_KLD = 0.05
@@ -165,6 +166,8 @@ def judge(variants: list[VariantResult], baseline: str, cfg: LMGate, objective: 
         faster = s_lo > b_hi
         reason += (f"; {ratio:.2f}x {baseline}'s decode speed"
                    + (" (95% CIs separated)" if faster else " (not proved faster: the 95% CIs overlap)"))
+    # a decode speed measured while other processes took the CPU is said to be so, as for fixed graphs
+    reason += busy_note(best, *([base] if base is not None and base is not best else []))
     for v in variants:
         v.selected = v is best
     gate = Gate(passed=True, checks=variant_checks(best, cfg))

@@ -57,3 +57,18 @@ def test_separated_cis_ship_the_fastest_even_when_larger():
 def test_ttft_has_no_ci_so_the_point_estimate_decides():
     _, d = judge(_race(), "ort-fp32", LMGate(), "ttft", {})
     assert d.ship == "ort-int4" and d.lost["ort-int4-b128"].startswith("slower:")
+
+
+def test_a_decode_speed_measured_on_a_busy_device_says_so():
+    """As for fixed graphs: the agent reads the other processes' CPU share during each run; the answer says when
+    the shipped file or the baseline was measured under contention (a user's GPT-2 on a loaded host shipped with
+    no word of it)."""
+    race = _race()
+    _, quiet = judge(race, "ort-fp32", LMGate(), "decode", {})
+    assert "busy device" not in quiet.reason
+    for v, share in zip(race, (0.62, 0.05, 0.65, 0.9)):
+        v.device_state = {"other_cpu_fraction": share}
+    _, busy = judge(race, "ort-fp32", LMGate(), "decode", {})
+    assert busy.ship == "ort-int4-b128"
+    assert "measured on a busy device: other processes used ort-int4-b128 65%, ort-fp32 62% of its CPU" in busy.reason
+    assert "gguf-q4_0" not in busy.reason  # only the shipped file and the baseline the ratio is against
