@@ -223,12 +223,14 @@ def commit() -> str:
 
 def short_vs_search(report) -> None:
     """Issue #37's bar, read from one --search run: the fastest file inside the quality gate among the default
-    deploy's short search (candidates.SHORT) against the fastest inside the gate among every row measured."""
+    deploy's short search (candidates.SHORT) against the fastest inside the gate among every row measured. "Inside"
+    is the deploy's own per-file checks (judge.variant_checks) at the default gate, which is what this script's
+    deploys use on the local target (no memory limit)."""
     from edgekit.llm.candidates import SHORT
+    from edgekit.llm.judge import LMGate, variant_checks
 
-    lost = report.decision.lost
     inside = [v for v in report.variants if v.generation and v.generation.decode_tokens_per_s
-              and (v.name == report.decision.ship or not lost.get(v.name, "").startswith(("fails", "no ")))]
+              and all(c.passed for c in variant_checks(v, LMGate()))]
     if not inside:
         print("- short search vs --search: no file inside the gate")
         return
