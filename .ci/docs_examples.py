@@ -93,7 +93,7 @@ def extract(text: str, path: str = "<text>") -> list[Block]:
         j = i + 1
         close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
         while j < len(lines) and not close.match(lines[j]):
-            body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip())
+            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j].lstrip())
             j += 1
         if j >= len(lines):
             raise MarkerError(f"{path}:{i + 1}: the code block is never closed")
@@ -101,8 +101,10 @@ def extract(text: str, path: str = "<text>") -> list[Block]:
         skip = None
         if pending is not None:
             if lang not in ("bash", "python"):
-                raise MarkerError(f"{path}:{pending[0]}: a `not run` marker before a ```{word} block, which never "
-                                  "runs: remove the marker")
+                raise MarkerError(
+                    f"{path}:{pending[0]}: a `not run` marker before a ```{word} block, which never "
+                    "runs: remove the marker"
+                )
             skip = pending[1]
             pending = None
         blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", skip))
@@ -134,8 +136,9 @@ def run_block(block: Block, cwd: Path, timeout: float) -> tuple[int, str, float]
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc = proc.returncode
@@ -202,15 +205,20 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(b)
                     print("      the block:\n" + "".join(f"      | {ln}\n" for ln in b.code.splitlines()), end="")
                     tail = out.splitlines()[-40:]
-                    print("      its output (last 40 lines):\n" + "".join(f"      > {ln}\n" for ln in tail), end="",
-                          flush=True)
+                    print(
+                        "      its output (last 40 lines):\n" + "".join(f"      > {ln}\n" for ln in tail),
+                        end="",
+                        flush=True,
+                    )
     finally:
         if args.keep:
             print(f"docs examples: scratch folders kept under {base}")
         else:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"docs examples: ran {len(to_run)} blocks in {time.monotonic() - t_all:.0f} s, {len(failed)} failed; "
-          f"{len(skipped)} marked not run")
+    print(
+        f"docs examples: ran {len(to_run)} blocks in {time.monotonic() - t_all:.0f} s, {len(failed)} failed; "
+        f"{len(skipped)} marked not run"
+    )
     for b in failed:
         print(f"docs examples: FAILED {b.where}")
     return 1 if failed else 0

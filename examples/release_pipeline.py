@@ -48,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no previous report at {args.previous}: first release, no baseline comparison", file=sys.stderr)
     try:
         report = edgekit.deploy(
-            args.model, target=args.target, device=args.device, eval_data=args.eval_data,
-            calib_data=args.calib_data, recipe=args.recipe, out=args.out,
-            baseline_report=previous, max_latency_regression=args.max_latency_regression,
+            args.model,
+            target=args.target,
+            device=args.device,
+            eval_data=args.eval_data,
+            calib_data=args.calib_data,
+            recipe=args.recipe,
+            out=args.out,
+            baseline_report=previous,
+            max_latency_regression=args.max_latency_regression,
             max_release_accuracy_drop=args.max_release_accuracy_drop,
             progress=lambda msg: print(f"edgekit: {msg}", file=sys.stderr),
         )

@@ -44,8 +44,9 @@ def read_request(path: str) -> Doc:
     if not isinstance(req, dict):
         raise AgentFailure("bad_request", f"request {path} is not a JSON object", EXIT_BAD_REQUEST)
     if req.get("protocol") != PROTOCOL:
-        raise AgentFailure("bad_request", f"request protocol {req.get('protocol')} != agent protocol "
-                           f"{PROTOCOL}", EXIT_BAD_REQUEST)
+        raise AgentFailure(
+            "bad_request", f"request protocol {req.get('protocol')} != agent protocol {PROTOCOL}", EXIT_BAD_REQUEST
+        )
     return req
 
 
@@ -66,8 +67,11 @@ def main(argv: Sequence[str]) -> int:
             load_plugins()
             doc = probe()
         elif len(argv) >= 2 and argv[1] == "--sha256":
-            doc = {"protocol": PROTOCOL, "ok": True,
-                   "sha256": {p: (sha256(p) if os.path.isfile(p) else None) for p in argv[2:]}}
+            doc = {
+                "protocol": PROTOCOL,
+                "ok": True,
+                "sha256": {p: (sha256(p) if os.path.isfile(p) else None) for p in argv[2:]},
+            }
         elif len(argv) == 2 and argv[1] == "--version":
             doc = {"protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": True}
         elif len(argv) == 2:
@@ -77,8 +81,16 @@ def main(argv: Sequence[str]) -> int:
         else:
             raise AgentFailure("usage", USAGE, EXIT_BAD_REQUEST)
     except AgentFailure as exc:
-        print(json.dumps({"protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": False,
-                          "error": {"kind": exc.kind, "message": exc.message}}))
+        print(
+            json.dumps(
+                {
+                    "protocol": PROTOCOL,
+                    "agent_version": AGENT_VERSION,
+                    "ok": False,
+                    "error": {"kind": exc.kind, "message": exc.message},
+                }
+            )
+        )
         return exc.exit_code
     print(json.dumps(doc))
     return 0

@@ -78,8 +78,10 @@ THROTTLE_BITS = {0: "under-voltage", 1: "arm frequency capped", 2: "throttled", 
 
 def decode_throttled(value: int) -> dict[str, list[str]]:
     """{'now': [...], 'since_boot': [...]} from the get_throttled bit field."""
-    return {"now": [name for b, name in THROTTLE_BITS.items() if value & (1 << b)],
-            "since_boot": [name for b, name in THROTTLE_BITS.items() if value & (1 << (b + 16))]}
+    return {
+        "now": [name for b, name in THROTTLE_BITS.items() if value & (1 << b)],
+        "since_boot": [name for b, name in THROTTLE_BITS.items() if value & (1 << (b + 16))],
+    }
 
 
 def _vcgencmd() -> Doc | None:
@@ -91,8 +93,11 @@ def _vcgencmd() -> Doc | None:
     if not exe:
         return None
     out: Doc = {}
-    for key, args in (("throttled", ["get_throttled"]), ("temp", ["measure_temp"]),
-                      ("arm_clock", ["measure_clock", "arm"])):
+    for key, args in (
+        ("throttled", ["get_throttled"]),
+        ("temp", ["measure_temp"]),
+        ("arm_clock", ["measure_clock", "arm"]),
+    ):
         try:
             res = subprocess.run([exe] + args, capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -100,8 +105,9 @@ def _vcgencmd() -> Doc | None:
             continue
         text = res.stdout.strip()
         if res.returncode != 0 or "=" not in text:
-            out.setdefault("errors", []).append(f"vcgencmd {' '.join(args)}: exit {res.returncode} "
-                                                f"{(res.stderr or text).strip()[:120]}")
+            out.setdefault("errors", []).append(
+                f"vcgencmd {' '.join(args)}: exit {res.returncode} {(res.stderr or text).strip()[:120]}"
+            )
             continue
         value = text.split("=", 1)[1].strip()
         try:
@@ -187,14 +193,18 @@ def state_warnings(before: Doc | None, after: Doc | None, other_cpu: float | Non
     fb = vb.get("throttled_flags") or {}
     new_since = [f for f in fa.get("since_boot", []) if f not in fb.get("since_boot", [])]
     if fa.get("now") or new_since:
-        out.append(f"the device throttled during the run (vcgencmd get_throttled {va.get('throttled')}: "
-                   f"{', '.join(sorted(set(fa.get('now', []) + new_since)))}); latency is not representative")
+        out.append(
+            f"the device throttled during the run (vcgencmd get_throttled {va.get('throttled')}: "
+            f"{', '.join(sorted(set(fa.get('now', []) + new_since)))}); latency is not representative"
+        )
     tb, ta = (before or {}).get("throttle_events"), (after or {}).get("throttle_events")
     if tb is not None and ta is not None and ta > tb:
         out.append(f"the CPU recorded {ta - tb} thermal throttle event(s) during the run")
     if other_cpu is not None and other_cpu > BUSY_OTHER_CPU:
-        out.append(f"the device was busy: other processes used {other_cpu:.0%} of its CPU during the run; "
-                   "latency may be inflated")
+        out.append(
+            f"the device was busy: other processes used {other_cpu:.0%} of its CPU during the run; "
+            "latency may be inflated"
+        )
     return out
 
 
@@ -209,7 +219,7 @@ def _cgroup_quota_cores(root: str = "/") -> float | None:
     for line in (read_text(os.path.join(root, "proc/self/cgroup")) or "").splitlines():
         parts = line.split(":", 2)
         if len(parts) == 3:
-            for ctrl in (parts[1].split(",") if parts[1] else [""]):
+            for ctrl in parts[1].split(",") if parts[1] else [""]:
                 rel[ctrl] = parts[2].lstrip("/")
     base = os.path.join(root, "sys/fs/cgroup")
     best: float | None = None
@@ -283,9 +293,15 @@ def cpu_budget(root: str = "/", samples: int = 5, interval: float = 0.01) -> Doc
     except OSError:
         load1 = None
     free = usable if others is None else max(0.0, usable - others)
-    return {"affinity": affinity, "quota_cores": quota, "usable_cores": round(usable, 3),
-            "others_running": others, "load1": round(load1, 2) if load1 is not None else None,
-            "free_cores": round(free, 3), "threads": max(1, int(free + 1e-9))}
+    return {
+        "affinity": affinity,
+        "quota_cores": quota,
+        "usable_cores": round(usable, 3),
+        "others_running": others,
+        "load1": round(load1, 2) if load1 is not None else None,
+        "free_cores": round(free, 3),
+        "threads": max(1, int(free + 1e-9)),
+    }
 
 
 def device_facts() -> Doc:

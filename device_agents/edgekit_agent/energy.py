@@ -80,8 +80,10 @@ class RaplReader:
             try:
                 _read_int_strict(path)
             except PermissionError:
-                raise EnergyUnavailable(f"{path} is readable only by root (kernels since 5.10); run the agent "
-                                        "as root or grant read access (chmod o+r)")
+                raise EnergyUnavailable(
+                    f"{path} is readable only by root (kernels since 5.10); run the agent "
+                    "as root or grant read access (chmod o+r)"
+                )
             except (OSError, ValueError) as exc:
                 raise EnergyUnavailable(f"cannot read {path}: {exc}")
             rng = read_text(os.path.join(base, e, "max_energy_range_uj"))
@@ -107,8 +109,9 @@ class HwmonReader:
 
     name, kind = "hwmon", "power"
 
-    def __init__(self, root: str = "/", sensor: str | None = None, channels: Sequence[str] | None = None,
-                 **_: Any) -> None:
+    def __init__(
+        self, root: str = "/", sensor: str | None = None, channels: Sequence[str] | None = None, **_: Any
+    ) -> None:
         base = os.path.join(root, "sys/class/hwmon")
         try:
             devs = sorted(d for d in os.listdir(base) if d.startswith("hwmon"))
@@ -129,33 +132,38 @@ class HwmonReader:
             power = sorted(f for f in files if f.startswith("power") and f.endswith("_input"))
             chans: list[tuple[str, str, list[str]]] = []
             for f in power:
-                idx = f[len("power"):-len("_input")]
+                idx = f[len("power") : -len("_input")]
                 label = read_text(os.path.join(path, f"power{idx}_label")) or f"{dname}/power{idx}"
                 chans.append((label, "uW", [os.path.join(path, f)]))
             if not chans:
                 for f in sorted(files):
                     if not (f.startswith("curr") and f.endswith("_input")):
                         continue
-                    idx = f[len("curr"):-len("_input")]
+                    idx = f[len("curr") : -len("_input")]
                     if dname == "ina3221" and idx not in ("1", "2", "3"):
                         continue  # curr4 is the summed-shunt channel; in4-6 are shunt voltages
                     if f"in{idx}_input" not in files:
                         continue
-                    label = (read_text(os.path.join(path, f"in{idx}_label"))
-                             or read_text(os.path.join(path, f"curr{idx}_label"))
-                             or f"{dname}/ch{idx}")
+                    label = (
+                        read_text(os.path.join(path, f"in{idx}_label"))
+                        or read_text(os.path.join(path, f"curr{idx}_label"))
+                        or f"{dname}/ch{idx}"
+                    )
                     chans.append((label, "mV*mA", [os.path.join(path, f"in{idx}_input"), os.path.join(path, f)]))
             found += [(f"{dname}:{lab}" if not lab.startswith(dname) else lab, lab, k, p) for lab, k, p in chans]
         if not found:
             what = f"sensor '{sensor}'" if sensor else "sensor"
-            raise EnergyUnavailable(f"no hwmon {what} with power*_input or in*/curr*_input pairs in {base} "
-                                    f"(sensors: {', '.join(names) or 'none'})")
+            raise EnergyUnavailable(
+                f"no hwmon {what} with power*_input or in*/curr*_input pairs in {base} "
+                f"(sensors: {', '.join(names) or 'none'})"
+            )
         if channels:
             want = set(channels)
             chosen = [c for c in found if c[1] in want or c[0] in want]
             if len(chosen) != len(want):
-                raise EnergyUnavailable(f"hwmon channels {sorted(want)} not all found; available: "
-                                        f"{[c[1] for c in found]}")
+                raise EnergyUnavailable(
+                    f"hwmon channels {sorted(want)} not all found; available: {[c[1] for c in found]}"
+                )
             rule = "channels named in the request"
         else:
             totals = [c for c in found if c[1].strip().lower() in _TOTAL_LABELS]
@@ -189,15 +197,15 @@ class AndroidBatteryReader:
 
     name, kind = "android_battery", "power"
 
-    def __init__(self, root: str = "/", sign: str | None = None, current_unit: str | None = None,
-                 **_: Any) -> None:
+    def __init__(self, root: str = "/", sign: str | None = None, current_unit: str | None = None, **_: Any) -> None:
         base = os.path.join(root, "sys/class/power_supply")
         try:
             supplies = sorted(os.listdir(base))
         except OSError:
             raise EnergyUnavailable(f"{base} does not exist (no power_supply class)")
         cands = [s for s in supplies if s == "battery"] + [
-            s for s in supplies if s != "battery" and (read_text(os.path.join(base, s, "type")) or "") == "Battery"]
+            s for s in supplies if s != "battery" and (read_text(os.path.join(base, s, "type")) or "") == "Battery"
+        ]
         found: str | None = None
         for s in cands:
             p = os.path.join(base, s)
@@ -205,8 +213,9 @@ class AndroidBatteryReader:
                 found = p
                 break
         if found is None:
-            raise EnergyUnavailable(f"no battery with current_now and voltage_now in {base} "
-                                    f"(supplies: {', '.join(supplies) or 'none'})")
+            raise EnergyUnavailable(
+                f"no battery with current_now and voltage_now in {base} (supplies: {', '.join(supplies) or 'none'})"
+            )
         self.path: str = found
         if sign not in (None, "discharge_positive", "discharge_negative"):
             raise EnergyUnavailable(f"android sign {sign!r}: use discharge_positive or discharge_negative")
@@ -224,10 +233,13 @@ class AndroidBatteryReader:
         if self.status_before in ("Charging", "Full"):
             raise EnergyUnavailable(
                 f"the battery is {self.status_before.lower()}: the device runs on external power, so the battery "
-                "current is not what it consumes; unplug USB (adb over Wi-Fi: `adb tcpip`) or use an external meter")
+                "current is not what it consumes; unplug USB (adb over Wi-Fi: `adb tcpip`) or use an external meter"
+            )
         if self.sign is None and self.status_before != "Discharging":
-            raise EnergyUnavailable(f"battery status is {self.status_before!r}, not Discharging: the current's sign "
-                                    "cannot be calibrated; set energy.android.sign in the request")
+            raise EnergyUnavailable(
+                f"battery status is {self.status_before!r}, not Discharging: the current's sign "
+                "cannot be calibrated; set energy.android.sign in the request"
+            )
         self.read()
 
     def status(self) -> str:
@@ -250,16 +262,22 @@ class AndroidBatteryReader:
         if self.sign is None:
             med = median(baseline_powers) or 0.0
             if med == 0:
-                raise EnergyUnavailable("the battery current was 0 during the idle baseline: its sign cannot be "
-                                        "calibrated (the device may be on external power)")
+                raise EnergyUnavailable(
+                    "the battery current was 0 during the idle baseline: its sign cannot be "
+                    "calibrated (the device may be on external power)"
+                )
             self.sign = 1 if med > 0 else -1
             self.sign_source = "calibrated while Discharging"
         return self.sign
 
     def details(self) -> Doc:
-        return {"supply": os.path.basename(self.path), "status": self.status_before,
-                "sign": {1: "discharge_positive", -1: "discharge_negative"}.get(self.sign or 0),
-                "sign_source": self.sign_source, "current_unit": self.current_unit}
+        return {
+            "supply": os.path.basename(self.path),
+            "status": self.status_before,
+            "sign": {1: "discharge_positive", -1: "discharge_negative"}.get(self.sign or 0),
+            "sign_source": self.sign_source,
+            "current_unit": self.current_unit,
+        }
 
 
 class ExternalCommandReader:
@@ -273,8 +291,10 @@ class ExternalCommandReader:
         import shlex
 
         if not command:
-            raise EnergyUnavailable("no external meter command configured (energy.external_command in the request, "
-                                    "`--energy-command` on the host)")
+            raise EnergyUnavailable(
+                "no external meter command configured (energy.external_command in the request, "
+                "`--energy-command` on the host)"
+            )
         self.argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
         self.timeout = float(timeout)
         self.read()
@@ -288,21 +308,28 @@ class ExternalCommandReader:
             raise EnergyUnavailable(f"external meter command {self.argv[0]!r} failed to run: {exc}")
         lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
         if res.returncode != 0 or not lines:
-            raise EnergyUnavailable(f"external meter command {self.argv[0]!r} exited {res.returncode} with "
-                                    f"{'no output' if not lines else 'output'}: "
-                                    f"{(res.stderr or res.stdout).strip()[:200]}")
+            raise EnergyUnavailable(
+                f"external meter command {self.argv[0]!r} exited {res.returncode} with "
+                f"{'no output' if not lines else 'output'}: "
+                f"{(res.stderr or res.stdout).strip()[:200]}"
+            )
         try:
             return float(lines[-1].split()[0])
         except ValueError:
-            raise EnergyUnavailable(f"external meter command printed {lines[-1][:80]!r}; expected cumulative "
-                                    "joules as a number")
+            raise EnergyUnavailable(
+                f"external meter command printed {lines[-1][:80]!r}; expected cumulative joules as a number"
+            )
 
     def details(self) -> Doc:
         return {"command": self.argv[0]}
 
 
-READERS = {"rapl": RaplReader, "hwmon": HwmonReader, "android_battery": AndroidBatteryReader,
-           "external_command": ExternalCommandReader}
+READERS = {
+    "rapl": RaplReader,
+    "hwmon": HwmonReader,
+    "android_battery": AndroidBatteryReader,
+    "external_command": ExternalCommandReader,
+}
 
 
 def open_energy_reader(cfg: Doc, root: str = "/") -> tuple[Any, list[str]]:
@@ -390,8 +417,9 @@ def window_energy(kind: str, samples: Sequence[Sample]) -> tuple[float | None, f
     return joules, seconds, powers
 
 
-def energy_result(kind: str, base: Sequence[Sample], run: Sequence[Sample], inferences: int,
-                  sign: int = 1) -> tuple[float | None, Doc]:
+def energy_result(
+    kind: str, base: Sequence[Sample], run: Sequence[Sample], inferences: int, sign: int = 1
+) -> tuple[float | None, Doc]:
     """Net energy per inference over the run, above the idle baseline, with a 1-sigma uncertainty.
 
     The run's own uncertainty is the standard error of its mean power x its duration for sampled
@@ -404,8 +432,10 @@ def energy_result(kind: str, base: Sequence[Sample], run: Sequence[Sample], infe
     bj, bs, bp = window_energy(kind, base)
     rj, rs, rp = window_energy(kind, run)
     if kind == "power" and run and min(v for _, v, _ in run) < 0:
-        return None, {"reason": "the power reading turned negative during the run (the device started "
-                                "charging?): no energy figure"}
+        return None, {
+            "reason": "the power reading turned negative during the run (the device started "
+            "charging?): no energy figure"
+        }
     if rj is None or not rs:
         return None, {"reason": f"only {len(run)} energy sample(s) during the run: raise min_seconds or sample_hz"}
     if bj is None or not bs:
@@ -418,12 +448,22 @@ def energy_result(kind: str, base: Sequence[Sample], run: Sequence[Sample], infe
     else:
         s_run = abs(run_w) * 0.5 * (run[0][2] + run[-1][2])
     s_base = (sem(bp) if len(bp) > 1 else abs(base_w) * 0.5 * (base[0][2] + base[-1][2]) / bs) * rs
-    sigma = (s_run ** 2 + s_base ** 2) ** 0.5
-    info = {"baseline_w": base_w, "run_w": run_w, "net_j": net_j, "run_seconds": rs, "baseline_seconds": bs,
-            "samples": len(run), "baseline_samples": len(base), "uncertainty_j": sigma}
+    sigma = (s_run**2 + s_base**2) ** 0.5
+    info = {
+        "baseline_w": base_w,
+        "run_w": run_w,
+        "net_j": net_j,
+        "run_seconds": rs,
+        "baseline_seconds": bs,
+        "samples": len(run),
+        "baseline_samples": len(base),
+        "uncertainty_j": sigma,
+    }
     if net_j <= 1e-9 * abs(rj):  # zero within float rounding counts as zero
-        info["reason"] = (f"the run drew no more power than idle ({run_w:.3f} W vs baseline {base_w:.3f} W, "
-                          f"uncertainty {sigma:.3g} J): energy per inference is below what this source resolves")
+        info["reason"] = (
+            f"the run drew no more power than idle ({run_w:.3f} W vs baseline {base_w:.3f} W, "
+            f"uncertainty {sigma:.3g} J): energy per inference is below what this source resolves"
+        )
         return None, info
     info["uncertainty_mj"] = sigma / inferences * 1000.0
     info["significant"] = net_j > 2 * sigma
@@ -436,4 +476,3 @@ def no_energy(reasons: Sequence[str], sources: Sequence[str] | None) -> Doc:
     else:
         reason = "no readable energy source: " + "; ".join(reasons)
     return {"energy_mj_per_inference": None, "source": None, "reason": reason, "checked": reasons}
-

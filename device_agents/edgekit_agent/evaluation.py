@@ -46,15 +46,22 @@ def _data_batch(runner: Any, plan: StreamPlan) -> int | None:
     return next((int(d) for d in firsts if isinstance(d, int) and d > 0), None)
 
 
-def eval_outputs(runner: Any, shards: Sequence[Shard], in_specs: Sequence[Doc], out_specs: Sequence[Doc], bs: int,
-                 static: int | None, plan: StreamPlan | None = None) -> list[np.ndarray]:
+def eval_outputs(
+    runner: Any,
+    shards: Sequence[Shard],
+    in_specs: Sequence[Doc],
+    out_specs: Sequence[Doc],
+    bs: int,
+    static: int | None,
+    plan: StreamPlan | None = None,
+) -> list[np.ndarray]:
     """Every output of the model on the whole eval set (shard by shard), in the user's layout (a
     stream's constants fed beside each chunk)."""
     per_output: list[list[np.ndarray]] | None = None
     chunks = ((xs, i) for xs in shards for i in range(0, len(xs[0]), bs))
     try:
         for xs, i in chunks:
-            chunk = [np.asarray(x[i:i + bs]) for x in xs]
+            chunk = [np.asarray(x[i : i + bs]) for x in xs]
             got = len(chunk[0])
             if static:
                 chunk = [pad(c, static) for c in chunk]
@@ -71,27 +78,37 @@ def eval_outputs(runner: Any, shards: Sequence[Shard], in_specs: Sequence[Doc], 
     return [np.concatenate(parts, axis=0) for parts in per_output or []]
 
 
-def bucket_groups(shards: list[Shard], counts: Sequence[int] | None,
-                  plan: StreamPlan | None) -> list[list[Shard]] | None:
+def bucket_groups(
+    shards: list[Shard], counts: Sequence[int] | None, plan: StreamPlan | None
+) -> list[list[Shard]] | None:
     """The eval shards split into shape buckets (``counts``: shards per bucket, in order), or None for
     data of one shape."""
     if not counts:
         return None
     if sum(counts) != len(shards) or any(c < 1 for c in counts):
-        raise AgentFailure("bad_data", f"eval buckets {list(counts)} do not add up to the {len(shards)} shards",
-                           EXIT_BAD_REQUEST)
+        raise AgentFailure(
+            "bad_data", f"eval buckets {list(counts)} do not add up to the {len(shards)} shards", EXIT_BAD_REQUEST
+        )
     if plan is not None and plan.stateful:
-        raise AgentFailure("bad_data", "a stateful stream cannot run over eval data at several shapes",
-                           EXIT_BAD_REQUEST)
+        raise AgentFailure(
+            "bad_data", "a stateful stream cannot run over eval data at several shapes", EXIT_BAD_REQUEST
+        )
     out, at = [], 0
     for c in counts:
-        out.append(shards[at:at + c])
+        out.append(shards[at : at + c])
         at += c
     return out
 
 
-def bucket_latency(runner: Any, groups: Sequence[Sequence[Shard]], raw0: list[float], batch: Batching,
-                   plan: StreamPlan | None, in_specs: Sequence[Doc], req: Doc) -> list[Doc]:
+def bucket_latency(
+    runner: Any,
+    groups: Sequence[Sequence[Shard]],
+    raw0: list[float],
+    batch: Batching,
+    plan: StreamPlan | None,
+    in_specs: Sequence[Doc],
+    req: Doc,
+) -> list[Doc]:
     """Latency per shape bucket: bucket 0's are the main timed runs (``raw0``); every other bucket's
     first chunk is timed after a few untimed runs, as many runs as bucket 0 had (at most 200, at least 5)."""
     runs = max(5, min(len(raw0), 200))
@@ -103,7 +120,7 @@ def bucket_latency(runner: Any, groups: Sequence[Sequence[Shard]], raw0: list[fl
         if j == 0:
             ms = raw0
         else:
-            chunk = [pad(np.asarray(x[0:batch.timed]), batch.timed) for x in g[0]]
+            chunk = [pad(np.asarray(x[0 : batch.timed]), batch.timed) for x in g[0]]
             feeds = [prepare(x, s) for x, s in zip(assemble(plan, chunk, zero_state(plan, in_specs)), in_specs)]
             for _ in range(warm):
                 runner.run(feeds)

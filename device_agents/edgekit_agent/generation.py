@@ -50,8 +50,9 @@ def _timed(fn: Any) -> float:
 def _prompt(g: Doc, n: int) -> list[int]:
     ids = list(g["prompt_ids"])
     if n > len(ids):
-        raise AgentFailure("bad_request", f"a prompt of {n} tokens asked for, the request carries {len(ids)}",
-                           EXIT_BAD_REQUEST)
+        raise AgentFailure(
+            "bad_request", f"a prompt of {n} tokens asked for, the request carries {len(ids)}", EXIT_BAD_REQUEST
+        )
     return ids[:n]
 
 
@@ -105,10 +106,17 @@ def _load_scoring(g: Doc) -> tuple[np.ndarray, np.ndarray | None]:
         ids = np.load(sc["ids"], allow_pickle=False) if sc.get("ids") else None
     except (OSError, ValueError) as exc:
         raise AgentFailure("bad_data", f"cannot read the scoring windows: {exc}", EXIT_BAD_REQUEST) from exc
-    if windows.ndim != 2 or windows.shape[1] < 2 or (ids is not None and ids.shape[:2] != (windows.shape[0],
-                                                                                        windows.shape[1] - 1)):
-        raise AgentFailure("bad_data", f"scoring windows {windows.shape} / ids {None if ids is None else ids.shape} "
-                           "do not fit: windows [W, T], ids [W, T-1, K]", EXIT_BAD_REQUEST)
+    if (
+        windows.ndim != 2
+        or windows.shape[1] < 2
+        or (ids is not None and ids.shape[:2] != (windows.shape[0], windows.shape[1] - 1))
+    ):
+        raise AgentFailure(
+            "bad_data",
+            f"scoring windows {windows.shape} / ids {None if ids is None else ids.shape} "
+            "do not fit: windows [W, T], ids [W, T-1, K]",
+            EXIT_BAD_REQUEST,
+        )
     return windows, ids
 
 
@@ -132,8 +140,14 @@ def generate(req: Doc) -> Doc:
         for n in g["prompt_lengths"]:
             ids = _prompt(g, int(n))
             dec.forward(ids, 0)  # untimed: the first run at a new length allocates
-            prefill.append({"tokens": int(n), "ms": [_timed(lambda ids=ids: dec.forward(ids, 0))
-                                                     for _ in range(int(g.get("prefill_repeats", 5)))]})
+            prefill.append(
+                {
+                    "tokens": int(n),
+                    "ms": [
+                        _timed(lambda ids=ids: dec.forward(ids, 0)) for _ in range(int(g.get("prefill_repeats", 5)))
+                    ],
+                }
+            )
         step = Stepper(dec, int(g["prompt_ids"][0]), context)
         warm = warmup_runs(step, req)
         busy = BusyMeter()
@@ -152,8 +166,9 @@ def generate(req: Doc) -> Doc:
     except AgentFailure:
         raise
     except Exception as exc:
-        raise AgentFailure("inference_failed", f"{dec.name} failed to generate: {type(exc).__name__}: {exc}",
-                           EXIT_RUNTIME) from exc
+        raise AgentFailure(
+            "inference_failed", f"{dec.name} failed to generate: {type(exc).__name__}: {exc}", EXIT_RUNTIME
+        ) from exc
     _, peak_mb, mem_source = memory_mb()
     state_after = device_state(root)
 
@@ -164,15 +179,19 @@ def generate(req: Doc) -> Doc:
             windows, top_ids = _load_scoring(g)
             t_eval = time.perf_counter()
             named.update(score_windows(dec, windows, top_ids))
-            eval_doc = {"windows": int(windows.shape[0]), "tokens": int(windows.shape[1]),
-                        "seconds": round(time.perf_counter() - t_eval, 4)}
+            eval_doc = {
+                "windows": int(windows.shape[0]),
+                "tokens": int(windows.shape[1]),
+                "seconds": round(time.perf_counter() - t_eval, 4),
+            }
         if g.get("greedy"):
             named["greedy"] = greedy(dec, g["greedy"]["prompts"], int(g["greedy"]["new_tokens"]))
     except AgentFailure:
         raise
     except Exception as exc:
-        raise AgentFailure("inference_failed", f"{dec.name} failed on the eval text: {type(exc).__name__}: {exc}",
-                           EXIT_RUNTIME) from exc
+        raise AgentFailure(
+            "inference_failed", f"{dec.name} failed on the eval text: {type(exc).__name__}: {exc}", EXIT_RUNTIME
+        ) from exc
     outputs_path = req.get("outputs_path")
     present = [k for k in OUTPUT_NAMES if k in named]  # output_K is present[K] (the answer's "outputs")
     if named and outputs_path:
@@ -181,7 +200,10 @@ def generate(req: Doc) -> Doc:
     raw, decimation = decimate(raw, int(req.get("max_raw", 200000)))
     warnings = list(dec.warnings) + state_warnings(state_before, state_after, other_cpu)
     return {
-        "protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": True, "variant": req.get("variant"),
+        "protocol": PROTOCOL,
+        "agent_version": AGENT_VERSION,
+        "ok": True,
+        "variant": req.get("variant"),
         "device": device_facts(),
         "device_state": {"before": state_before, "after": state_after, "other_cpu_fraction": other_cpu},
         "runtime": runtime_doc(dec),
@@ -189,15 +211,25 @@ def generate(req: Doc) -> Doc:
         # one time per generated token (decode from an empty cache): the inter-token latency
         "latency_ms": dict(warm, runs=len(raw), raw=raw, raw_decimation=decimation),
         "sustained": sustained,
-        "memory": {"peak_rss_mb": peak_mb, "source": mem_source, "rss_before_load_mb": rss0, "rss_after_load_mb": rss1,
-                   "load_delta_mb": (rss1 - rss0) if (rss0 is not None and rss1 is not None) else None,
-                   "pss_mb": pss_mb(),
-                   "kv_cache_mb": kv_bytes / 2 ** 20 if kv_bytes is not None else None,
-                   "kv_cache_tokens": filled_at + n_dec, "kv_cache_source": dec.kv_source},
+        "memory": {
+            "peak_rss_mb": peak_mb,
+            "source": mem_source,
+            "rss_before_load_mb": rss0,
+            "rss_after_load_mb": rss1,
+            "load_delta_mb": (rss1 - rss0) if (rss0 is not None and rss1 is not None) else None,
+            "pss_mb": pss_mb(),
+            "kv_cache_mb": kv_bytes / 2**20 if kv_bytes is not None else None,
+            "kv_cache_tokens": filled_at + n_dec,
+            "kv_cache_source": dec.kv_source,
+        },
         "energy": energy,  # per "inference" = per generated token
         "warnings": warnings,
-        "generation": {"context": context, "ttft_cold_ms": ttft_cold, "prefill": prefill,
-                       "decode_filled": {"start": filled_at, "ms": filled}},
+        "generation": {
+            "context": context,
+            "ttft_cold_ms": ttft_cold,
+            "prefill": prefill,
+            "decode_filled": {"start": filled_at, "ms": filled},
+        },
         "eval": eval_doc,
         "outputs": present,
         "outputs_path": outputs_path if named else None,

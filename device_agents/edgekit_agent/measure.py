@@ -32,13 +32,21 @@ def verify_model(path: str, digest: str | None, companions: dict[str, str] | Non
     if digest:
         got = model_sha256(path, companions)
         if got != digest:
-            raise AgentFailure("integrity", f"model file {path} has sha256 {got[:12]}..., expected "
-                               f"{digest[:12]}... (corrupted transfer)", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "integrity",
+                f"model file {path} has sha256 {got[:12]}..., expected {digest[:12]}... (corrupted transfer)",
+                EXIT_BAD_REQUEST,
+            )
 
 
 def runtime_doc(runner: Runner) -> Doc:
-    return {"name": runner.name, "version": runner.version, "threads": runner.threads, "delegate": runner.delegate,
-            **({"options": runner.options} if runner.options else {})}
+    return {
+        "name": runner.name,
+        "version": runner.version,
+        "threads": runner.threads,
+        "delegate": runner.delegate,
+        **({"options": runner.options} if runner.options else {}),
+    }
 
 
 def write_outputs(path: str, named: dict[str, np.ndarray]) -> None:
@@ -49,14 +57,24 @@ def write_outputs(path: str, named: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
-def _eval_pass(runner: Runner, xs: list[Shard], groups: list[list[Shard]] | None, plan: StreamPlan | None,
-               batch: Batching, in_specs: Sequence[Doc], out_specs: Sequence[Doc]) -> dict[str, np.ndarray]:
+def _eval_pass(
+    runner: Runner,
+    xs: list[Shard],
+    groups: list[list[Shard]] | None,
+    plan: StreamPlan | None,
+    batch: Batching,
+    in_specs: Sequence[Doc],
+    out_specs: Sequence[Doc],
+) -> dict[str, np.ndarray]:
     """Every output on the eval set, named as the host's ``load_outputs`` reads them."""
     if plan is not None and plan.stateful:
         return {f"output_{i}": o for i, o in enumerate(stream_outputs(runner, xs, in_specs, out_specs, plan))}
     if groups is not None:  # one set of outputs per shape bucket: they cannot be stacked
-        return {f"bucket_{j}_output_{i}": o for j, g in enumerate(groups)
-                for i, o in enumerate(eval_outputs(runner, g, in_specs, out_specs, batch.eval, batch.static, plan))}
+        return {
+            f"bucket_{j}_output_{i}": o
+            for j, g in enumerate(groups)
+            for i, o in enumerate(eval_outputs(runner, g, in_specs, out_specs, batch.eval, batch.static, plan))
+        }
     outs = eval_outputs(runner, xs, in_specs, out_specs, batch.eval, batch.static, plan)
     return {f"output_{i}": o for i, o in enumerate(outs)}
 
@@ -86,7 +104,7 @@ def measure(req: Doc) -> Doc:
         xs = load_eval(ev, data_specs(plan, in_specs))
         n = sum(len(sh[0]) for sh in xs)
         groups = bucket_groups(xs, ev.get("buckets"), plan)
-        sample = [pad(np.asarray(x[0:batch.timed]), batch.timed) for x in xs[0]]
+        sample = [pad(np.asarray(x[0 : batch.timed]), batch.timed) for x in xs[0]]
     else:
         sample = synthetic_inputs(data_specs(plan, in_specs))
     # the timed runs: one chunk, with the constants and a zero state
@@ -110,8 +128,9 @@ def measure(req: Doc) -> Doc:
         try:
             by_bucket = bucket_latency(runner, groups, raw, batch, plan, in_specs, req)
         except Exception as exc:
-            raise AgentFailure("inference_failed", f"{runner.name} failed on the eval data's other sample shapes: "
-                               f"{exc}", EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "inference_failed", f"{runner.name} failed on the eval data's other sample shapes: {exc}", EXIT_RUNTIME
+            ) from exc
     raw, decimation = decimate(raw, int(req.get("max_raw", 200000)))
     _, peak_mb, mem_source = memory_mb()
     pss = pss_mb()
@@ -145,8 +164,13 @@ def measure(req: Doc) -> Doc:
         "device_state": {"before": state_before, "after": state_after, "other_cpu_fraction": other_cpu},
         "runtime": runtime_doc(runner),
         "load_ms": load_ms,
-        "latency_ms": dict(warm, runs=runs_done, raw=raw, raw_decimation=decimation,
-                           **({"buckets": by_bucket} if by_bucket is not None else {})),
+        "latency_ms": dict(
+            warm,
+            runs=runs_done,
+            raw=raw,
+            raw_decimation=decimation,
+            **({"buckets": by_bucket} if by_bucket is not None else {}),
+        ),
         "sustained": sustained,
         "memory": {
             "peak_rss_mb": peak_mb,
@@ -160,10 +184,19 @@ def measure(req: Doc) -> Doc:
         },
         "energy": energy,
         "warnings": warnings,
-        "eval": {"samples": n, "batch_size": batch.eval, "static_batch": batch.static,
-                 "seconds": round(eval_s, 4) if eval_s is not None else None,
-                 **({"stateful": True, "order": "one sample at a time, state carried"}
-                    if plan is not None and plan.stateful else {})} if xs is not None else None,
+        "eval": {
+            "samples": n,
+            "batch_size": batch.eval,
+            "static_batch": batch.static,
+            "seconds": round(eval_s, 4) if eval_s is not None else None,
+            **(
+                {"stateful": True, "order": "one sample at a time, state carried"}
+                if plan is not None and plan.stateful
+                else {}
+            ),
+        }
+        if xs is not None
+        else None,
         "outputs_path": outputs_path if xs is not None else None,
         **({"op_profile": op_profile} if op_profile is not None else {}),
     }
@@ -176,13 +209,19 @@ def measure_ab(req: Doc) -> Doc:
     block runs for ``block_seconds`` (at least ``min_runs`` runs, at most ``max_runs``)."""
     ab = req["ab"]
     # B's own files beside its model, and the runtime options its file needs (NCNN's fp16 setting)
-    req_b = {**req, "companions": ab.get("companions"),
-             "runtime_options": ab["runtime_options"] if "runtime_options" in ab else req.get("runtime_options")}
-    for doc, path, digest in ((req, req["model"], req.get("model_sha256")),
-                              (req_b, ab["model"], ab.get("model_sha256"))):
+    req_b = {
+        **req,
+        "companions": ab.get("companions"),
+        "runtime_options": ab["runtime_options"] if "runtime_options" in ab else req.get("runtime_options"),
+    }
+    for doc, path, digest in (
+        (req, req["model"], req.get("model_sha256")),
+        (req_b, ab["model"], ab.get("model_sha256")),
+    ):
         if digest and model_sha256(path, doc.get("companions")) != digest:
-            raise AgentFailure("integrity", f"model file {path} does not have sha256 {digest[:12]}...",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "integrity", f"model file {path} does not have sha256 {digest[:12]}...", EXIT_BAD_REQUEST
+            )
     cls = runner_for(req["runtime"])
     runners = {"a": cls.open(req["model"], req), "b": cls.open(ab["model"], req_b)}
     in_specs = req["inputs"]
@@ -198,7 +237,7 @@ def measure_ab(req: Doc) -> Doc:
         out: dict[str, list[list[float]]] = {"a": [], "b": []}
         order = []
         for i in range(blocks):
-            for side in (("a", "b") if i % 2 == 0 else ("b", "a")):
+            for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
                 run, start = runners[side].run, time.perf_counter()
                 t: list[float] = []
                 while len(t) < max_runs and (len(t) < min_runs or time.perf_counter() - start < block_s):
@@ -216,8 +255,13 @@ def measure_ab(req: Doc) -> Doc:
     # different kernel paths must say so
     warnings = [f"{side.upper()}: {w}" for side in ("a", "b") for w in runners[side].warnings]
     return {
-        "protocol": PROTOCOL, "agent_version": AGENT_VERSION, "ok": True, "variant": req.get("variant"),
-        "device": device_facts(), "load_ms": None, "warnings": warnings,
+        "protocol": PROTOCOL,
+        "agent_version": AGENT_VERSION,
+        "ok": True,
+        "variant": req.get("variant"),
+        "device": device_facts(),
+        "load_ms": None,
+        "warnings": warnings,
         "runtime": runtime_doc(runners["b"]),
         "latency_ms": {"warmup": int(req.get("warmup", 10)), "runs": len(raw_b), "raw": raw_b},
         "ab": {"a": out["a"], "b": out["b"], "order": "".join(order)},

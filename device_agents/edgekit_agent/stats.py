@@ -20,7 +20,7 @@ def sem(xs: Sequence[float]) -> float:
     if n < 2:
         return 0.0
     m = sum(xs) / n
-    return float((sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 / n ** 0.5)
+    return float((sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 / n**0.5)
 
 
 def quantile(sorted_xs: Sequence[float], q: float) -> Optional[float]:
@@ -37,5 +37,12 @@ def summarize(xs: Sequence[float]) -> Dict[str, Any]:
     s = sorted(xs)
     if not s:
         return {"runs": 0}
-    return {"runs": len(s), "mean": sum(s) / len(s), "min": s[0], "max": s[-1], "p50": quantile(s, 0.5),
-            "p90": quantile(s, 0.9), "p99": quantile(s, 0.99)}
+    return {
+        "runs": len(s),
+        "mean": sum(s) / len(s),
+        "min": s[0],
+        "max": s[-1],
+        "p50": quantile(s, 0.5),
+        "p90": quantile(s, 0.9),
+        "p99": quantile(s, 0.99),
+    }

@@ -36,8 +36,9 @@ def stream_plan(req: Doc, in_specs: Sequence[Doc], out_specs: Sequence[Doc]) -> 
 
     def pos(names: list[Any], name: str, what: str) -> int:
         if name not in names:
-            raise AgentFailure("bad_request", f"stream {what} {name!r} is not one of the model's {what}s {names}",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request", f"stream {what} {name!r} is not one of the model's {what}s {names}", EXIT_BAD_REQUEST
+            )
         return names.index(name)
 
     consts = {}
@@ -47,13 +48,16 @@ def stream_plan(req: Doc, in_specs: Sequence[Doc], out_specs: Sequence[Doc]) -> 
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentFailure("bad_request", f"stream constant {name!r}: {exc}", EXIT_BAD_REQUEST) from exc
     try:
-        links = [(pos(outs, s["output"], "output"), pos(ins, s["input"], "input"), tuple(int(d) for d in s["shape"]))
-                 for s in st.get("state") or []]
+        links = [
+            (pos(outs, s["output"], "output"), pos(ins, s["input"], "input"), tuple(int(d) for d in s["shape"]))
+            for s in st.get("state") or []
+        ]
     except (KeyError, TypeError, ValueError) as exc:
         raise AgentFailure("bad_request", f"stream state {st.get('state')!r}: {exc}", EXIT_BAD_REQUEST) from exc
     fed = set(consts) | {i for _, i, _ in links}
-    return StreamPlan(n=len(in_specs), constants=consts, state=links,
-                      data=[k for k in range(len(in_specs)) if k not in fed])
+    return StreamPlan(
+        n=len(in_specs), constants=consts, state=links, data=[k for k in range(len(in_specs)) if k not in fed]
+    )
 
 
 def data_specs(plan: StreamPlan | None, in_specs: Sequence[Doc]) -> list[Doc]:
@@ -64,8 +68,10 @@ def data_specs(plan: StreamPlan | None, in_specs: Sequence[Doc]) -> list[Doc]:
 def zero_state(plan: StreamPlan | None, in_specs: Sequence[Doc]) -> dict[int, np.ndarray]:
     if plan is None:
         return {}
-    return {i: np.zeros(shape, np.dtype(in_specs[i].get("source_dtype") or in_specs[i]["dtype"]))
-            for _, i, shape in plan.state}
+    return {
+        i: np.zeros(shape, np.dtype(in_specs[i].get("source_dtype") or in_specs[i]["dtype"]))
+        for _, i, shape in plan.state
+    }
 
 
 def assemble(plan: StreamPlan | None, data: Sequence[Any], state: dict[int, np.ndarray]) -> list[Any]:
@@ -73,19 +79,22 @@ def assemble(plan: StreamPlan | None, data: Sequence[Any], state: dict[int, np.n
     if plan is None:
         return list(data)
     it = iter(data)
-    return [plan.constants[k] if k in plan.constants else state[k] if k in state else next(it)
-            for k in range(plan.n)]
+    return [plan.constants[k] if k in plan.constants else state[k] if k in state else next(it) for k in range(plan.n)]
 
 
-def next_state(plan: StreamPlan, outs: Sequence[Any], state: dict[int, np.ndarray],
-               out_specs: Sequence[Doc]) -> dict[int, np.ndarray]:
+def next_state(
+    plan: StreamPlan, outs: Sequence[Any], state: dict[int, np.ndarray], out_specs: Sequence[Doc]
+) -> dict[int, np.ndarray]:
     new = {}
     for o, i, shape in plan.state:
         y = np.asarray(outs[o])
         if tuple(y.shape) != tuple(shape):
             name = out_specs[o].get("name") if o < len(out_specs) else o
-            raise AgentFailure("inference_failed", f"state output {name!r} has shape {list(y.shape)}; the state "
-                               f"input it feeds takes {list(shape)}", EXIT_RUNTIME)
+            raise AgentFailure(
+                "inference_failed",
+                f"state output {name!r} has shape {list(y.shape)}; the state input it feeds takes {list(shape)}",
+                EXIT_RUNTIME,
+            )
         new[i] = y.astype(state[i].dtype, copy=False)
     return new
 
@@ -98,8 +107,9 @@ def join_samples(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.stack(parts)
 
 
-def stream_outputs(runner: Any, shards: Sequence[Shard], in_specs: Sequence[Doc], out_specs: Sequence[Doc],
-                   plan: StreamPlan) -> list[np.ndarray]:
+def stream_outputs(
+    runner: Any, shards: Sequence[Shard], in_specs: Sequence[Doc], out_specs: Sequence[Doc], plan: StreamPlan
+) -> list[np.ndarray]:
     """Every output of a stateful model on the eval set: one sample at a time, in order (shard after
     shard), each run fed the state the run before returned (zeros before the first)."""
     state = zero_state(plan, in_specs)
@@ -107,7 +117,7 @@ def stream_outputs(runner: Any, shards: Sequence[Shard], in_specs: Sequence[Doc]
     try:
         for xs in shards:
             for i in range(len(xs[0])):
-                feed = assemble(plan, [np.asarray(x[i:i + 1]) for x in xs], state)
+                feed = assemble(plan, [np.asarray(x[i : i + 1]) for x in xs], state)
                 res = runner.run([prepare(c, s) for c, s in zip(feed, in_specs)])
                 res = [restore_output(o, out_specs[k] if k < len(out_specs) else None) for k, o in enumerate(res)]
                 state = next_state(plan, res, state, out_specs)

@@ -66,13 +66,15 @@ def load_eval(ev: Doc, input_specs: Sequence[Doc]) -> list[Shard]:
             raise AgentFailure("bad_data", f"cannot read eval data {path}: {exc}", EXIT_BAD_REQUEST) from exc
         missing = [k for k in x_keys if k not in data.files]
         if missing:
-            raise AgentFailure("bad_data", f"eval data {path} has no key(s) {missing}; it has {data.files}",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_data", f"eval data {path} has no key(s) {missing}; it has {data.files}", EXIT_BAD_REQUEST
+            )
         shards = [[np.asarray(data[k]) for k in x_keys]]
     for xs in shards:
         if len(xs) != len(input_specs):
-            raise AgentFailure("bad_data", f"model takes {len(input_specs)} inputs, eval data gives {len(xs)}",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_data", f"model takes {len(input_specs)} inputs, eval data gives {len(xs)}", EXIT_BAD_REQUEST
+            )
         if any(len(x) != len(xs[0]) for x in xs):
             raise AgentFailure("bad_data", "eval inputs have different sample counts", EXIT_BAD_REQUEST)
     return shards

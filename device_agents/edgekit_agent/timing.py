@@ -60,15 +60,23 @@ def warmup_runs(run_once: RunOnce, req: Doc) -> Doc:
         if done >= max_n or time.perf_counter() - started >= max_s:
             break
         prev = med
-    return {"warmup": done, "warmup_mode": "auto", "warmup_stable": stable, "warmup_window": window,
-            "warmup_tolerance": tol, "warmup_window_medians_ms": medians[-10:]}
+    return {
+        "warmup": done,
+        "warmup_mode": "auto",
+        "warmup_stable": stable,
+        "warmup_window": window,
+        "warmup_tolerance": tol,
+        "warmup_window_medians_ms": medians[-10:],
+    }
 
 
 def _bin_state(root: str) -> Doc:
     temps = temperatures_c(root)
     f = read_text(os.path.join(root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"))
-    return {"temperature_c": max(temps.values()) if temps else None,
-            "frequency_mhz": int(f) / 1000.0 if f and f.isdigit() else None}
+    return {
+        "temperature_c": max(temps.values()) if temps else None,
+        "frequency_mhz": int(f) / 1000.0 if f and f.isdigit() else None,
+    }
 
 
 def timed_runs(run_once: RunOnce, req: Doc, root: str = "/") -> tuple[list[float], Doc | None]:
@@ -121,8 +129,15 @@ def timed_runs(run_once: RunOnce, req: Doc, root: str = "/") -> tuple[list[float
     first = [x for x, e in zip(raw, ends) if e <= seg_s]
     last = [x for x, e in zip(raw, ends) if e >= total - seg_s]
     fs, ls = summarize(first), summarize(last)
-    summary = {"seconds": total, "bin_s": bin_s, "segment_s": seg_s, "bins": bins, "first": fs, "last": ls,
-               "p50_ratio_last_first": (ls["p50"] / fs["p50"]) if fs.get("p50") and ls.get("p50") else None}
+    summary = {
+        "seconds": total,
+        "bin_s": bin_s,
+        "segment_s": seg_s,
+        "bins": bins,
+        "first": fs,
+        "last": ls,
+        "p50_ratio_last_first": (ls["p50"] / fs["p50"]) if fs.get("p50") and ls.get("p50") else None,
+    }
     return raw, summary
 
 
@@ -146,8 +161,7 @@ def measure_with_energy(run_once: RunOnce, req: Doc, root: str = "/") -> tuple[l
     hz = float(ecfg.get("sample_hz") or getattr(reader, "default_hz", None) or DEFAULT_SAMPLE_HZ)
     baseline_s = float(ecfg.get("baseline_seconds", DEFAULT_BASELINE_S))
     sampler = EnergySampler(reader, hz)
-    out: Doc = {"energy_mj_per_inference": None, "source": reader.name, "checked": reasons,
-           "sample_hz_requested": hz}
+    out: Doc = {"energy_mj_per_inference": None, "source": reader.name, "checked": reasons, "sample_hz_requested": hz}
     sampler.start()
     try:
         i0 = sampler.mark()
@@ -167,7 +181,7 @@ def measure_with_energy(run_once: RunOnce, req: Doc, root: str = "/") -> tuple[l
             i2 = len(sampler.samples) - 1
     finally:
         sampler.stop()
-    base, run = sampler.samples[i0:i1 + 1], sampler.samples[i1:i2 + 1]
+    base, run = sampler.samples[i0 : i1 + 1], sampler.samples[i1 : i2 + 1]
     sign = 1
     try:
         if sampler.error:

@@ -27,6 +27,7 @@ def _cell(text: Any) -> str:
 
 # --- the CLI --------------------------------------------------------------------------------------------------
 
+
 def _help_markdown(text: str) -> str:
     """A command's help: prose paragraphs as text, indented paragraphs (the examples) as one code block each
     run of them."""
@@ -76,8 +77,11 @@ def _param_row(param: Any) -> str:
 
 def _command_md(cmd: Any, path: list[str], ctx: Any) -> list[str]:
     name = " ".join(path)
-    args = [f"{(p.metavar or p.name).upper()}{'...' if p.nargs == -1 else ''}" for p in cmd.params
-            if p.param_type_name == "argument"]
+    args = [
+        f"{(p.metavar or p.name).upper()}{'...' if p.nargs == -1 else ''}"
+        for p in cmd.params
+        if p.param_type_name == "argument"
+    ]
     usage = " ".join([name, "[OPTIONS]", *args, *(["COMMAND [ARGS]..."] if hasattr(cmd, "list_commands") else [])])
     parts = [f"## `{name}`", "", _help_markdown(cmd.help or ""), "", f"```text\n{usage}\n```", ""]
     params = [p for p in cmd.get_params(ctx) if not getattr(p, "hidden", False) and p.name != "help"]
@@ -101,15 +105,21 @@ def cli_page() -> str:
 
     root = typer.main.get_command(app)
     ctx = root.context_class(root, info_name="edgekit")
-    head = ["# The command line", "",
-            "Generated at build time from the Typer app (`edgekit/cli/`): every command, argument and option, with "
-            "the help `edgekit COMMAND --help` prints.", "",
-            "Exit codes: `0` ok (gate passed), `1` gate failed, `2` bad input or usage, `3` device or transport "
-            "failure. Every command also takes `--help`.", ""]
+    head = [
+        "# The command line",
+        "",
+        "Generated at build time from the Typer app (`edgekit/cli/`): every command, argument and option, with "
+        "the help `edgekit COMMAND --help` prints.",
+        "",
+        "Exit codes: `0` ok (gate passed), `1` gate failed, `2` bad input or usage, `3` device or transport "
+        "failure. Every command also takes `--help`.",
+        "",
+    ]
     return "\n".join(head + _command_md(root, ["edgekit"], ctx)) + "\n"
 
 
 # --- the schemas ----------------------------------------------------------------------------------------------
+
 
 def source_comments(cls: type) -> dict[str, str]:
     """Field name -> the comment on its line, or the comment lines right above it, in ``cls``'s class body and
@@ -172,8 +182,13 @@ def _type_of(prop: dict[str, Any], defs: dict[str, Any]) -> str:
     if t == "object":
         extra = prop.get("additionalProperties")
         return "map of string to " + _type_of(extra, defs) if isinstance(extra, dict) and extra else "object"
-    return {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean",
-            "null": "null"}.get(t, "any") if t else "any"
+    return (
+        {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean", "null": "null"}.get(
+            t, "any"
+        )
+        if t
+        else "any"
+    )
 
 
 def _fields(model: type) -> dict[str, Any]:
@@ -205,8 +220,10 @@ def _model_table(model: type, schema: dict[str, Any], defs: dict[str, Any]) -> l
         desc = (field.description if field is not None and field.description else None) or comments.get(name, "")
         if not desc and prop.get("description"):
             desc = prop["description"]
-        rows.append(f"| `{name}` | {_cell(_type_of(prop, defs)).replace(chr(92) + '|', '|')} "
-                    f"| {_cell(_default(name, model))} | {_cell(desc)} |")
+        rows.append(
+            f"| `{name}` | {_cell(_type_of(prop, defs)).replace(chr(92) + '|', '|')} "
+            f"| {_cell(_default(name, model))} | {_cell(desc)} |"
+        )
     return rows
 
 
@@ -253,8 +270,10 @@ def _models_md(root: type, level: str) -> list[str]:
     return parts
 
 
-_EXTRA = {"allow": "Unknown keys are kept: a newer minor version's fields survive a load and a write.",
-          "forbid": "Unknown keys are errors that name the file, the key and the allowed values."}
+_EXTRA = {
+    "allow": "Unknown keys are kept: a newer minor version's fields survive a load and a write.",
+    "forbid": "Unknown keys are errors that name the file, the key and the allowed values.",
+}
 
 
 def schema_page(title: str, intro: str, roots: list[tuple[str, type]]) -> str:
@@ -265,8 +284,10 @@ def schema_page(title: str, intro: str, roots: list[tuple[str, type]]) -> str:
             parts += [f"## {heading}", ""]
         if root.__module__.startswith("edgekit."):  # what edgekit does with keys it does not know, reading the file
             parts += [_EXTRA.get(str(root.model_config.get("extra")), ""), ""]
-        parts += [f"Generated at build time from `{root.__module__}.{root.__qualname__}` and the models its fields "
-                  "use.", ""]
+        parts += [
+            f"Generated at build time from `{root.__module__}.{root.__qualname__}` and the models its fields use.",
+            "",
+        ]
         parts += _models_md(root, "###" if len(roots) > 1 else "##")
     return "\n".join(parts) + "\n"
 
@@ -278,30 +299,40 @@ def _load(path: str) -> type:
 
 SCHEMAS = {
     "reference/schemas/report.md": (
-        "The report schema (report.json)", "What `edgekit deploy` writes to `OUT/report.json`: the versioned "
+        "The report schema (report.json)",
+        "What `edgekit deploy` writes to `OUT/report.json`: the versioned "
         "contract CI reads (`schema_version` MAJOR.MINOR: a report of the same major version loads; another is "
         "refused naming the version that wrote it). report.md, report.html and junit.xml are views of it.",
-        [("report.json", "edgekit.report.model:Report")]),
+        [("report.json", "edgekit.report.model:Report")],
+    ),
     "reference/schemas/recipe.md": (
-        "The recipe schema (recipe.yaml)", "A recipe (`--recipe`) names the variants and the passes that build "
+        "The recipe schema (recipe.yaml)",
+        "A recipe (`--recipe`) names the variants and the passes that build "
         "them, how to measure and what the gate demands. See [Recipes and the gate](../../guides/recipes-and-gate.md).",
-        [("recipe.yaml", "edgekit.inputs.recipe:Recipe")]),
+        [("recipe.yaml", "edgekit.inputs.recipe:Recipe")],
+    ),
     "reference/schemas/target.md": (
-        "The target schema (targets/*.yaml)", "One YAML per hardware class under `targets/`: data only, validated "
+        "The target schema (targets/*.yaml)",
+        "One YAML per hardware class under `targets/`: data only, validated "
         "on load (`edgekit targets show NAME`). A device (host, user, key, serial) is an entry in your inventory, "
-        "never in a target file.", [("targets/*.yaml", "edgekit.inputs.targets:TargetSpec")]),
+        "never in a target file.",
+        [("targets/*.yaml", "edgekit.inputs.targets:TargetSpec")],
+    ),
     "reference/schemas/ship.md": (
-        "The ship schema (ship/ship.json, ship/runtime.json)", "What `OUT/ship/` holds besides the model files: "
+        "The ship schema (ship/ship.json, ship/runtime.json)",
+        "What `OUT/ship/` holds besides the model files: "
         "`ship.json` (what the file is, how to call it, what was measured) and `runtime.json` (how to load it to "
         "run it as it was measured). `edgekit run OUT/ship` reads this folder alone. edgekit writes these two "
         "files as plain dicts (`edgekit/orchestration/ship.py`, `edgekit/llm/ship.py`); the models below describe "
         "them, and "
         "`tests/unit/test_docs_examples.py` checks them against what `write_ship` writes.",
-        [("ship.json", "docs._gen.ship_schema:ShipManifest"),
-         ("runtime.json", "docs._gen.ship_schema:RuntimeConfig")]),
+        [("ship.json", "docs._gen.ship_schema:ShipManifest"), ("runtime.json", "docs._gen.ship_schema:RuntimeConfig")],
+    ),
 }
 
 
 def schema_pages() -> dict[str, str]:
-    return {uri: schema_page(title, intro, [(heading, _load(p)) for heading, p in roots])
-            for uri, (title, intro, roots) in SCHEMAS.items()}
+    return {
+        uri: schema_page(title, intro, [(heading, _load(p)) for heading, p in roots])
+        for uri, (title, intro, roots) in SCHEMAS.items()
+    }

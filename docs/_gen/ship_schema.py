@@ -28,22 +28,32 @@ class TensorEntry(_Doc):
     """One input or output of the shipped file, and the source model's tensor it stands for."""
 
     name: str = Field(description="the tensor's name in the shipped file (e.g. `serving_default_x:0` in a TFLite file)")
-    source_name: str = Field(description="the source model's name for it: `edgekit run` and `run_shipped` feed and "
-                             "return tensors by these names")
+    source_name: str = Field(
+        description="the source model's name for it: `edgekit run` and `run_shipped` feed and "
+        "return tensors by these names"
+    )
     dtype: str = Field(description="numpy dtype the file takes or gives")
     source_dtype: str = Field(description="numpy dtype of the source model's tensor")
-    shape: list[int | None] = Field(description="the shape as the source model takes or gives it (null: a dynamic "
-                                    "axis)")
+    shape: list[int | None] = Field(
+        description="the shape as the source model takes or gives it (null: a dynamic axis)"
+    )
     layout: str | None = Field(None, description="e.g. `NCHW`, `NHWC`; null when not an image tensor")
-    transpose: list[int] | None = Field(None, description="the permutation from the source's layout to the file's: "
-                                        "feed `np.transpose(x, transpose)`; an output comes back with the inverse")
-    static_shape: list[int] | None = Field(None, description="inputs only: the static shape a fixed-shape file was "
-                                           "converted at, in the source's layout")
-    static_shape_from: Literal["user", "data"] | None = Field(None, description="where `static_shape` came from: "
-                                                              "`--input-shape` or the eval/calibration data")
+    transpose: list[int] | None = Field(
+        None,
+        description="the permutation from the source's layout to the file's: "
+        "feed `np.transpose(x, transpose)`; an output comes back with the inverse",
+    )
+    static_shape: list[int] | None = Field(
+        None, description="inputs only: the static shape a fixed-shape file was converted at, in the source's layout"
+    )
+    static_shape_from: Literal["user", "data"] | None = Field(
+        None, description="where `static_shape` came from: `--input-shape` or the eval/calibration data"
+    )
     quantization: Quantization | None = Field(None, description="an int8-I/O file's scale and zero point")
-    role: Literal["constant", "state"] | None = Field(None, description="inputs only: fed by the contract itself, "
-                                                      "not by the caller (a `--const` or a `--state` input)")
+    role: Literal["constant", "state"] | None = Field(
+        None,
+        description="inputs only: fed by the contract itself, not by the caller (a `--const` or a `--state` input)",
+    )
 
 
 class StateLink(_Doc):
@@ -60,12 +70,16 @@ class Interface(_Doc):
 
     inputs: list[TensorEntry] = Field(description="every input, in the file's order")
     outputs: list[TensorEntry] = Field(description="every output, in the file's order")
-    batch: int | None = Field(description="the batch the file takes (null: any); a file with a static batch is fed "
-                              "that many samples a call; 1 for a model with state")
-    constants: dict[str, Any] | None = Field(None, description="streaming models: input name -> the value fed "
-                                             "unchanged with every call (`--const`)")
-    state: list[StateLink] | None = Field(None, description="streaming models: the state carried call to call "
-                                          "(`--state OUTPUT:INPUT`)")
+    batch: int | None = Field(
+        description="the batch the file takes (null: any); a file with a static batch is fed "
+        "that many samples a call; 1 for a model with state"
+    )
+    constants: dict[str, Any] | None = Field(
+        None, description="streaming models: input name -> the value fed unchanged with every call (`--const`)"
+    )
+    state: list[StateLink] | None = Field(
+        None, description="streaming models: the state carried call to call (`--state OUTPUT:INPUT`)"
+    )
     order: str | None = Field(None, description="streaming models with state: the order samples must be fed in")
 
 
@@ -89,8 +103,9 @@ class Measured(_Doc):
     decode_tokens_per_s: float | None = Field(None, description="language models: decode speed from an empty cache")
     ttft_ms: float | None = Field(None, description="language models: time to first token, ms")
     perplexity: float | None = Field(None, description="language models: perplexity on the eval text")
-    kld_mean: float | None = Field(None, description="language models: mean KL divergence from the float model, "
-                                   "nats/token")
+    kld_mean: float | None = Field(
+        None, description="language models: mean KL divergence from the float model, nats/token"
+    )
     peak_rss_mb: float | None = Field(None, description="language models: peak resident memory, MB")
 
 
@@ -105,8 +120,9 @@ class Generator(_Doc):
     chat_template: bool = Field(description="whether the tokenizer carries a chat template")
     bos_token_id: int | None = Field(None, description="beginning-of-sequence token")
     eos_token_id: int | list[int] | None = Field(None, description="end-of-sequence token(s)")
-    calling: dict[str, Any] = Field(description="how the file is called: its inputs and outputs and how its KV cache "
-                                    "is held (per format)")
+    calling: dict[str, Any] = Field(
+        description="how the file is called: its inputs and outputs and how its KV cache is held (per format)"
+    )
 
 
 class EvalWindows(_Doc):
@@ -120,12 +136,14 @@ class ShipManifest(_Doc):
     """`ship/ship.json`: what the shipped file is, how to call it and what was measured."""
 
     schema_: int = Field(alias="schema", description="the ship contract's version (2: `interface`)")
-    task: Literal["text-generation"] | None = Field(None, description="`text-generation` for a language model; "
-                                                    "absent for a fixed-graph model")
+    task: Literal["text-generation"] | None = Field(
+        None, description="`text-generation` for a language model; absent for a fixed-graph model"
+    )
     variant: str = Field(description="the variant that ships (its name in the report)")
     file: str = Field(description="the main model file (the runtime opens it; read it beside ship.json)")
-    files: list[str] = Field(description="every file of the model (OpenVINO's `.bin` beside its `.xml`; a language "
-                             "model's tokenizer files)")
+    files: list[str] = Field(
+        description="every file of the model (OpenVINO's `.bin` beside its `.xml`; a language model's tokenizer files)"
+    )
     sha256: str = Field(description="the model's hash (covers every file of a multi-file model)")
     set_sha256: str | None = Field(None, description="language models: the hash of the whole shipped file set")
     format: str = Field(description="`onnx`, `tflite`, `executorch`, `openvino`, `ncnn`, `gguf`, ...")
@@ -134,8 +152,10 @@ class ShipManifest(_Doc):
     interface: Interface | None = Field(None, description="fixed-graph models: how to call the file")
     generator: Generator | None = Field(None, description="language models: tokenizer and generation settings")
     eval: EvalWindows | None = Field(None, description="language models: the eval text's windowing")
-    lineage: list[dict[str, Any]] = Field(description="the steps that made the file (source, conversions, passes), "
-                                          "with their configs and metrics: the report's `lineage`")
+    lineage: list[dict[str, Any]] = Field(
+        description="the steps that made the file (source, conversions, passes), "
+        "with their configs and metrics: the report's `lineage`"
+    )
     measured: Measured = Field(description="the device's figures for this file")
 
 
@@ -145,10 +165,13 @@ class RuntimeConfig(_Doc):
     runtime: str = Field(description="the runtime, e.g. `onnxruntime`, `litert`, `openvino`, `llama.cpp`")
     version: str | None = Field(description="the runtime's version on the device")
     threads: int | None = Field(description="the threads it was measured with")
-    options: dict[str, Any] = Field(description="the runtime options it was measured with (e.g. "
-                                    "`graph_optimization_level`, `xnnpack`, `api`)")
+    options: dict[str, Any] = Field(
+        description="the runtime options it was measured with (e.g. `graph_optimization_level`, `xnnpack`, `api`)"
+    )
     delegate: str | None = Field(None, description="the delegate, where the runtime has one (fixed-graph models)")
     file: str = Field(description="the model file's name in ship/")
-    apply: dict[str, Any] | None = Field(description="the runtime API call and every setting that reproduces the "
-                                         "measured speed, defaults spelled out (null for a runtime the agent does not "
-                                         "run)")
+    apply: dict[str, Any] | None = Field(
+        description="the runtime API call and every setting that reproduces the "
+        "measured speed, defaults spelled out (null for a runtime the agent does not "
+        "run)"
+    )

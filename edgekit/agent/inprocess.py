@@ -16,8 +16,22 @@ from .package import PACKAGE, agent_pyz
 
 MODULE_NAME = PACKAGE  # the agent's one name in sys.modules on the host, as on the device
 # the agent's modules the host reads (imported with the package, so `agent.tensors` etc. resolve)
-MODULES = ("cli", "device", "energy", "evaluation", "generation", "hashing", "measure", "memory", "protocol", "runners",
-           "stats", "streams", "tensors", "timing")
+MODULES = (
+    "cli",
+    "device",
+    "energy",
+    "evaluation",
+    "generation",
+    "hashing",
+    "measure",
+    "memory",
+    "protocol",
+    "runners",
+    "stats",
+    "streams",
+    "tensors",
+    "timing",
+)
 _lock = threading.Lock()
 
 
@@ -35,8 +49,10 @@ def load_agent() -> ModuleType:
         if mod is not None and getattr(mod, "__edgekit_pyz__", None):
             return mod
         if mod is not None:
-            raise ImportError(f"another {MODULE_NAME} is already imported in this process ({mod.__file__}); "
-                              "edgekit runs only the agent it builds")
+            raise ImportError(
+                f"another {MODULE_NAME} is already imported in this process ({mod.__file__}); "
+                "edgekit runs only the agent it builds"
+            )
         pyz = agent_pyz()
         sys.path.insert(0, str(pyz))
         try:

@@ -23,8 +23,10 @@ PACKAGE = "edgekit_agent"
 SHEBANG = b"#!/usr/bin/env python3\n"
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip entry can carry
 # the zip's own entry point: runs the package's command line
-MAIN = (b'"""edgekit\'s device agent (built by edgekit/agent/package.py)."""\n'
-        b'from edgekit_agent.cli import entry\n\nentry()\n')
+MAIN = (
+    b'"""edgekit\'s device agent (built by edgekit/agent/package.py)."""\n'
+    b"from edgekit_agent.cli import entry\n\nentry()\n"
+)
 
 
 def package_dir() -> Path:

@@ -200,16 +200,30 @@ def eval_request(eval_remote, x_keys, buckets=None) -> EvalRequest | None:
         return None
     if isinstance(eval_remote, str):
         return EvalRequest(path=eval_remote, x_keys=list(x_keys))
-    return EvalRequest(shards=[{k: sh[k] for k in x_keys} for sh in eval_remote], x_keys=list(x_keys),
-                       buckets=list(buckets) if buckets else None)
+    return EvalRequest(
+        shards=[{k: sh[k] for k in x_keys} for sh in eval_remote],
+        x_keys=list(x_keys),
+        buckets=list(buckets) if buckets else None,
+    )
 
 
-
-def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[str], source_io,
-                  measure: MeasureDefaults,
-                  eval_remote, x_keys, outputs_remote: str | None, energy_sources=(),
-                  options: MeasureOptions | None = None, runtime: str | None = None,
-                  runtime_options: dict | None = None, stream=None, eval_buckets=None) -> AgentRequest:
+def build_request(
+    *,
+    variant: str,
+    artifact: Artifact,
+    model_remote: str | list[str],
+    source_io,
+    measure: MeasureDefaults,
+    eval_remote,
+    x_keys,
+    outputs_remote: str | None,
+    energy_sources=(),
+    options: MeasureOptions | None = None,
+    runtime: str | None = None,
+    runtime_options: dict | None = None,
+    stream=None,
+    eval_buckets=None,
+) -> AgentRequest:
     """``stream``: the run's edgekit.inputs.stateful.Stream (constant and state inputs), or None."""
     from ..measure.sustained import request_fields
 
@@ -222,19 +236,32 @@ def build_request(*, variant: str, artifact: Artifact, model_remote: str | list[
     remotes = [model_remote] if isinstance(model_remote, str) else list(model_remote)  # artifact.files' order
     companions = {f.suffix: r for f, r in zip(artifact.files[1:], remotes[1:])} or None
     return AgentRequest(
-        variant=variant, model=remotes[0], model_sha256=artifact.sha256, companions=companions,
+        variant=variant,
+        model=remotes[0],
+        model_sha256=artifact.sha256,
+        companions=companions,
         format=artifact.format.value,
-        runtime=runtime or RUNTIME_FOR_FORMAT[artifact.format], threads=measure.threads, warmup=measure.warmup,
-        runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs, max_seconds=max_seconds,
-        inputs=ins, outputs=outs, eval=eval_request(eval_remote, x_keys, eval_buckets), outputs_path=outputs_remote,
+        runtime=runtime or RUNTIME_FOR_FORMAT[artifact.format],
+        threads=measure.threads,
+        warmup=measure.warmup,
+        runs=measure.runs,
+        min_seconds=measure.min_seconds,
+        max_runs=measure.max_runs,
+        max_seconds=max_seconds,
+        inputs=ins,
+        outputs=outs,
+        eval=eval_request(eval_remote, x_keys, eval_buckets),
+        outputs_path=outputs_remote,
         energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
-        warmup_mode=o.warmup_mode, runtime_options={**artifact.runtime_options, **(runtime_options or {})} or None,
+        warmup_mode=o.warmup_mode,
+        runtime_options={**artifact.runtime_options, **(runtime_options or {})} or None,
         sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
         stream=StreamRequest(**stream.wire(artifact.io, source_io)) if stream is not None else None,
     )
 
 
 # --- the agent's answer ---------------------------------------------------------------------------
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -301,8 +328,10 @@ def parse_result_doc(doc: dict, variant: str) -> AgentDoc:
         return AgentDoc.model_validate(doc)
     except ValidationError as exc:
         e = exc.errors()[0]
-        raise AgentError(f"the agent's answer for variant '{variant}' is malformed: {'.'.join(map(str, e['loc']))} "
-                         f"{e['msg']}", hint="the agent on the device may be from another edgekit version") from exc
+        raise AgentError(
+            f"the agent's answer for variant '{variant}' is malformed: {'.'.join(map(str, e['loc']))} {e['msg']}",
+            hint="the agent on the device may be from another edgekit version",
+        ) from exc
 
 
 class AgentRunFailed(DeviceError):
@@ -334,8 +363,9 @@ def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: flo
             if kind in ("bad_data",):
                 raise DataError(f"the device rejected the eval data: {msg}")
             # runtime_missing's hint (the command that installs it there) is the session's: it knows the device
-            raise AgentRunFailed(f"agent failed on variant '{request.variant}' ({kind}): {msg}", kind=kind,
-                                 variant=request.variant)
+            raise AgentRunFailed(
+                f"agent failed on variant '{request.variant}' ({kind}): {msg}", kind=kind, variant=request.variant
+            )
         parse_result_doc(doc, request.variant)  # a malformed answer fails here, once
         outputs = None
         if request.outputs_path and doc.get("outputs_path"):
@@ -390,7 +420,8 @@ def parse_agent_stdout(stdout: str, stderr: str, returncode: int) -> dict:
         raise AgentError(
             f"the agent did not print one JSON document (exit {returncode}); stdout: {text[:200]!r}; "
             f"stderr tail: {stderr.strip()[-600:]!r}",
-            hint="run `edgekit doctor` or the agent's --probe on the device to see what is wrong") from exc
+            hint="run `edgekit doctor` or the agent's --probe on the device to see what is wrong",
+        ) from exc
     if doc.get("protocol") != PROTOCOL:
         raise AgentError(f"agent protocol {doc.get('protocol')} does not match the host's {PROTOCOL}")
     return doc

@@ -80,8 +80,10 @@ class MeasureFailure:
     def error(self, measured: list[str] = (), pending: list[str] = ()) -> DeviceError:
         msg = self.message
         if measured or pending:
-            msg += (f" (measured before the failure: {', '.join(measured) or 'none'}; not measured: "
-                    f"{', '.join(pending) or 'none'}; no report written)")
+            msg += (
+                f" (measured before the failure: {', '.join(measured) or 'none'}; not measured: "
+                f"{', '.join(pending) or 'none'}; no report written)"
+            )
         return AgentRunFailed(msg, kind=self.kind, variant=self.variant, hint=self.hint)
 
 
@@ -98,8 +100,9 @@ class ABBlocks:
 LOCAL_LOCK = "local"  # the lock name of this host as a device (the local target)
 
 
-def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = True,
-                   lock_timeout: float | None = None) -> Transport:
+def open_transport(
+    target: TargetSpec, device: str | None, *, lock_wait: bool = True, lock_timeout: float | None = None
+) -> Transport:
     if device is None:
         if target.transport in ("local", "browser"):
             from ..transport.local import LocalTransport
@@ -122,8 +125,10 @@ def open_transport(target: TargetSpec, device: str | None, *, lock_wait: bool = 
                 raise
             _attach_lock(t, lock)
             return t
-        raise BadInputError(f"target '{target.name}' is reached over {target.transport}: name the device",
-                            hint="pass --device NAME (see `edgekit devices list`), or use --target local")
+        raise BadInputError(
+            f"target '{target.name}' is reached over {target.transport}: name the device",
+            hint="pass --device NAME (see `edgekit devices list`), or use --target local",
+        )
     from .inventory import open_device_transport
 
     return open_device_transport(device, target, wait=lock_wait, lock_timeout=lock_timeout)
@@ -163,9 +168,20 @@ def emulation_of(device: str | None) -> str | None:
 
 
 class DeviceSession:
-    def __init__(self, target: TargetSpec, device: str | None, *, source_io, plan, transport: Transport | None = None,
-                 lock_wait: bool = True, lock_timeout: float | None = None, remeasure: bool = False,
-                 progress: Progress | None = None, clock=None):
+    def __init__(
+        self,
+        target: TargetSpec,
+        device: str | None,
+        *,
+        source_io,
+        plan,
+        transport: Transport | None = None,
+        lock_wait: bool = True,
+        lock_timeout: float | None = None,
+        remeasure: bool = False,
+        progress: Progress | None = None,
+        clock=None,
+    ):
         self.target, self.device = target, device
         # edgekit.orchestration.timeline.Clock: the lock wait is its own span, outside the time budget
         self.clock = clock
@@ -179,7 +195,8 @@ class DeviceSession:
         self.facts_before: dict | None = None
         self.facts_after: dict | None = None
         self.emulation = emulation_of(device) or (
-            target.browser.describe() if target.browser is not None and target.browser.emulated else None)
+            target.browser.describe() if target.browser is not None and target.browser.emulated else None
+        )
         self._remotes: dict[Path, str] = {}
         self._eval_bundle = None
         self._eval_keys: tuple[str, ...] = ()
@@ -202,8 +219,9 @@ class DeviceSession:
                 from .lease import session_lease
 
                 # with EDGEKIT_COORDINATOR: the device's labgrid place first (None without it)
-                self.place = session_place(self.device, wait=self._lock[0], timeout=self._lock[1],
-                                           progress=self.progress)
+                self.place = session_place(
+                    self.device, wait=self._lock[0], timeout=self._lock[1], progress=self.progress
+                )
                 self.lease = session_lease(t, self.device, wait=self._lock[0], timeout=self._lock[1])
                 waited += getattr(self.place, "waited_s", 0.0) + getattr(self.lease, "waited_s", 0.0)
             self.lock_wait_s = round(waited, 3)
@@ -215,8 +233,9 @@ class DeviceSession:
             self.facts_before = t.device_facts() if hasattr(t, "device_facts") else None
             from ..measure.cache import open_device_measurements
 
-            self.measurements = open_device_measurements(self.deployer, device_name=self.device,
-                                                         remeasure=self.remeasure)
+            self.measurements = open_device_measurements(
+                self.deployer, device_name=self.device, remeasure=self.remeasure
+            )
             if self.clock is not None:  # connecting, the agent's bundle and the device's probe
                 self.clock.add_span("connect", opened + self.lock_wait_s, time.perf_counter())
         except BaseException:
@@ -293,20 +312,29 @@ class DeviceSession:
         t = self.transport
         with_eval = settings.with_eval and self._eval_bundle is not None
         return build_request(
-            variant=name, artifact=art, model_remote=[self._remotes[f] for f in art.files], source_io=self.source_io,
-            measure=settings.measure, eval_remote=self._eval_remote() if with_eval else None, x_keys=self._eval_keys,
+            variant=name,
+            artifact=art,
+            model_remote=[self._remotes[f] for f in art.files],
+            source_io=self.source_io,
+            measure=settings.measure,
+            eval_remote=self._eval_remote() if with_eval else None,
+            x_keys=self._eval_keys,
             outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
-            energy_sources=settings.energy_sources or tuple(self.target.energy_sources), options=settings.options,
-            runtime_options=settings.runtime_options, stream=self._stream,
-            eval_buckets=self._eval_buckets if with_eval else None)
+            energy_sources=settings.energy_sources or tuple(self.target.energy_sources),
+            options=settings.options,
+            runtime_options=settings.runtime_options,
+            stream=self._stream,
+            eval_buckets=self._eval_buckets if with_eval else None,
+        )
 
     def run(self, req: AgentRequest, settings: RunSettings) -> AgentResult | MeasureFailure:
         """One agent run (or its cached result). A variant's own failure is returned; a broken
         transport or device raises."""
         try:
             if settings.cached:
-                return self.measurements.measure(req, lambda: run_request(self.deployer, req,
-                                                                          timeout=settings.timeout_s))
+                return self.measurements.measure(
+                    req, lambda: run_request(self.deployer, req, timeout=settings.timeout_s)
+                )
             return run_request(self.deployer, req, timeout=settings.timeout_s)
         except AgentRunFailed as exc:
             if not exc.variant_fault:
@@ -338,8 +366,9 @@ class DeviceSession:
             return None  # a device that went away (TransportError) fails here, as it would at delivery
         if not runtime or not isinstance(have, dict) or runtime in have:
             return None
-        return f"the device has no {runtime} runtime (it has {', '.join(sorted(have)) or 'none'}): " \
-            + provision_hint(self.target, self.device, runtime)
+        return f"the device has no {runtime} runtime (it has {', '.join(sorted(have)) or 'none'}): " + provision_hint(
+            self.target, self.device, runtime
+        )
 
     def measure_or_drop(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
         """:meth:`measure`, where a failed run on a device that still answers is this variant's
@@ -353,8 +382,9 @@ class DeviceSession:
         except DeviceError as exc:
             if not self.responsive():
                 raise
-            return MeasureFailure(variant=name, kind=_failure_kind(exc),
-                                  message=f"{exc.message}; the device still answers", hint=exc.hint)
+            return MeasureFailure(
+                variant=name, kind=_failure_kind(exc), message=f"{exc.message}; the device still answers", hint=exc.hint
+            )
 
     def responsive(self, timeout: float = 30) -> bool:
         """Does the device still answer? One cheap agent call (``--version``) through the transport;
@@ -376,17 +406,30 @@ class DeviceSession:
         self.deliver([a, b])
         s = settings.but(with_eval=False, cached=False)
         block_s = max(0.05, min(0.5, settings.measure.min_seconds / 10))
-        req = self.request("ab", a, s).model_copy(update={"ab": {
-            "model": self._remotes[Path(b.path)], "model_sha256": b.sha256, "blocks": blocks,
-            "companions": {f.suffix: self._remotes[f] for f in b.files[1:]} or None,
-            "runtime_options": {**b.runtime_options, **(s.runtime_options or {})} or None,
-            "block_seconds": block_s, "min_runs": 3, "max_runs": 500}})
+        req = self.request("ab", a, s).model_copy(
+            update={
+                "ab": {
+                    "model": self._remotes[Path(b.path)],
+                    "model_sha256": b.sha256,
+                    "blocks": blocks,
+                    "companions": {f.suffix: self._remotes[f] for f in b.files[1:]} or None,
+                    "runtime_options": {**b.runtime_options, **(s.runtime_options or {})} or None,
+                    "block_seconds": block_s,
+                    "min_runs": 3,
+                    "max_runs": 500,
+                }
+            }
+        )
         res = self.run(req, s)
         if isinstance(res, MeasureFailure):
             raise res.error()
         doc = res.doc.get("ab") or {}
-        return ABBlocks(a=doc.get("a") or [], b=doc.get("b") or [], order=list(doc.get("order") or ""),
-                        warnings=list(res.doc.get("warnings") or []))
+        return ABBlocks(
+            a=doc.get("a") or [],
+            b=doc.get("b") or [],
+            order=list(doc.get("order") or ""),
+            warnings=list(res.doc.get("warnings") or []),
+        )
 
     def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict | None:
         """The agent's per-op profile of ``art`` (a separate short run, so profiling never touches
@@ -405,23 +448,36 @@ class DeviceSession:
         m = settings.measure
         binary = settings.benchmark_binary
         exe = None if str(binary) == "device" else Path(binary)
-        r = run_benchmark_model(self.transport, self._remotes[Path(art.path)], binary=exe, threads=m.threads,
-                                warmup=m.warmup, runs=m.runs, min_seconds=m.min_seconds)
+        r = run_benchmark_model(
+            self.transport,
+            self._remotes[Path(art.path)],
+            binary=exe,
+            threads=m.threads,
+            warmup=m.warmup,
+            runs=m.runs,
+            min_seconds=m.min_seconds,
+        )
         return r.to_report()
 
     # --- facts -----------------------------------------------------------------------------------
     def device_info(self, first_doc: dict, results: list[VariantResult]) -> dict:
         return platform_facts(self.facts_before, self.facts_after) | device_info(
-            first_doc, self.transport, self.device, self.target, results, self.emulation)
+            first_doc, self.transport, self.device, self.target, results, self.emulation
+        )
 
     def warnings(self) -> list[str]:
-        out = [f"device {self.device}: {self.lease_lost}; figures measured after that may overlap another "
-               "host's run"] if getattr(self, "lease_lost", None) else []
+        out = (
+            [f"device {self.device}: {self.lease_lost}; figures measured after that may overlap another host's run"]
+            if getattr(self, "lease_lost", None)
+            else []
+        )
         if self.measurements.warning():
             out.append(self.measurements.warning())
         if self.emulation:
-            out.append(f"device {self.device} is emulated ({self.emulation}): latency and memory figures are NOT "
-                       "representative of real hardware; accuracy, parity and the deploy path are real")
+            out.append(
+                f"device {self.device} is emulated ({self.emulation}): latency and memory figures are NOT "
+                "representative of real hardware; accuracy, parity and the deploy path are real"
+            )
         return out
 
 
@@ -450,16 +506,34 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
     from ..measure.sustained import analyze
 
     return VariantResult(
-        name=name, format=art.format.value, precision=art.precision, runtime=doc.runtime.model_dump(),
-        size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
+        name=name,
+        format=art.format.value,
+        precision=art.precision,
+        runtime=doc.runtime.model_dump(),
+        size_bytes=art.size_bytes,
+        sha256=art.sha256,
+        artifact_path=str(art.path),
+        lineage=art.lineage_dicts(),
         load_ms=doc.load_ms,
-        latency_ms={"warmup": lat.warmup, "runs": lat.runs, "raw": lat.raw, **stats.to_dict(), **doc.warmup_fields(),
-                    **weighted_latency(lat.model_extra or {}),
-                    **doc.timer_fields(), **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {})},
-        peak_memory_mb=doc.memory.get("peak_rss_mb"), memory=doc.memory,
-        energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"), energy_source=doc.energy.get("source"),
-        energy_reason=doc.energy.get("reason"), energy=doc.energy, sustained=analyze(doc.sustained),
-        accuracy=accuracy, parity=parity,
+        latency_ms={
+            "warmup": lat.warmup,
+            "runs": lat.runs,
+            "raw": lat.raw,
+            **stats.to_dict(),
+            **doc.warmup_fields(),
+            **weighted_latency(lat.model_extra or {}),
+            **doc.timer_fields(),
+            **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {}),
+        },
+        peak_memory_mb=doc.memory.get("peak_rss_mb"),
+        memory=doc.memory,
+        energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"),
+        energy_source=doc.energy.get("source"),
+        energy_reason=doc.energy.get("reason"),
+        energy=doc.energy,
+        sustained=analyze(doc.sustained),
+        accuracy=accuracy,
+        parity=parity,
         parity_outputs=parity_outputs if parity_outputs and len(parity_outputs) > 1 else None,
         device_state=doc.device_state,
     )
@@ -473,34 +547,44 @@ def weighted_latency(extra: dict) -> dict:
     if not buckets:
         return {}
     n = sum(b["samples"] for b in buckets)
-    return {"buckets": buckets,
-            "weighted_mean": sum(b["mean"] * b["samples"] for b in buckets) / n,
-            "weighted_p50": sum(b["p50"] * b["samples"] for b in buckets) / n}
+    return {
+        "buckets": buckets,
+        "weighted_mean": sum(b["mean"] * b["samples"] for b in buckets) / n,
+        "weighted_p50": sum(b["p50"] * b["samples"] for b in buckets) / n,
+    }
 
 
 def platform_facts(before: dict | None, after: dict | None) -> dict:
     """An Android device's facts (model, SoC, version, clocks, battery) from the adb transport."""
     if before is None:
         return {}
-    return {"android": before, "battery_temperature_c": {"before": before.get("battery_temperature_c"),
-                                                         "after": (after or {}).get("battery_temperature_c")}}
+    return {
+        "android": before,
+        "battery_temperature_c": {
+            "before": before.get("battery_temperature_c"),
+            "after": (after or {}).get("battery_temperature_c"),
+        },
+    }
 
 
-def device_info(doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults,
-                emulation: str | None = None) -> dict:
+def device_info(
+    doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults, emulation: str | None = None
+) -> dict:
     facts = dict(doc.get("device") or {})
     states = [v.device_state for v in vresults if v.device_state]
     before = states[0].get("before", {}) if states else {}
     after = states[-1].get("after", {}) if states else {}
-    facts.update({
-        "name": device or ("localhost" if t.kind == "local" else t.describe()),
-        "transport": t.kind,
-        "governor": before.get("governor"),
-        "frequency_mhz": before.get("frequency_mhz"),
-        "temperature_c": {"before": before.get("temperature_c"), "after": after.get("temperature_c")},
-        "loadavg_before": before.get("loadavg"),
-        "target_arch": spec.arch,
-    })
+    facts.update(
+        {
+            "name": device or ("localhost" if t.kind == "local" else t.describe()),
+            "transport": t.kind,
+            "governor": before.get("governor"),
+            "frequency_mhz": before.get("frequency_mhz"),
+            "temperature_c": {"before": before.get("temperature_c"), "after": after.get("temperature_c")},
+            "loadavg_before": before.get("loadavg"),
+            "target_arch": spec.arch,
+        }
+    )
     if emulation:  # the report's readers (and the gate's users) must know the timings are not the board's
         facts.update({"emulated": True, "emulation": emulation, "latency_representative": False})
     return facts

@@ -50,13 +50,19 @@ def _ort_int4(block: int = GROUP) -> Build:
         base = _ort_base(src, out, context, built)
 
         def plan_for(keep: set[str], notes: dict[str, str]) -> list:
-            return plan_int4(src.model, group=block, head=cal.head, keep_int8=keep, pads=True, int8_group=block,
-                             ladder_note=notes)
+            return plan_int4(
+                src.model, group=block, head=cal.head, keep_int8=keep, pads=True, int8_group=block, ladder_note=notes
+            )
 
         def make(plan: list, acc: dict) -> Artifact:
-            return quantize_onnx_nbits(base, out / f"{name}.onnx", int4={c.name for c in plan if c.scheme == "int4"},
-                                       int8={c.name for c in plan if c.scheme == "int8"}, block_size=block,
-                                       plan_account=acc)
+            return quantize_onnx_nbits(
+                base,
+                out / f"{name}.onnx",
+                int4={c.name for c in plan if c.scheme == "int4"},
+                int8={c.name for c in plan if c.scheme == "int8"},
+                block_size=block,
+                plan_account=acc,
+            )
 
         return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
 
@@ -77,12 +83,14 @@ def _et_8da4w(group: int = GROUP) -> Build:
 
     def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
         def plan_for(keep: set[str], notes: dict[str, str]) -> list:
-            return plan_int4(src.model, group=group, head=cal.head, keep_int8=keep, pads=False, int8_group=None,
-                             ladder_note=notes)
+            return plan_int4(
+                src.model, group=group, head=cal.head, keep_int8=keep, pads=False, int8_group=None, ladder_note=notes
+            )
 
         def make(plan: list, acc: dict) -> Artifact:
-            return export_executorch(src, out / f"{name}.pte", context=context, precision="8da4w", plan=plan,
-                                     plan_account=acc)
+            return export_executorch(
+                src, out / f"{name}.pte", context=context, precision="8da4w", plan=plan, plan_account=acc
+            )
 
         return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
 
@@ -91,6 +99,7 @@ def _et_8da4w(group: int = GROUP) -> Build:
 
 def _gguf(file_type: str) -> Build:
     """A GGUF file quantized by llama-quantize from the run's f16 conversion (made once, by the first)."""
+
     def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
         base = out / "gguf-f16.gguf"
         key = (str(base), src.sha256)
@@ -100,8 +109,9 @@ def _gguf(file_type: str) -> Build:
         q = quantize_gguf(f16.path, out / f"gguf-{file_type.lower()}.gguf", file_type)
         step = q.step()
         step = step.model_copy(update={"metrics": {**step.metrics, "tensors": q.account}})
-        return Artifact.from_file(q.path, Format.GGUF, et_io(src), precision=GGUF_PRECISION[file_type],
-                                  lineage=[f16.step(), step])
+        return Artifact.from_file(
+            q.path, Format.GGUF, et_io(src), precision=GGUF_PRECISION[file_type], lineage=[f16.step(), step]
+        )
 
     return build
 
@@ -168,11 +178,13 @@ def candidates_for(target: TargetSpec) -> tuple[list[LMCandidate], dict[str, str
     chosen, skipped = [], {}
     for c in CANDIDATES:
         runs_here = c.runtime in target.runtimes or (
-            target.transport == "local" and importlib.util.find_spec(c.module or c.runtime) is not None)
+            target.transport == "local" and importlib.util.find_spec(c.module or c.runtime) is not None
+        )
         missing = c.missing() if runs_here else None
         if not runs_here:
-            skipped[c.name] = (f"target {target.name} does not run {c.runtime} "
-                               f"(its runtimes: {', '.join(target.runtimes)})")
+            skipped[c.name] = (
+                f"target {target.name} does not run {c.runtime} (its runtimes: {', '.join(target.runtimes)})"
+            )
         elif missing:
             skipped[c.name] = missing
         else:

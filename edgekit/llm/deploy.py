@@ -94,8 +94,11 @@ class LMOptions:
 
 def _measure(spec: TargetSpec, o: LMOptions) -> MeasureDefaults:
     m = spec.measure
-    upd = {k: v for k, v in (("threads", o.threads), ("warmup", o.warmup), ("runs", o.runs),
-                              ("min_seconds", o.min_seconds)) if v is not None}
+    upd = {
+        k: v
+        for k, v in (("threads", o.threads), ("warmup", o.warmup), ("runs", o.runs), ("min_seconds", o.min_seconds))
+        if v is not None
+    }
     return m.model_copy(update=upd)
 
 
@@ -110,8 +113,9 @@ class Prepared:
     ref: Reference
 
 
-def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str | Path, o: LMOptions,
-            progress: Progress) -> Prepared:
+def prepare(
+    model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str | Path, o: LMOptions, progress: Progress
+) -> Prepared:
     if o.top_k < 1:
         raise BadInputError(f"--top-k {o.top_k}: at least 1 (the float model's tokens a position the device scores)")
     if o.head not in HEADS:
@@ -123,8 +127,10 @@ def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str
     src = load_lm(model)
     context = o.context or min(src.context, DEFAULT_CONTEXT)
     if context > src.context:
-        raise BadInputError(f"--context {context} is beyond the model's {src.context} positions "
-                            "(max_position_embeddings)", hint=f"use --context {src.context} or less")
+        raise BadInputError(
+            f"--context {context} is beyond the model's {src.context} positions (max_position_embeddings)",
+            hint=f"use --context {src.context} or less",
+        )
     if context < 16:
         raise BadInputError(f"--context {context}: at least 16 positions")
     plan = memory_plan(src, context, spec.memory_mb)
@@ -132,8 +138,10 @@ def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str
     window = min(o.window or DEFAULT_WINDOW, context - 1)  # a static-cache file takes at most context-1 at once
     text = load_eval_text(eval_text, src.tokenizer, window=window, max_windows=o.max_windows)
     if int(text.windows.max()) >= src.vocab_size:
-        raise BadInputError(f"the tokenizer gives token id {int(text.windows.max())} on {eval_text}, past the "
-                            f"model's vocabulary of {src.vocab_size}")
+        raise BadInputError(
+            f"the tokenizer gives token id {int(text.windows.max())} on {eval_text}, past the "
+            f"model's vocabulary of {src.vocab_size}"
+        )
     progress(f"scoring {text.windows.shape[0]} windows of {text.windows.shape[1]} tokens with the float model")
     ref = reference(src.model, text.windows, o.top_k)
     settings = GenerateSettings(context=context)
@@ -141,8 +149,9 @@ def prepare(model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str
     return Prepared(src=src, text=text, spec=spec, settings=settings, out_dir=out_dir, plan=plan, ref=ref)
 
 
-def build(p: Prepared, chosen: list[LMCandidate], progress: Progress,
-          cal: Calibration) -> tuple[dict[str, Artifact], dict[str, str]]:
+def build(
+    p: Prepared, chosen: list[LMCandidate], progress: Progress, cal: Calibration
+) -> tuple[dict[str, Artifact], dict[str, str]]:
     """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it.
     An int4 candidate also checks itself with ``cal`` and climbs its recovery ladder (``int4_ladder``)."""
     art_dir = p.out_dir / "artifacts"
@@ -158,8 +167,16 @@ def build(p: Prepared, chosen: list[LMCandidate], progress: Progress,
         except (ConversionError, EdgekitError) as exc:
             dropped[c.name] = f"dropped at build: {exc.message}"
             continue
-        built[c.name] = art.model_copy(update={"lineage": (*art.lineage[:-1], art.lineage[-1].model_copy(
-            update={"metrics": {**art.lineage[-1].metrics, "cache_parity": figures}}))})
+        built[c.name] = art.model_copy(
+            update={
+                "lineage": (
+                    *art.lineage[:-1],
+                    art.lineage[-1].model_copy(
+                        update={"metrics": {**art.lineage[-1].metrics, "cache_parity": figures}}
+                    ),
+                )
+            }
+        )
     return built, dropped
 
 
@@ -169,22 +186,45 @@ def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) ->
     gen = generation_figures(doc, kv_bytes_per_token(p.src))
     lat = doc["latency_ms"]
     return VariantResult(
-        name=name, format=art.format.value, precision=art.precision, runtime=RuntimeInfo(**doc["runtime"]),
-        size_bytes=art.size_bytes, sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
+        name=name,
+        format=art.format.value,
+        precision=art.precision,
+        runtime=RuntimeInfo(**doc["runtime"]),
+        size_bytes=art.size_bytes,
+        sha256=art.sha256,
+        artifact_path=str(art.path),
+        lineage=art.lineage_dicts(),
         load_ms=doc.get("load_ms"),
-        latency_ms={"warmup": lat["warmup"], "runs": lat["runs"], "raw": lat["raw"],
-                    **latency_stats(lat["raw"]).to_dict()},
-        peak_memory_mb=(doc.get("memory") or {}).get("peak_rss_mb"), memory=doc.get("memory") or {},
+        latency_ms={
+            "warmup": lat["warmup"],
+            "runs": lat["runs"],
+            "raw": lat["raw"],
+            **latency_stats(lat["raw"]).to_dict(),
+        },
+        peak_memory_mb=(doc.get("memory") or {}).get("peak_rss_mb"),
+        memory=doc.get("memory") or {},
         energy_mj_per_inference=(doc.get("energy") or {}).get("energy_mj_per_inference"),
-        energy_source=(doc.get("energy") or {}).get("source"), energy_reason=(doc.get("energy") or {}).get("reason"),
-        energy=doc.get("energy") or {}, sustained=analyze(doc.get("sustained")),
-        accuracy=Accuracy(metric="perplexity", value=q["perplexity"], n=q["positions"], direction="lower", units="",
-                          against="labels"),
-        generation=Generation(**gen), quality=LMQuality(**q), device_state=doc.get("device_state") or {})
+        energy_source=(doc.get("energy") or {}).get("source"),
+        energy_reason=(doc.get("energy") or {}).get("reason"),
+        energy=doc.get("energy") or {},
+        sustained=analyze(doc.get("sustained")),
+        accuracy=Accuracy(
+            metric="perplexity", value=q["perplexity"], n=q["positions"], direction="lower", units="", against="labels"
+        ),
+        generation=Generation(**gen),
+        quality=LMQuality(**q),
+        device_state=doc.get("device_state") or {},
+    )
 
 
-def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str | None, transport: Transport | None,
-            progress: Progress) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession, str | None]:
+def measure(
+    p: Prepared,
+    built: dict[str, Artifact],
+    o: LMOptions,
+    device: str | None,
+    transport: Transport | None,
+    progress: Progress,
+) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession, str | None]:
     """Each file's generation workload and scoring on the device, one session; the files of a runtime named in
     ``o.runtime_options`` run with those options (a release's file keeps its own). Then, unless ``--threads``
     fixed them, each runtime's best file at the other thread counts (``threads.py``). Returns the results, the
@@ -194,8 +234,17 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
     dropped: dict[str, str] = {}
     first_doc: dict = {}
     capped: str | None = None
-    with DeviceSession(spec, device, source_io=None, plan=None, transport=transport, lock_wait=o.lock_wait,
-                       lock_timeout=o.lock_timeout, remeasure=o.remeasure, progress=progress) as session:
+    with DeviceSession(
+        spec,
+        device,
+        source_io=None,
+        plan=None,
+        transport=transport,
+        lock_wait=o.lock_wait,
+        lock_timeout=o.lock_timeout,
+        remeasure=o.remeasure,
+        progress=progress,
+    ) as session:
         tmp = p.out_dir / "artifacts"
         np.save(tmp / "windows.npy", p.text.windows)
         np.save(tmp / "top_ids.npy", p.ref.top_ids)
@@ -204,20 +253,31 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
 
         def one(name: str, art: Artifact, mm: MeasureDefaults) -> None:
             nonlocal first_doc
-            progress(f"measuring {name} on the device (prefill at {p.settings.prompt_lengths()} tokens, "
-                     f"{mm.runs}+ decode steps at {mm.threads} thread(s), {p.text.windows.shape[0]} scored windows)")
+            progress(
+                f"measuring {name} on the device (prefill at {p.settings.prompt_lengths()} tokens, "
+                f"{mm.runs}+ decode steps at {mm.threads} thread(s), {p.text.windows.shape[0]} scored windows)"
+            )
             req = generate_request(
-                variant=name, art=art, model_remote=session.remote(art.path), measure=mm, settings=p.settings,
-                windows=p.text.windows, scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
+                variant=name,
+                art=art,
+                model_remote=session.remote(art.path),
+                measure=mm,
+                settings=p.settings,
+                windows=p.text.windows,
+                scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
                 greedy=p.text.prompts,
                 outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
-                energy_sources=tuple(spec.energy_sources), sustained_seconds=o.sustained_seconds,
-                runtime_options=None if name.startswith(RELEASE_PREFIX) else o.runtime_options.get(
-                    str(format_spec(art.format).runtime)))
+                energy_sources=tuple(spec.energy_sources),
+                sustained_seconds=o.sustained_seconds,
+                runtime_options=None
+                if name.startswith(RELEASE_PREFIX)
+                else o.runtime_options.get(str(format_spec(art.format).runtime)),
+            )
             res = session.run(req, RunSettings(measure=mm, timeout_s=req.timeout_s + 600))
             if isinstance(res, MeasureFailure):
                 dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (
-                    f"; {res.hint}" if res.hint else "")
+                    f"; {res.hint}" if res.hint else ""
+                )
                 return
             first_doc = first_doc or res.doc
             results.append(_variant(name, art, res.doc, res.outputs, p))
@@ -232,30 +292,63 @@ def measure(p: Prepared, built: dict[str, Artifact], o: LMOptions, device: str |
     return results, dropped, first_doc, session, capped
 
 
-def _release_ab(p: Prepared, o: LMOptions, built: dict[str, Artifact], shipped: VariantResult, last: LastRelease,
-                device: str | None, transport: Transport | None,
-                progress: Progress) -> tuple[LatencyJudgement | None, str | None]:
+def _release_ab(
+    p: Prepared,
+    o: LMOptions,
+    built: dict[str, Artifact],
+    shipped: VariantResult,
+    last: LastRelease,
+    device: str | None,
+    transport: Transport | None,
+    progress: Progress,
+) -> tuple[LatencyJudgement | None, str | None]:
     """The release gate's decode A/B (``release_ab.py``) in a session of its own: (its judgement, or why it
     could not run)."""
     m = _measure(p.spec, o)
     art = built[file_of(shipped.name)]
-    new = Side(shipped.name, art, p.settings.context, shipped.runtime.threads or m.threads,
-               o.runtime_options.get(str(format_spec(art.format).runtime)))
+    new = Side(
+        shipped.name,
+        art,
+        p.settings.context,
+        shipped.runtime.threads or m.threads,
+        o.runtime_options.get(str(format_spec(art.format).runtime)),
+    )
     recorded = last.variant.runtime
-    old = Side(last.name, last.artifact, int((last.report.settings.get("generate") or {}).get("context")
-                                             or p.settings.context),
-               recorded.threads or m.threads, None)  # its options: pinned on its artifact by load_last_release
+    old = Side(
+        last.name,
+        last.artifact,
+        int((last.report.settings.get("generate") or {}).get("context") or p.settings.context),
+        recorded.threads or m.threads,
+        None,
+    )  # its options: pinned on its artifact by load_last_release
     try:
-        with DeviceSession(p.spec, device, source_io=None, plan=None, transport=transport, lock_wait=o.lock_wait,
-                           lock_timeout=o.lock_timeout, remeasure=True, progress=progress) as session:
+        with DeviceSession(
+            p.spec,
+            device,
+            source_io=None,
+            plan=None,
+            transport=transport,
+            lock_wait=o.lock_wait,
+            lock_timeout=o.lock_timeout,
+            remeasure=True,
+            progress=progress,
+        ) as session:
             return decode_ab(session, old, new, m, p.text.windows, o.release.rounds, progress), None
     except EdgekitError as exc:
         return None, str(exc)
 
 
-def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetSpec = "local",
-              device: str | None = None, out: str | Path = "edgekit-out", options: LMOptions | None = None,
-              transport: Transport | None = None, progress: Progress | None = None) -> Report:
+def deploy_lm(
+    model: str | Path,
+    *,
+    eval_text: str | Path,
+    target: str | TargetSpec = "local",
+    device: str | None = None,
+    out: str | Path = "edgekit-out",
+    options: LMOptions | None = None,
+    transport: Transport | None = None,
+    progress: Progress | None = None,
+) -> Report:
     """Build, prove, measure and judge a language model's variants; write the report and ``ship/``."""
     o = options or LMOptions()
     progress = progress or (lambda _m: None)
@@ -270,14 +363,18 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
             raise BadInputError(f"unknown language-model variant(s) {unknown}; known: {[c.name for c in CANDIDATES]}")
         chosen = [c for c in chosen if c.name in o.candidates]
     elif not o.search:
-        skipped.update({c.name: "not in the short search (--search races every variant)" for c in chosen
-                        if c.name not in SHORT})
+        skipped.update(
+            {c.name: "not in the short search (--search races every variant)" for c in chosen if c.name not in SHORT}
+        )
         chosen = [c for c in chosen if c.name in SHORT]
     if not chosen:
-        raise BadInputError(f"no language-model runtime to build for target {spec.name}: "
-                            + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    built, dropped = build(p, chosen, progress, Calibration(windows=p.text.windows, max_kld=o.gate.max_kld,
-                                                            head=o.head))
+        raise BadInputError(
+            f"no language-model runtime to build for target {spec.name}: "
+            + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        )
+    built, dropped = build(
+        p, chosen, progress, Calibration(windows=p.text.windows, max_kld=o.gate.max_kld, head=o.head)
+    )
     if not built:
         raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
     to_measure = {**built, **({last.name: last.artifact} if last else {})}
@@ -287,41 +384,80 @@ def deploy_lm(model: str | Path, *, eval_text: str | Path, target: str | TargetS
     dropped.update({k: v for k, v in failed.items() if not k.startswith(RELEASE_PREFIX)})
     baseline = BASELINE if any(v.name == BASELINE for v in results) else (results[0].name if results else BASELINE)
     ties = not_competing(results, o.objective)  # thread settings not clearly faster than the measured threads
-    gate, decision = judge([v for v in results if v.name not in ties], baseline, o.gate, o.objective,
-                           {**dropped, **ties})
+    gate, decision = judge(
+        [v for v in results if v.name not in ties], baseline, o.gate, o.objective, {**dropped, **ties}
+    )
     ab = None
     if last is not None:
         shipped = next((v for v in results if v.name == decision.ship), None)
-        ab, ab_failure = (_release_ab(p, o, built, shipped, last, device, transport, progress)
-                          if shipped is not None and again is not None else (None, None))
-        gate.checks += release_checks(shipped, again, last, p.src.sha256, p.text.describe().get("windows_sha256"),
-                                      o.release, failed.get(last.name), ab, ab_failure)
+        ab, ab_failure = (
+            _release_ab(p, o, built, shipped, last, device, transport, progress)
+            if shipped is not None and again is not None
+            else (None, None)
+        )
+        gate.checks += release_checks(
+            shipped,
+            again,
+            last,
+            p.src.sha256,
+            p.text.describe().get("windows_sha256"),
+            o.release,
+            failed.get(last.name),
+            ab,
+            ab_failure,
+        )
         gate.passed = gate.passed and all(c.passed for c in gate.checks)
     progress("writing the report")
     report = Report(
-        edgekit_version=__version__, created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        target=spec.name, device=DeviceInfo(**session.device_info(first_doc, results)) if first_doc else DeviceInfo(),
+        edgekit_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        target=spec.name,
+        device=DeviceInfo(**session.device_info(first_doc, results)) if first_doc else DeviceInfo(),
         model={**p.src.describe(), "memory": p.plan.describe()},
-        settings={"task": "text-generation", "eval_text": p.text.describe(), "generate": {
-            "context": p.settings.context, "prompt_lengths": p.settings.prompt_lengths(),
-            "decode_tokens_filled": p.settings.decode_tokens, "filled_at": p.settings.filled_at,
-            "prefill_repeats": p.settings.prefill_repeats, "greedy_tokens": p.settings.greedy_tokens},
-            "measure": _measure(spec, o).model_dump(), "objective": o.objective,
-            "threads_tuned": None if o.threads is not None else {
-                "rows": [v.name for v in results if "@t" in v.name], "capped": capped},
+        settings={
+            "task": "text-generation",
+            "eval_text": p.text.describe(),
+            "generate": {
+                "context": p.settings.context,
+                "prompt_lengths": p.settings.prompt_lengths(),
+                "decode_tokens_filled": p.settings.decode_tokens,
+                "filled_at": p.settings.filled_at,
+                "prefill_repeats": p.settings.prefill_repeats,
+                "greedy_tokens": p.settings.greedy_tokens,
+            },
+            "measure": _measure(spec, o).model_dump(),
+            "objective": o.objective,
+            "threads_tuned": None
+            if o.threads is not None
+            else {"rows": [v.name for v in results if "@t" in v.name], "capped": capped},
             "gate": {"max_kld": o.gate.max_kld, "max_perplexity_increase": o.gate.max_perplexity_increase},
-            "skipped": skipped},
-        baseline=baseline, variants=results + ([again] if again is not None else []), gate=gate,
-        compared_with=compared_with(last, ab) if last is not None else None, decision=decision,
+            "skipped": skipped,
+        },
+        baseline=baseline,
+        variants=results + ([again] if again is not None else []),
+        gate=gate,
+        compared_with=compared_with(last, ab) if last is not None else None,
+        decision=decision,
         warnings=session.warnings() + ([capped] if capped else []),
-        search=SearchSection(mode="full" if o.search else "quick", objective=o.objective, selected=decision.ship,
-                             seconds=round(time.perf_counter() - t0, 2), candidates=[
-                                 SearchCandidate(name=n, status="selected" if n == decision.ship else (
-                                     "dropped" if n in dropped else "measured"), reason=decision.lost.get(n))
-                                 for n in dict.fromkeys([*built, *(v.name for v in results), *dropped])]))
+        search=SearchSection(
+            mode="full" if o.search else "quick",
+            objective=o.objective,
+            selected=decision.ship,
+            seconds=round(time.perf_counter() - t0, 2),
+            candidates=[
+                SearchCandidate(
+                    name=n,
+                    status="selected" if n == decision.ship else ("dropped" if n in dropped else "measured"),
+                    reason=decision.lost.get(n),
+                )
+                for n in dict.fromkeys([*built, *(v.name for v in results), *dropped])
+            ],
+        ),
+    )
     if decision.ship is not None:
         v = report.variant(decision.ship)
-        report.search.shipped = ShippedFile(**write_lm_ship(p.out_dir, v, built[file_of(decision.ship)], p.src,
-                                                            p.settings))
+        report.search.shipped = ShippedFile(
+            **write_lm_ship(p.out_dir, v, built[file_of(decision.ship)], p.src, p.settings)
+        )
     write_report(report, p.out_dir)
     return report

@@ -30,9 +30,13 @@ HOP = "torch->executorch (static KV cache, XNNPACK)"
 
 
 def et_io(src: LMSource) -> IOSpec:
-    return IOSpec(inputs=(TensorSpec(name="input_ids", shape=(1, None), dtype="int64"),
-                          TensorSpec(name="cache_position", shape=(None,), dtype="int64")),
-                  outputs=(TensorSpec(name="logits", shape=(1, None, src.vocab_size), dtype="float32"),))
+    return IOSpec(
+        inputs=(
+            TensorSpec(name="input_ids", shape=(1, None), dtype="int64"),
+            TensorSpec(name="cache_position", shape=(None,), dtype="int64"),
+        ),
+        outputs=(TensorSpec(name="logits", shape=(1, None, src.vocab_size), dtype="float32"),),
+    )
 
 
 def int8_weight_only(model: Any) -> dict[str, Any]:
@@ -95,8 +99,10 @@ def _quantized_copy(src: LMSource, precision: str, plan: list[LayerChoice] | Non
     head = model.get_output_embeddings()
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head]
     if not linears:  # a quantized file that quantized nothing must not be raced as one
-        raise ConversionError(f"{src.architecture} has no nn.Linear layer besides the output layer: {precision} "
-                              "would quantize nothing", hop=HOP)
+        raise ConversionError(
+            f"{src.architecture} has no nn.Linear layer besides the output layer: {precision} would quantize nothing",
+            hop=HOP,
+        )
     if precision == "int8":
         return model, int8_weight_only(model)
     if precision == "8da8w":
@@ -123,10 +129,12 @@ def dynamic_int4(model: Any, plan: list[LayerChoice]) -> dict[str, Any]:
         for g in groups:
             chosen = {n for n in names if by[n].group == g}
             gran = PerGroup(g) if g else PerAxis(0)
-            cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4 if scheme == "int4" else torch.int8,
-                                                        weight_granularity=gran)
-            quantize_(model, cfg, filter_fn=lambda m, fqn, chosen=chosen: isinstance(m, torch.nn.Linear)
-                      and fqn in chosen)
+            cfg = Int8DynamicActivationIntxWeightConfig(
+                weight_dtype=torch.int4 if scheme == "int4" else torch.int8, weight_granularity=gran
+            )
+            quantize_(
+                model, cfg, filter_fn=lambda m, fqn, chosen=chosen: isinstance(m, torch.nn.Linear) and fqn in chosen
+            )
     return {"activations": "int8 per token, dynamic"}
 
 
@@ -147,9 +155,15 @@ def dynamic_int8(model: Any) -> dict[str, Any]:
 def runner_metadata(src: LMSource, context: int) -> dict[str, Any]:
     """The constant methods ExecuTorch's LLM runner reads (as its own ``export_llm`` writes them), so the file
     also runs under ``TextLLMRunner`` / ``llama_main`` with their statistics."""
-    meta: dict[str, Any] = {"get_max_seq_len": context, "get_max_context_len": context, "get_n_layers": src.layers,
-                            "get_vocab_size": src.vocab_size, "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
-                            "enable_dynamic_shape": True}
+    meta: dict[str, Any] = {
+        "get_max_seq_len": context,
+        "get_max_context_len": context,
+        "get_n_layers": src.layers,
+        "get_vocab_size": src.vocab_size,
+        "use_kv_cache": True,
+        "use_sdpa_with_kv_cache": False,
+        "enable_dynamic_shape": True,
+    }
     bos, eos = getattr(src.tokenizer, "bos_token_id", None), getattr(src.tokenizer, "eos_token_id", None)
     if bos is not None:
         meta["get_bos_id"] = int(bos)
@@ -158,8 +172,15 @@ def runner_metadata(src: LMSource, context: int) -> dict[str, Any]:
     return meta
 
 
-def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str = "fp32",
-                      plan: list[LayerChoice] | None = None, plan_account: dict[str, Any] | None = None) -> Artifact:
+def export_executorch(
+    src: LMSource,
+    dest: Path,
+    *,
+    context: int,
+    precision: str = "fp32",
+    plan: list[LayerChoice] | None = None,
+    plan_account: dict[str, Any] | None = None,
+) -> Artifact:
     """The decoder as a .pte at ``dest`` (``precision``: fp32, int8 weight-only, 8da8w, or 8da4w by ``plan``)."""
     import torch
 
@@ -179,28 +200,54 @@ def export_executorch(src: LMSource, dest: Path, *, context: int, precision: str
         model, account = _quantized_copy(src, precision, plan)
         if plan_account is not None:
             account = {**account, **plan_account}
-        model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                                   cache_config={"batch_size": 1, "max_cache_len": context})
+        model.generation_config = GenerationConfig(
+            use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": context}
+        )
         w = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=context).eval()
         seq = torch.export.Dim("seq", min=1, max=context - 1)
         with torch.no_grad():
-            ep = torch.export.export(w, (), {"input_ids": torch.zeros((1, 4), dtype=torch.long),
-                                             "cache_position": torch.arange(4)},
-                                     dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=True)
-        et = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], constant_methods=runner_metadata(
-            src, context), compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
+            ep = torch.export.export(
+                w,
+                (),
+                {"input_ids": torch.zeros((1, 4), dtype=torch.long), "cache_position": torch.arange(4)},
+                dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+                strict=True,
+            )
+        et = to_edge_transform_and_lower(
+            ep,
+            partitioner=[XnnpackPartitioner()],
+            constant_methods=runner_metadata(src, context),
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        ).to_executorch()
     except Exception as exc:  # the exporter's own failure is the variant's reason
-        raise ConversionError(f"{src.architecture} at {precision}: {type(exc).__name__}: "
-                              f"{str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ''}", hop=HOP) from exc
+        raise ConversionError(
+            f"{src.architecture} at {precision}: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ''}",
+            hop=HOP,
+        ) from exc
     with atomic_path(dest) as tmp:
         tmp.write_bytes(et.buffer)
-    step = LineageStep(kind="convert", name=HOP, seconds=round(time.perf_counter() - t0, 3),
-                       config={"cache": "static", "context": context, "backend": "xnnpack",
-                               **({"quantize": {"int8": "int8 weight-only, symmetric, per output channel",
-                                                "8da8w": "int8 weights per channel, int8 activations per token",
-                                                "8da4w": "int4 weights in groups, int8 activations per token"}
-                                   [precision]} if precision != "fp32" else {})},
-                       metrics={"quantization": account} if account else {})
+    step = LineageStep(
+        kind="convert",
+        name=HOP,
+        seconds=round(time.perf_counter() - t0, 3),
+        config={
+            "cache": "static",
+            "context": context,
+            "backend": "xnnpack",
+            **(
+                {
+                    "quantize": {
+                        "int8": "int8 weight-only, symmetric, per output channel",
+                        "8da8w": "int8 weights per channel, int8 activations per token",
+                        "8da4w": "int4 weights in groups, int8 activations per token",
+                    }[precision]
+                }
+                if precision != "fp32"
+                else {}
+            ),
+        },
+        metrics={"quantization": account} if account else {},
+    )
     label = {"fp32": "fp32", "8da4w": "int4"}.get(precision, "int8")
-    return Artifact.from_file(dest, Format.EXECUTORCH, et_io(src), precision=label,
-                              lineage=[step])
+    return Artifact.from_file(dest, Format.EXECUTORCH, et_io(src), precision=label, lineage=[step])

@@ -39,9 +39,13 @@ def io_names(layers: int) -> tuple[list[str], list[str]]:
 
 def lm_io(src: LMSource) -> IOSpec:
     """The decoder's interface as the report records it (the cache inputs left out: the runner owns them)."""
-    return IOSpec(inputs=(TensorSpec(name="input_ids", shape=(1, None), dtype="int64"),
-                          TensorSpec(name="position_ids", shape=(1, None), dtype="int64")),
-                  outputs=(TensorSpec(name="logits", shape=(1, None, src.vocab_size), dtype="float32"),))
+    return IOSpec(
+        inputs=(
+            TensorSpec(name="input_ids", shape=(1, None), dtype="int64"),
+            TensorSpec(name="position_ids", shape=(1, None), dtype="int64"),
+        ),
+        outputs=(TensorSpec(name="logits", shape=(1, None, src.vocab_size), dtype="float32"),),
+    )
 
 
 def _wrapper(src: LMSource) -> Any:
@@ -59,8 +63,13 @@ def _wrapper(src: LMSource) -> Any:
             cache = DynamicCache(config=self.lm.config)
             for i in range(layers):
                 cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                          use_cache=True)
+            out = self.lm(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=True,
+            )
             present = [t for layer in cache.layers for t in (layer.keys, layer.values)]
             return (out.logits, *present)
 
@@ -86,15 +95,38 @@ def export_onnx(src: LMSource, dest: Path, *, context: int) -> Artifact:
     with atomic_path(dest) as tmp:
         try:
             with torch.no_grad():
-                torch.onnx.export(w, (ids, mask, pos, *past), str(tmp), dynamo=True, dynamic_shapes=shapes,
-                                  input_names=ins, output_names=outs, optimize=True, verbose=False,
-                                  external_data=False)
+                torch.onnx.export(
+                    w,
+                    (ids, mask, pos, *past),
+                    str(tmp),
+                    dynamo=True,
+                    dynamic_shapes=shapes,
+                    input_names=ins,
+                    output_names=outs,
+                    optimize=True,
+                    verbose=False,
+                    external_data=False,
+                )
         except Exception as exc:  # the exporter's own failure is the variant's reason
-            raise ConversionError(f"{src.architecture}: torch.onnx.export failed: {type(exc).__name__}: "
-                                  f"{str(exc).strip().splitlines()[0][:400]}", hop=HOP) from exc
-    return Artifact.from_file(dest, Format.ONNX, lm_io(src), precision="fp32", lineage=[LineageStep(
-        kind="convert", name=HOP, seconds=round(time.perf_counter() - t0, 3),
-        config={"exporter": "torch.onnx.export(dynamo=True)", "cache": "past/present key values"})])
+            raise ConversionError(
+                f"{src.architecture}: torch.onnx.export failed: {type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0][:400]}",
+                hop=HOP,
+            ) from exc
+    return Artifact.from_file(
+        dest,
+        Format.ONNX,
+        lm_io(src),
+        precision="fp32",
+        lineage=[
+            LineageStep(
+                kind="convert",
+                name=HOP,
+                seconds=round(time.perf_counter() - t0, 3),
+                config={"exporter": "torch.onnx.export(dynamo=True)", "cache": "past/present key values"},
+            )
+        ],
+    )
 
 
 def matmul_layers(model: Any) -> dict[str, str]:
@@ -114,20 +146,29 @@ def matmul_layers(model: Any) -> dict[str, str]:
             continue
         for scope, cls in zip(scopes, classes):
             if cls == "torch.nn.modules.linear.Linear":
-                out[n.name] = scope[len("lm."):] if scope.startswith("lm.") else scope
+                out[n.name] = scope[len("lm.") :] if scope.startswith("lm.") else scope
     return out
 
 
 def quantize_onnx_int8(art: Artifact, dest: Path, *, block_size: int = 32, accuracy_level: int = 4) -> Artifact:
     """INT8 weights (``MatMulNBits``, 8 bits, symmetric blocks along the input dimension), computed in int8
     (``accuracy_level`` 4; 0 keeps float activations: weight-only, and slow on CPU)."""
-    return quantize_onnx_nbits(art, dest, int8=None, int4=set(), block_size=block_size,
-                               accuracy_level=accuracy_level, precision="int8")
+    return quantize_onnx_nbits(
+        art, dest, int8=None, int4=set(), block_size=block_size, accuracy_level=accuracy_level, precision="int8"
+    )
 
 
-def quantize_onnx_nbits(art: Artifact, dest: Path, *, int4: set[str], int8: set[str] | None, block_size: int = 32,
-                        accuracy_level: int = 4, precision: str = "int4",
-                        plan_account: dict[str, Any] | None = None) -> Artifact:
+def quantize_onnx_nbits(
+    art: Artifact,
+    dest: Path,
+    *,
+    int4: set[str],
+    int8: set[str] | None,
+    block_size: int = 32,
+    accuracy_level: int = 4,
+    precision: str = "int4",
+    plan_account: dict[str, Any] | None = None,
+) -> Artifact:
     """``MatMulNBits`` at 4 bits for the modules in ``int4`` and 8 bits for those in ``int8`` (None: every other
     MatMul with a constant weight), symmetric blocks of ``block_size`` along the input (the last zero-padded),
     computed in int8 at ``accuracy_level`` 4. The lineage records which node became what; a module the plan
@@ -153,16 +194,25 @@ def quantize_onnx_nbits(art: Artifact, dest: Path, *, int4: set[str], int8: set[
     for bits, nodes in ((4, nodes4), (8, nodes8)):
         if not nodes:
             continue
-        cfg = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=bits,
-                                           accuracy_level=accuracy_level)
-        q = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=True,
-                                 accuracy_level=accuracy_level, algo_config=cfg,
-                                 nodes_to_exclude=sorted(const - nodes))
+        cfg = DefaultWeightOnlyQuantConfig(
+            block_size=block_size, is_symmetric=True, bits=bits, accuracy_level=accuracy_level
+        )
+        q = MatMulNBitsQuantizer(
+            model,
+            bits=bits,
+            block_size=block_size,
+            is_symmetric=True,
+            accuracy_level=accuracy_level,
+            algo_config=cfg,
+            nodes_to_exclude=sorted(const - nodes),
+        )
         try:
             q.process()
         except Exception as exc:
-            raise ConversionError(f"onnxruntime's MatMulNBits quantizer ({bits} bits) failed: "
-                                  f"{type(exc).__name__}: {exc}", hop=f"onnx {precision}") from exc
+            raise ConversionError(
+                f"onnxruntime's MatMulNBits quantizer ({bits} bits) failed: {type(exc).__name__}: {exc}",
+                hop=f"onnx {precision}",
+            ) from exc
         model = q.model.model
     by_node: dict[str, str] = {}
     for n in model.graph.node:
@@ -170,20 +220,41 @@ def quantize_onnx_nbits(art: Artifact, dest: Path, *, int4: set[str], int8: set[
             bits = next((a.i for a in n.attribute if a.name == "bits"), 0)
             by_node[n.name] = f"int{bits}"
     if not by_node:  # a quantized file that quantized nothing must not be raced as one
-        raise ConversionError(f"no MatMul with a constant weight to quantize in {art.path.name} (its linear layers "
-                              "are other ops)", hop=f"onnx {precision}")
+        raise ConversionError(
+            f"no MatMul with a constant weight to quantize in {art.path.name} (its linear layers are other ops)",
+            hop=f"onnx {precision}",
+        )
     inits = {i.name for i in model.graph.initializer}
-    left = [names.get(n.name, n.name) for n in model.graph.node if n.op_type == "MatMul"
-            and (n.input[1] in inits or names.get(n.name))]
+    left = [
+        names.get(n.name, n.name)
+        for n in model.graph.node
+        if n.op_type == "MatMul" and (n.input[1] in inits or names.get(n.name))
+    ]
     with atomic_path(dest) as tmp:
         onnx.save(model, str(tmp))
     counts = {b: sum(v == b for v in by_node.values()) for b in ("int4", "int8")}
-    metrics: dict[str, Any] = {"quantized_matmuls": len(by_node), "int4_matmuls": counts["int4"],
-                               "int8_matmuls": counts["int8"], "float_matmuls_left": left}
+    metrics: dict[str, Any] = {
+        "quantized_matmuls": len(by_node),
+        "int4_matmuls": counts["int4"],
+        "int8_matmuls": counts["int8"],
+        "float_matmuls_left": left,
+    }
     if plan_account is not None:
         metrics["quantization"] = plan_account
-    return art.derive(dest, precision=precision, step=LineageStep(
-        kind="pass", name=f"quantize (onnx {precision})", seconds=round(time.perf_counter() - t0, 3),
-        config={"op": "MatMulNBits", "bits": 4 if nodes4 else 8, "block_size": block_size, "symmetric": True,
-                "accuracy_level": accuracy_level},
-        metrics=metrics))
+    return art.derive(
+        dest,
+        precision=precision,
+        step=LineageStep(
+            kind="pass",
+            name=f"quantize (onnx {precision})",
+            seconds=round(time.perf_counter() - t0, 3),
+            config={
+                "op": "MatMulNBits",
+                "bits": 4 if nodes4 else 8,
+                "block_size": block_size,
+                "symmetric": True,
+                "accuracy_level": accuracy_level,
+            },
+            metrics=metrics,
+        ),
+    )

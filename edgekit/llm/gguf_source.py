@@ -360,8 +360,9 @@ def _walk_tensor_infos(cur: _Cursor, tensor_count: int, alignment: int) -> list[
                 f"size {block}: the tensor info is corrupt"
             )
         if offset % alignment:
-            raise cur.fail(f"tensor {name!r} starts at data offset {offset}, "
-                           f"not a multiple of the alignment {alignment}")
+            raise cur.fail(
+                f"tensor {name!r} starts at data offset {offset}, not a multiple of the alignment {alignment}"
+            )
         tensors.append(_Tensor(name, dims, type_name, offset, elements // block * block_bytes))
     return tensors
 
@@ -382,9 +383,7 @@ def _check_tensor_data(cur: _Cursor, tensors: list[_Tensor], data_start: int) ->
     previous: _Tensor | None = None
     for t in sorted(tensors, key=lambda t: (t.offset, t.nbytes)):
         if previous is not None and t.offset < previous.offset + previous.nbytes:
-            raise cur.fail(
-                f"the data of tensors {previous.name!r} and {t.name!r} overlap: the tensor table is corrupt"
-            )
+            raise cur.fail(f"the data of tensors {previous.name!r} and {t.name!r} overlap: the tensor table is corrupt")
         previous = t
 
 
@@ -585,8 +584,7 @@ def _load_float_model(path: Path, info: GGUFInfo, torch: Any, transformers: Any)
     if bad:
         raise ModelLoadError(
             f"GGUF file {path}: transformers left {len(bad)} weights packed (e.g. {bad[0]}) instead of dequantizing",
-            hint="upgrade transformers, or report the file's quantization types: "
-            + ", ".join(info.quantization_types),
+            hint="upgrade transformers, or report the file's quantization types: " + ", ".join(info.quantization_types),
         )
     plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     try:

@@ -54,26 +54,32 @@ PlanFor = Callable[[set[str], dict[str, str]], list[LayerChoice]]
 Make = Callable[[list[LayerChoice], dict[str, Any]], Artifact]
 
 
-def build_int4(model: Any, cal: Calibration, context: int, *, plan_for: PlanFor, make: Make,
-               name: str) -> Artifact:
+def build_int4(model: Any, cal: Calibration, context: int, *, plan_for: PlanFor, make: Make, name: str) -> Artifact:
     """The int4 file by ``plan_for(keep_int8, notes)`` and ``make(plan, account)``, recovered by the ladder."""
     windows = cal.windows[:HOST_WINDOWS]
     plan = plan_for(set(), {})
     int4 = [c.name for c in plan if c.scheme == "int4"]
     if not int4:
-        raise ConversionError(f"{name}: no layer can be int4: " + "; ".join(
-            f"{c.name}: {c.reason}" for c in plan if c.kind != "embedding"), hop=f"{name} (int4 layer plan)")
+        raise ConversionError(
+            f"{name}: no layer can be int4: "
+            + "; ".join(f"{c.name}: {c.reason}" for c in plan if c.kind != "embedding"),
+            hop=f"{name} (int4 layer plan)",
+        )
     headline = next(c.label() for c in plan if c.scheme == "int4")
-    at_int4 = layer_errors(model, windows, plan, schemes={c.name: ("int4", c.group) for c in plan
-                                                          if c.scheme == "int4"})
+    at_int4 = layer_errors(
+        model, windows, plan, schemes={c.name: ("int4", c.group) for c in plan if c.scheme == "int4"}
+    )
     ranked = sorted(int4, key=lambda n: -at_int4[n])
     measured_on = f"the first {len(windows)} eval windows of {windows.shape[1]} tokens"
     rungs: list[dict[str, Any]] = []
     ks = [0] + [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= max(1, len(int4) // 2)]
     for k in ks:
         keep = ranked[:k]
-        notes = {n: f"kept at int8 by the recovery ladder: sensitivity rank {i + 1} (int4 output error "
-                    f"{at_int4[n]:.3g} on the text)" for i, n in enumerate(keep)}
+        notes = {
+            n: f"kept at int8 by the recovery ladder: sensitivity rank {i + 1} (int4 output error "
+            f"{at_int4[n]:.3g} on the text)"
+            for i, n in enumerate(keep)
+        }
         plan = plan_for(set(keep), notes)
         errors = layer_errors(model, windows, plan)
         acc = account(plan, errors, headline=headline, measured_on=measured_on)
@@ -81,15 +87,19 @@ def build_int4(model: Any, cal: Calibration, context: int, *, plan_for: PlanFor,
         kld = host_kld(art, model, windows, context)
         rungs.append({"int8_layers": keep, "host_kld": round(kld, 6), "within": kld <= cal.max_kld})
         if kld <= cal.max_kld:
-            acc = {**acc, "ladder": rungs, "sensitivity_int4": {n: round(at_int4[n], 6) for n in ranked},
-                   "host_check": f"mean KLD over the full vocabulary on {measured_on}, tolerance {cal.max_kld}"}
+            acc = {
+                **acc,
+                "ladder": rungs,
+                "sensitivity_int4": {n: round(at_int4[n], 6) for n in ranked},
+                "host_check": f"mean KLD over the full vocabulary on {measured_on}, tolerance {cal.max_kld}",
+            }
             last = art.lineage[-1]
             metrics = {**last.metrics, "quantization": {**last.metrics.get("quantization", {}), **acc}}
-            return art.model_copy(update={"lineage": (*art.lineage[:-1], last.model_copy(
-                update={"metrics": metrics}))})
+            return art.model_copy(update={"lineage": (*art.lineage[:-1], last.model_copy(update={"metrics": metrics}))})
     raise ConversionError(
         f"{name}: int4 misses the KLD tolerance {cal.max_kld} on the host even with the "
-        f"{len(rungs[-1]['int8_layers'])} most sensitive layers at int8: " + "; ".join(
-            f"{len(r['int8_layers'])} at int8: KLD {r['host_kld']:.4g}" for r in rungs),
+        f"{len(rungs[-1]['int8_layers'])} most sensitive layers at int8: "
+        + "; ".join(f"{len(r['int8_layers'])} at int8: KLD {r['host_kld']:.4g}" for r in rungs),
         hop=f"{name} (int4 recovery ladder)",
-        hint="keep more layers at int8 (an int8 variant), or raise --max-kld if the loss is acceptable")
+        hint="keep more layers at int8 (an int8 variant), or raise --max-kld if the loss is acceptable",
+    )

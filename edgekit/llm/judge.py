@@ -51,35 +51,65 @@ def variant_checks(v: VariantResult, cfg: LMGate) -> list[Check]:
     # the baseline too: it is the float model on the device's runtime, compared with PyTorch's
     tail = q.float_tail_mass_mean or 0.0
     loose = q.kld_bound == "lower" and tail > MAX_TAIL_MASS
-    checks = [Check(name="kld", variant=v.name, value=q.kld_mean, limit=cfg.max_kld,
-                    passed=q.kld_mean <= cfg.max_kld and not loose,
-                    message=(f"KLD not judgeable: the float model's top-{q.top_k} tokens hold only {1 - tail:.0%} of "
-                             f"its probability mass on this text, so {q.kld_mean:.4g} nats/token is a lower bound "
-                             f"that could hide a loss (rerun with a larger --top-k, up to the vocabulary)")
-                    if loose else
-                    f"mean KL divergence from the float model {q.kld_mean:.4g} nats/token "
-                    f"(95% CI {_ci(q.kld_ci95)}) vs limit {cfg.max_kld}"
-                    + (f" (a lower bound: {tail:.1%} of the float mass outside the top-{q.top_k})" if tail > 1e-6
-                       else "")),
-              Check(name="perplexity_increase", variant=v.name, value=q.perplexity_increase,
-                    limit=cfg.max_perplexity_increase, passed=q.perplexity_increase <= cfg.max_perplexity_increase,
-                    message=f"perplexity {q.perplexity:.4g} vs float {q.perplexity_float:.4g}: "
-                            f"{q.perplexity_increase:+.2%} (95% CI {_ci(q.perplexity_increase_ci95, pct=True)}) "
-                            f"vs limit {cfg.max_perplexity_increase:+.0%}")]
+    checks = [
+        Check(
+            name="kld",
+            variant=v.name,
+            value=q.kld_mean,
+            limit=cfg.max_kld,
+            passed=q.kld_mean <= cfg.max_kld and not loose,
+            message=(
+                f"KLD not judgeable: the float model's top-{q.top_k} tokens hold only {1 - tail:.0%} of "
+                f"its probability mass on this text, so {q.kld_mean:.4g} nats/token is a lower bound "
+                f"that could hide a loss (rerun with a larger --top-k, up to the vocabulary)"
+            )
+            if loose
+            else f"mean KL divergence from the float model {q.kld_mean:.4g} nats/token "
+            f"(95% CI {_ci(q.kld_ci95)}) vs limit {cfg.max_kld}"
+            + (f" (a lower bound: {tail:.1%} of the float mass outside the top-{q.top_k})" if tail > 1e-6 else ""),
+        ),
+        Check(
+            name="perplexity_increase",
+            variant=v.name,
+            value=q.perplexity_increase,
+            limit=cfg.max_perplexity_increase,
+            passed=q.perplexity_increase <= cfg.max_perplexity_increase,
+            message=f"perplexity {q.perplexity:.4g} vs float {q.perplexity_float:.4g}: "
+            f"{q.perplexity_increase:+.2%} (95% CI {_ci(q.perplexity_increase_ci95, pct=True)}) "
+            f"vs limit {cfg.max_perplexity_increase:+.0%}",
+        ),
+    ]
     rep = (q.greedy or {}).get("repeat_share")
     rep_f = (q.greedy or {}).get("repeat_share_float", 0.0) or 0.0
     collapsed = rep is not None and rep > MAX_REPEAT_SHARE and rep > rep_f + 0.25
     far = q.kld_mean > 20 * cfg.max_kld
-    checks.append(Check(name="degenerate", variant=v.name, value=rep, limit=MAX_REPEAT_SHARE,
-                        passed=not (collapsed or far),
-                        message=("greedy output repeats one token for "
-                                 f"{rep:.0%} of its tokens (float model: {rep_f:.0%})" if collapsed else
-                                 f"KLD {q.kld_mean:.3g} is over 20x the limit: the model's distribution is destroyed"
-                                 if far else "generates like the float model (no collapse onto one token)")))
+    checks.append(
+        Check(
+            name="degenerate",
+            variant=v.name,
+            value=rep,
+            limit=MAX_REPEAT_SHARE,
+            passed=not (collapsed or far),
+            message=(
+                f"greedy output repeats one token for {rep:.0%} of its tokens (float model: {rep_f:.0%})"
+                if collapsed
+                else f"KLD {q.kld_mean:.3g} is over 20x the limit: the model's distribution is destroyed"
+                if far
+                else "generates like the float model (no collapse onto one token)"
+            ),
+        )
+    )
     if cfg.max_memory_mb is not None and g is not None and g.peak_rss_mb is not None:
-        checks.append(Check(name="memory_budget", variant=v.name, value=g.peak_rss_mb, limit=cfg.max_memory_mb,
-                            passed=g.peak_rss_mb <= cfg.max_memory_mb,
-                            message=f"peak RSS {g.peak_rss_mb:.0f} MB vs budget {cfg.max_memory_mb:.0f} MB"))
+        checks.append(
+            Check(
+                name="memory_budget",
+                variant=v.name,
+                value=g.peak_rss_mb,
+                limit=cfg.max_memory_mb,
+                passed=g.peak_rss_mb <= cfg.max_memory_mb,
+                message=f"peak RSS {g.peak_rss_mb:.0f} MB vs budget {cfg.max_memory_mb:.0f} MB",
+            )
+        )
     return checks
 
 
@@ -124,8 +154,9 @@ def describe(v: VariantResult, objective: str) -> str:
     return f"prefill {g.prefill[-1]['tokens_per_s']:.0f} tok/s at {g.prefill[-1]['tokens']} tokens"
 
 
-def judge(variants: list[VariantResult], baseline: str, cfg: LMGate, objective: str,
-          dropped: dict[str, str]) -> tuple[Gate, Decision]:
+def judge(
+    variants: list[VariantResult], baseline: str, cfg: LMGate, objective: str, dropped: dict[str, str]
+) -> tuple[Gate, Decision]:
     """The gate over the shipped variant and the decision among all (``dropped``: variants that never reached a
     measurement, with their reasons)."""
     lost = dict(dropped)
@@ -139,8 +170,11 @@ def judge(variants: list[VariantResult], baseline: str, cfg: LMGate, objective: 
         else:
             ok.append(v)
     if not ok:
-        gate = Gate(passed=False, checks=[c for v in variants for c in variant_checks(v, cfg)] or [
-            Check(name="measured", passed=False, message="no variant was measured")])
+        gate = Gate(
+            passed=False,
+            checks=[c for v in variants for c in variant_checks(v, cfg)]
+            or [Check(name="measured", passed=False, message="no variant was measured")],
+        )
         return gate, Decision(ship=None, reason="no variant passes the quality checks", lost=lost)
     fastest = max(ok, key=lambda v: (objective_value(v, objective) or 0.0, -v.size_bytes))
     ties = [v for v in ok if v is fastest or _tied(v, fastest, objective)]
@@ -149,23 +183,29 @@ def judge(variants: list[VariantResult], baseline: str, cfg: LMGate, objective: 
         if v is best:
             continue
         if v in ties:
-            lost[v.name] = (f"tied with {best.name} on speed ({describe(v, objective)} vs {describe(best, objective)}: "
-                            f"the 95% CIs overlap) and larger ({_mb(v)} vs {_mb(best)})")
+            lost[v.name] = (
+                f"tied with {best.name} on speed ({describe(v, objective)} vs {describe(best, objective)}: "
+                f"the 95% CIs overlap) and larger ({_mb(v)} vs {_mb(best)})"
+            )
         else:
             lost[v.name] = f"slower: {describe(v, objective)} vs {fastest.name}'s {describe(fastest, objective)}"
     base = next((v for v in variants if v.name == baseline), None)
-    reason = (f"{best.name}: fastest inside the quality gate ({describe(best, objective)})" if best is fastest else
-              f"{best.name}: inside the quality gate, tied on speed with the fastest, {fastest.name} "
-              f"({describe(best, objective)} vs {describe(fastest, objective)}: the 95% CIs overlap), and the "
-              f"smaller file ({_mb(best)} vs {_mb(fastest)})")
+    reason = (
+        f"{best.name}: fastest inside the quality gate ({describe(best, objective)})"
+        if best is fastest
+        else f"{best.name}: inside the quality gate, tied on speed with the fastest, {fastest.name} "
+        f"({describe(best, objective)} vs {describe(fastest, objective)}: the 95% CIs overlap), and the "
+        f"smaller file ({_mb(best)} vs {_mb(fastest)})"
+    )
     faster = False
     if base is not None and base is not best and base.generation and best.generation and objective == "decode":
         b_hi = (base.generation.decode_tokens_per_s_ci95 or [0, 0])[1]
         s_lo = (best.generation.decode_tokens_per_s_ci95 or [0, 0])[0]
         ratio = (best.generation.decode_tokens_per_s or 0) / (base.generation.decode_tokens_per_s or 1)
         faster = s_lo > b_hi
-        reason += (f"; {ratio:.2f}x {baseline}'s decode speed"
-                   + (" (95% CIs separated)" if faster else " (not proved faster: the 95% CIs overlap)"))
+        reason += f"; {ratio:.2f}x {baseline}'s decode speed" + (
+            " (95% CIs separated)" if faster else " (not proved faster: the 95% CIs overlap)"
+        )
     # a decode speed measured while other processes took the CPU is said to be so, as for fixed graphs
     reason += busy_note(best, *([base] if base is not None and base is not best else []))
     for v in variants:

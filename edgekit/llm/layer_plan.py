@@ -47,9 +47,16 @@ def linear_layers(model: Any) -> list[tuple[str, Any]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
 
 
-def plan_int4(model: Any, *, group: int, head: str = "int8", keep_int8: Iterable[str] = (),
-              pads: bool = False, int8_group: int | None = None,
-              ladder_note: dict[str, str] | None = None) -> list[LayerChoice]:
+def plan_int4(
+    model: Any,
+    *,
+    group: int,
+    head: str = "int8",
+    keep_int8: Iterable[str] = (),
+    pads: bool = False,
+    int8_group: int | None = None,
+    ladder_note: dict[str, str] | None = None,
+) -> list[LayerChoice]:
     """The plan for an int4 variant. ``pads``: the runtime pads an input width the group does not divide
     (ONNX Runtime's MatMulNBits) instead of refusing it (torchao). ``int8_group``: how the runtime stores its
     int8 layers (MatMulNBits: blocks of 32; None: one scale per output channel, as XNNPACK's QD8)."""
@@ -61,8 +68,16 @@ def plan_int4(model: Any, *, group: int, head: str = "int8", keep_int8: Iterable
     plan: list[LayerChoice] = []
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Embedding):
-            plan.append(LayerChoice(name, "embedding", tuple(mod.weight.shape), "float", None,
-                                    "the embedding stays float: a row gather per token, not a matmul"))
+            plan.append(
+                LayerChoice(
+                    name,
+                    "embedding",
+                    tuple(mod.weight.shape),
+                    "float",
+                    None,
+                    "the embedding stays float: a row gather per token, not a matmul",
+                )
+            )
     for name, mod in linear_layers(model):
         out_f, in_f = int(mod.out_features), int(mod.in_features)
         is_head = name.split(".")[-1] in OUTPUT_NAMES
@@ -71,17 +86,41 @@ def plan_int4(model: Any, *, group: int, head: str = "int8", keep_int8: Iterable
             why = (ladder_note or {}).get(name, "kept at int8 by the recovery ladder")
             plan.append(LayerChoice(name, kind, (out_f, in_f), "int8", int8_group, why))
         elif is_head and head != "int4":
-            plan.append(LayerChoice(name, kind, (out_f, in_f), head, int8_group if head == "int8" else None,
-                                    f"the output layer at {head}: an explicit choice (head={head})"))
+            plan.append(
+                LayerChoice(
+                    name,
+                    kind,
+                    (out_f, in_f),
+                    head,
+                    int8_group if head == "int8" else None,
+                    f"the output layer at {head}: an explicit choice (head={head})",
+                )
+            )
         elif in_f % group:
             if pads:
-                plan.append(LayerChoice(name, kind, (out_f, in_f), "int4", group,
-                                        f"input width {in_f} is not a multiple of the group {group}: the last "
-                                        f"group is zero-padded to {-(-in_f // group) * group}"))
+                plan.append(
+                    LayerChoice(
+                        name,
+                        kind,
+                        (out_f, in_f),
+                        "int4",
+                        group,
+                        f"input width {in_f} is not a multiple of the group {group}: the last "
+                        f"group is zero-padded to {-(-in_f // group) * group}",
+                    )
+                )
             else:
-                plan.append(LayerChoice(name, kind, (out_f, in_f), "int8", int8_group,
-                                        f"input width {in_f} is not a multiple of the group {group}: kept at "
-                                        "int8 per channel (group-wise int4 needs whole groups)"))
+                plan.append(
+                    LayerChoice(
+                        name,
+                        kind,
+                        (out_f, in_f),
+                        "int8",
+                        int8_group,
+                        f"input width {in_f} is not a multiple of the group {group}: kept at "
+                        "int8 per channel (group-wise int4 needs whole groups)",
+                    )
+                )
         else:
             plan.append(LayerChoice(name, kind, (out_f, in_f), "int4", group))
     return plan
@@ -104,8 +143,13 @@ def fake_quant(w: Any, scheme: str, group: int | None) -> Any:
     return q.reshape(out_f, -1)[:, :in_f]
 
 
-def layer_errors(model: Any, windows: np.ndarray, plan: list[LayerChoice], *,
-                 schemes: dict[str, tuple[str, int | None]] | None = None) -> dict[str, float]:
+def layer_errors(
+    model: Any,
+    windows: np.ndarray,
+    plan: list[LayerChoice],
+    *,
+    schemes: dict[str, tuple[str, int | None]] | None = None,
+) -> dict[str, float]:
     """Each planned linear layer's relative RMS output error ``||X Wq^T - X W^T|| / ||X W^T||`` on ``windows``
     (the float model's own activations as X). ``schemes`` overrides a layer's scheme (the ladder asks what each
     layer costs at int4 even where the plan kept it at int8)."""
@@ -124,7 +168,8 @@ def layer_errors(model: Any, windows: np.ndarray, plan: list[LayerChoice], *,
             x = args[0].detach().float()
             ref = x @ mods[name].weight.detach().float().T
             num[name] += float(((x @ qw[name].T - ref) ** 2).sum())
-            den[name] += float((ref ** 2).sum())
+            den[name] += float((ref**2).sum())
+
         return record
 
     handles = [mods[k].register_forward_hook(hook(k)) for k in wanted]
@@ -138,20 +183,35 @@ def layer_errors(model: Any, windows: np.ndarray, plan: list[LayerChoice], *,
     return {k: float(np.sqrt(num[k] / den[k])) if den[k] > 0 else 0.0 for k in wanted}
 
 
-def account(plan: list[LayerChoice], errors: dict[str, float] | None = None, *, headline: str | None = None,
-            measured_on: str | None = None) -> dict[str, Any]:
+def account(
+    plan: list[LayerChoice],
+    errors: dict[str, float] | None = None,
+    *,
+    headline: str | None = None,
+    measured_on: str | None = None,
+) -> dict[str, Any]:
     """The account a lineage step carries: every layer (what it became, why, its output error) and a summary:
     counts by scheme and the names that are not at the headline scheme (the variant's own, e.g. "int4 g32";
     default: the commonest among the linear layers), each with its reason."""
     errors = errors or {}
-    layers = [{**{k: v for k, v in asdict(c).items() if v is not None}, "shape": list(c.shape), "as": c.label(),
-               **({"output_rel_error": round(errors[c.name], 6)} if c.name in errors else {})} for c in plan]
+    layers = [
+        {
+            **{k: v for k, v in asdict(c).items() if v is not None},
+            "shape": list(c.shape),
+            "as": c.label(),
+            **({"output_rel_error": round(errors[c.name], 6)} if c.name in errors else {}),
+        }
+        for c in plan
+    ]
     counts: dict[str, int] = {}
     for c in plan:
         counts[c.label()] = counts.get(c.label(), 0) + 1
-    headline = headline or max((c.label() for c in plan if c.kind == "linear"), key=lambda s: counts[s],
-                               default=None)
-    return {"layers": layers, "counts": counts, "headline": headline,
-            "not_headline": {c.name: f"{c.label()}: {c.reason}" for c in plan if c.label() != headline},
-            "padded": {c.name: c.reason for c in plan if c.scheme == "int4" and c.reason},
-            **({"errors_measured_on": measured_on} if measured_on else {})}
+    headline = headline or max((c.label() for c in plan if c.kind == "linear"), key=lambda s: counts[s], default=None)
+    return {
+        "layers": layers,
+        "counts": counts,
+        "headline": headline,
+        "not_headline": {c.name: f"{c.label()}: {c.reason}" for c in plan if c.label() != headline},
+        "padded": {c.name: c.reason for c in plan if c.scheme == "int4" and c.reason},
+        **({"errors_measured_on": measured_on} if measured_on else {}),
+    }

@@ -52,12 +52,26 @@ LIB_ENV = "LLAMA_CPP_LIB_PATH"  # where llama-cpp-python loads libllama.so from 
 # what the vendored tree must keep beside the binaries: the converter, the package it imports, and the
 # gguf-py of the same revision (the converter writes what its own gguf-py knows)
 CONVERTER_FILES = ("convert_hf_to_gguf.py", "conversion", "gguf-py")
-CMAKE_ARGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF",
-              "-DGGML_METAL=OFF", "-DGGML_VULKAN=OFF", "-DGGML_BLAS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-              "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-              "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_COMMON=ON",
-              # binaries and libraries find each other from where they are copied to (bin/ and lib/)
-              "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/../lib")
+CMAKE_ARGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DGGML_NATIVE=ON",
+    "-DGGML_CUDA=OFF",
+    "-DGGML_METAL=OFF",
+    "-DGGML_VULKAN=OFF",
+    "-DGGML_BLAS=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_COMMON=ON",
+    # binaries and libraries find each other from where they are copied to (bin/ and lib/)
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/../lib",
+)
 # x86-64: -march=native without AMX. ggml's AMX kernels (Q4_0/Q8_0... matmuls on CPUs with AMX tiles) died here
 # on their first tile instruction (SIGILL at ``tilezero`` in tinygemm_kernel_amx, Xeon with amx_int8 in a VM,
 # llama.cpp of llama-cpp-python 0.3.36): the tile configuration is not loaded when the kernel runs (upstream:
@@ -123,8 +137,7 @@ class LlamaCppTools:
         inserts it itself unless NO_LOCAL_GGUF is set; this makes it explicit)."""
         env = dict(os.environ)
         env.pop("NO_LOCAL_GGUF", None)
-        env["PYTHONPATH"] = os.pathsep.join([str(self.gguf_py), str(self.root),
-                                             *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join([str(self.gguf_py), str(self.root), *filter(None, [env.get("PYTHONPATH")])])
         return env
 
     def info(self) -> dict[str, object]:
@@ -174,8 +187,12 @@ def cpu_features() -> str:
 
 
 def _missing_parts(root: Path) -> list[str]:
-    parts = [root / "build.json", *(root / "bin" / t for t in TOOLS), *(root / "lib" / f"lib{n}.so" for n in LIBS),
-             *(root / f for f in CONVERTER_FILES)]
+    parts = [
+        root / "build.json",
+        *(root / "bin" / t for t in TOOLS),
+        *(root / "lib" / f"lib{n}.so" for n in LIBS),
+        *(root / f for f in CONVERTER_FILES),
+    ]
     return [str(p.relative_to(root)) for p in parts if not p.exists()]
 
 
@@ -187,17 +204,24 @@ def tools(version: str = VERSION) -> LlamaCppTools:
         raise LlamaCppMissing(f"llama.cpp {version} is not built for {arch()} on this host (looked in {root})")
     missing = _missing_parts(root)
     if missing:
-        raise LlamaCppMissing(f"the llama.cpp build in {root} is incomplete (missing: {', '.join(missing)})",
-                              hint=f"rm -rf {root} && {INSTALL}")
+        raise LlamaCppMissing(
+            f"the llama.cpp build in {root} is incomplete (missing: {', '.join(missing)})",
+            hint=f"rm -rf {root} && {INSTALL}",
+        )
     t = LlamaCppTools(root, version)
     if t.info().get("cmake_args") != cmake_args():
-        raise LlamaCppMissing(f"the llama.cpp build in {root} was configured with other settings than this edgekit "
-                              "uses (build.json's cmake_args): it is stale", hint=INSTALL)
+        raise LlamaCppMissing(
+            f"the llama.cpp build in {root} was configured with other settings than this edgekit "
+            "uses (build.json's cmake_args): it is stale",
+            hint=INSTALL,
+        )
     built_on = t.info().get("cpu_features")
     if built_on and cpu_features() and built_on != cpu_features():
-        raise LlamaCppMissing(f"the llama.cpp build in {root} was compiled for another CPU (-march=native, CPU "
-                              f"features {built_on}, this one {cpu_features()}): its binaries may not run here",
-                              hint=f"rm -rf {root} && {INSTALL}")
+        raise LlamaCppMissing(
+            f"the llama.cpp build in {root} was compiled for another CPU (-march=native, CPU "
+            f"features {built_on}, this one {cpu_features()}): its binaries may not run here",
+            hint=f"rm -rf {root} && {INSTALL}",
+        )
     return t
 
 
@@ -231,15 +255,28 @@ def sdist_path(download: bool = True) -> Path:
         raise LlamaCppMissing(f"{SDIST} is not in {dest.parent}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".download-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
-               "--no-binary", ":all:", f"{DIST}=={VERSION}", "-d", tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            f"{DIST}=={VERSION}",
+            "-d",
+            tmp,
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / SDIST
         if res.returncode != 0 or not got.is_file():
-            raise LlamaCppMissing(f"pip could not fetch {DIST}=={VERSION} (the llama.cpp source): "
-                                  f"{(res.stderr or res.stdout).strip()[-800:]}",
-                                  hint=f"pip download --no-deps --no-binary :all: {DIST}=={VERSION} -d DIR, then "
-                                  "python -m edgekit.llm.llama_cpp --sdist DIR/" + SDIST)
+            raise LlamaCppMissing(
+                f"pip could not fetch {DIST}=={VERSION} (the llama.cpp source): "
+                f"{(res.stderr or res.stdout).strip()[-800:]}",
+                hint=f"pip download --no-deps --no-binary :all: {DIST}=={VERSION} -d DIR, then "
+                "python -m edgekit.llm.llama_cpp --sdist DIR/" + SDIST,
+            )
         os.replace(got, dest)
     return dest
 
@@ -262,9 +299,11 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
         res = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd)
     if res.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-25:]
-        raise EdgekitError(f"building llama.cpp failed ({cmd[0]} exited {res.returncode}):\n  " + "\n  ".join(tail),
-                           hint="a C/C++ compiler and cmake >= 3.14 are needed (apt-get install build-essential "
-                           "cmake, or pip install cmake); the whole log: " + str(log))
+        raise EdgekitError(
+            f"building llama.cpp failed ({cmd[0]} exited {res.returncode}):\n  " + "\n  ".join(tail),
+            hint="a C/C++ compiler and cmake >= 3.14 are needed (apt-get install build-essential "
+            "cmake, or pip install cmake); the whole log: " + str(log),
+        )
 
 
 def _jobs() -> int:
@@ -274,21 +313,24 @@ def _jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _cmake_build(sdist: Path, work: Path, args: list[str], targets: list[str],
-                 jobs: int | None) -> tuple[Path, Path, Path]:
+def _cmake_build(
+    sdist: Path, work: Path, args: list[str], targets: list[str], jobs: int | None
+) -> tuple[Path, Path, Path]:
     """The vendored llama.cpp unpacked under ``work``, configured with ``args`` and ``targets`` built (Ninja when
     present); returns (source, build, log) folders/file."""
     src = _extract_vendor(sdist, work / "src")
     build, log = work / "build", work / "build.log"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     _run_logged(["cmake", "-S", str(src), "-B", str(build), *gen, *args], log)
-    _run_logged(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs or _jobs()),
-                 "--target", *targets], log)
+    _run_logged(
+        ["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs or _jobs()), "--target", *targets], log
+    )
     return src, build, log
 
 
-def ensure_built(sdist: Path | None = None, *, jobs: int | None = None, rebuild: bool = False,
-                 say: Callable[[str], None] = print) -> LlamaCppTools:
+def ensure_built(
+    sdist: Path | None = None, *, jobs: int | None = None, rebuild: bool = False, say: Callable[[str], None] = print
+) -> LlamaCppTools:
     """Build llama.cpp into :func:`build_dir` unless a complete build is there; returns its tools. The build
     runs in a temp folder beside the final one and is renamed into place when complete."""
     root = build_dir()
@@ -298,8 +340,10 @@ def ensure_built(sdist: Path | None = None, *, jobs: int | None = None, rebuild:
             say(f"llama.cpp {VERSION}: cached build in {root}")
             return t
     if shutil.which("cmake") is None:
-        raise LlamaCppMissing("building llama.cpp needs cmake, which is not on PATH",
-                              hint="apt-get install cmake build-essential (or pip install cmake)")
+        raise LlamaCppMissing(
+            "building llama.cpp needs cmake, which is not on PATH",
+            hint="apt-get install cmake build-essential (or pip install cmake)",
+        )
     with _locked(cache_root()):
         if not rebuild:
             with contextlib.suppress(LlamaCppMissing):
@@ -324,9 +368,15 @@ def ensure_built(sdist: Path | None = None, *, jobs: int | None = None, rebuild:
                 fh.seek(max(0, log.stat().st_size - (1 << 18)))
                 (stage / "build.log").write_bytes(fh.read())
             seconds = round(time.perf_counter() - t0, 1)
-            info = {"llama_cpp_python": VERSION, "arch": arch(), "cpu_features": cpu_features(),
-                    "cmake_args": cmake_args(), "seconds": seconds, "jobs": jobs or _jobs(),
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            info = {
+                "llama_cpp_python": VERSION,
+                "arch": arch(),
+                "cpu_features": cpu_features(),
+                "cmake_args": cmake_args(),
+                "seconds": seconds,
+                "jobs": jobs or _jobs(),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             (stage / "build.json").write_text(json.dumps(info, indent=1), encoding="utf-8")  # last: "complete"
             if root.exists():  # a rebuild, or a folder that is not a complete build: moved aside, then removed
                 os.replace(root, work / "old")
@@ -341,15 +391,18 @@ def ensure_built(sdist: Path | None = None, *, jobs: int | None = None, rebuild:
 def binding_check(python: str = sys.executable, version: str = VERSION) -> str | None:
     """None when ``python`` imports llama_cpp ``version`` and it loads this build's library through
     ``LLAMA_CPP_LIB_PATH``; otherwise what is wrong."""
-    code = ("import llama_cpp, sys; v = llama_cpp.__version__; "
-            "sys.exit(0 if v == sys.argv[1] else f'llama_cpp {v} is installed, not {sys.argv[1]}')")
+    code = (
+        "import llama_cpp, sys; v = llama_cpp.__version__; "
+        "sys.exit(0 if v == sys.argv[1] else f'llama_cpp {v} is installed, not {sys.argv[1]}')"
+    )
     env = dict(os.environ, **{LIB_ENV: str(lib_path(version))})
     res = subprocess.run([python, "-c", code, version], capture_output=True, text=True, env=env)
     return None if res.returncode == 0 else (res.stderr.strip().splitlines() or ["failed"])[-1]
 
 
-def install_binding(python: str = sys.executable, sdist: Path | None = None,
-                    say: Callable[[str], None] = print) -> None:
+def install_binding(
+    python: str = sys.executable, sdist: Path | None = None, say: Callable[[str], None] = print
+) -> None:
     """pip-install llama-cpp-python from the cached sdist into ``python``'s environment without building
     llama.cpp again (``-DLLAMA_BUILD=OFF``: the wheel holds only Python; the library is this build's)."""
     if binding_check(python) is None:
@@ -357,17 +410,27 @@ def install_binding(python: str = sys.executable, sdist: Path | None = None,
         return
     t0 = time.perf_counter()
     env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir",
-           str(Path(sdist) if sdist else sdist_path())]
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-cache-dir",
+        str(Path(sdist) if sdist else sdist_path()),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
-        raise LlamaCppMissing(f"pip could not install the llama-cpp-python binding: "
-                              f"{(res.stderr or res.stdout).strip()[-800:]}")
+        raise LlamaCppMissing(
+            f"pip could not install the llama-cpp-python binding: {(res.stderr or res.stdout).strip()[-800:]}"
+        )
     problem = binding_check(python)
     if problem:
         raise LlamaCppMissing(f"llama-cpp-python {VERSION} installed but does not load {lib_path()}: {problem}")
-    say(f"llama-cpp-python {VERSION}: installed in {time.perf_counter() - t0:.0f} s "
-        f"(no native build; {LIB_ENV}={lib_path()})")
+    say(
+        f"llama-cpp-python {VERSION}: installed in {time.perf_counter() - t0:.0f} s "
+        f"(no native build; {LIB_ENV}={lib_path()})"
+    )
 
 
 # ------------------------------------------------------------------ for a board: cross-built, shipped as a wheel
@@ -379,7 +442,11 @@ def install_binding(python: str = sys.executable, sdist: Path | None = None,
 CROSS = {"aarch64": "aarch64-linux-gnu"}  # arch -> the GNU triplet of Debian's cross compiler
 WHEEL_TAG = {"aarch64": "linux_aarch64"}
 BOARD_CMAKE_ARGS = tuple(a for a in CMAKE_ARGS if a != "-DGGML_NATIVE=ON") + (
-    "-DGGML_NATIVE=OFF", "-DGGML_OPENMP=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_COMMON=OFF")
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_OPENMP=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_COMMON=OFF",
+)
 
 
 @dataclass(frozen=True)
@@ -393,8 +460,10 @@ class BoardBuild:
     @property
     def triplet(self) -> str:
         if self.arch not in CROSS:
-            raise LlamaCppMissing(f"edgekit cross-builds llama.cpp for {', '.join(CROSS)} only, not {self.arch}",
-                                  hint="build llama-cpp-python on the device (pip install llama-cpp-python)")
+            raise LlamaCppMissing(
+                f"edgekit cross-builds llama.cpp for {', '.join(CROSS)} only, not {self.arch}",
+                hint="build llama-cpp-python on the device (pip install llama-cpp-python)",
+            )
         return CROSS[self.arch]
 
     @property
@@ -409,10 +478,17 @@ class BoardBuild:
     def cmake_args(self) -> list[str]:
         t = self.triplet
         flags = f"-march={self.march}"
-        return [*BOARD_CMAKE_ARGS, "-DCMAKE_SYSTEM_NAME=Linux", f"-DCMAKE_SYSTEM_PROCESSOR={self.arch}",
-                f"-DCMAKE_C_COMPILER={t}-gcc", f"-DCMAKE_CXX_COMPILER={t}-g++",
-                # GGML_CPU_ARM_ARCH is ggml's own -march; the flags make the rest of the build agree
-                f"-DGGML_CPU_ARM_ARCH={self.march}", f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+        return [
+            *BOARD_CMAKE_ARGS,
+            "-DCMAKE_SYSTEM_NAME=Linux",
+            f"-DCMAKE_SYSTEM_PROCESSOR={self.arch}",
+            f"-DCMAKE_C_COMPILER={t}-gcc",
+            f"-DCMAKE_CXX_COMPILER={t}-g++",
+            # GGML_CPU_ARM_ARCH is ggml's own -march; the flags make the rest of the build agree
+            f"-DGGML_CPU_ARM_ARCH={self.march}",
+            f"-DCMAKE_C_FLAGS={flags}",
+            f"-DCMAKE_CXX_FLAGS={flags}",
+        ]
 
 
 def _board_fresh(board: BoardBuild) -> bool:
@@ -423,8 +499,9 @@ def _board_fresh(board: BoardBuild) -> bool:
     return bool(json.loads(info.read_text(encoding="utf-8")).get("cmake_args") == board.cmake_args())
 
 
-def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | None = None,
-                say: Callable[[str], None] = print) -> Path:
+def board_wheel(
+    board: BoardBuild, sdist: Path | None = None, *, jobs: int | None = None, say: Callable[[str], None] = print
+) -> Path:
     """The binding wheel for ``board`` with its cross-built library inside, built once into the cache (a temp
     folder renamed into place; the wheel written last, so a killed build never looks complete). Deterministic:
     sorted entries, fixed timestamps (a re-provision sends nothing new)."""
@@ -434,8 +511,10 @@ def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | Non
         return wheel
     compiler = f"{board.triplet}-g++"
     if shutil.which(compiler) is None:
-        raise LlamaCppMissing(f"cross-building llama.cpp for {board.arch} needs {compiler}, which is not on PATH",
-                              hint=f"apt-get install g++-{board.triplet} (Debian's cross compiler)")
+        raise LlamaCppMissing(
+            f"cross-building llama.cpp for {board.arch} needs {compiler}, which is not on PATH",
+            hint=f"apt-get install g++-{board.triplet} (Debian's cross compiler)",
+        )
     if shutil.which("cmake") is None:
         raise LlamaCppMissing("building llama.cpp needs cmake, which is not on PATH", hint="apt-get install cmake")
     with _locked(cache_root()):
@@ -449,8 +528,11 @@ def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | Non
             _, build, _ = _cmake_build(src_archive, work, board.cmake_args(), ["llama"], jobs)
             # every name the loader may ask for (libllama.so and the sonames libllama.so.0 -> ...): a wheel holds
             # no symbolic links, so each name carries the file's bytes
-            libs = {so.name: so for so in sorted((build / "bin").glob("lib*.so*"))
-                    if re.fullmatch(r"lib[\w-]+\.so(\.\d+)?", so.name)}
+            libs = {
+                so.name: so
+                for so in sorted((build / "bin").glob("lib*.so*"))
+                if re.fullmatch(r"lib[\w-]+\.so(\.\d+)?", so.name)
+            }
             missing = [n for n in LIBS if f"lib{n}.so" not in libs]
             if missing:
                 raise EdgekitError(f"the {board.arch} build of llama.cpp made no lib{missing[0]}.so (in {build})")
@@ -458,9 +540,14 @@ def board_wheel(board: BoardBuild, sdist: Path | None = None, *, jobs: int | Non
             stage = work / "stage"
             stage.mkdir()
             _write_board_wheel(host_wheel, libs, stage / board.wheel_name, board)
-            info = {"llama_cpp_python": VERSION, "arch": board.arch, "march": board.march,
-                    "cmake_args": board.cmake_args(), "seconds": round(time.perf_counter() - t0, 1),
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            info = {
+                "llama_cpp_python": VERSION,
+                "arch": board.arch,
+                "march": board.march,
+                "cmake_args": board.cmake_args(),
+                "seconds": round(time.perf_counter() - t0, 1),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             (stage / "build.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
             if root.exists():
                 os.replace(root, work / "old")
@@ -475,12 +562,28 @@ def _binding_wheel(sdist: Path, dest: Path) -> Path:
     """The binding's pure-Python wheel built from the sdist without llama.cpp (``-DLLAMA_BUILD=OFF``)."""
     dest.mkdir(parents=True)
     env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps",
-                          "--no-cache-dir", str(sdist), "-w", str(dest)], capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-cache-dir",
+            str(sdist),
+            "-w",
+            str(dest),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     got = sorted(dest.glob("llama_cpp_python-*.whl"))
     if res.returncode != 0 or not got:
-        raise LlamaCppMissing(f"pip could not build the llama-cpp-python binding's wheel: "
-                              f"{(res.stderr or res.stdout).strip()[-800:]}")
+        raise LlamaCppMissing(
+            f"pip could not build the llama-cpp-python binding's wheel: {(res.stderr or res.stdout).strip()[-800:]}"
+        )
     return got[0]
 
 
@@ -523,15 +626,22 @@ def _write_board_wheel(host_wheel: Path, libs: dict[str, Path], out: Path, board
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m edgekit.llm.llama_cpp",
-                                 description=f"Build llama.cpp (from llama-cpp-python {VERSION}'s sdist) into "
-                                 f"{build_dir()} and install the Python binding against it.")
+    ap = argparse.ArgumentParser(
+        prog="python -m edgekit.llm.llama_cpp",
+        description=f"Build llama.cpp (from llama-cpp-python {VERSION}'s sdist) into "
+        f"{build_dir()} and install the Python binding against it.",
+    )
     ap.add_argument("--sdist", type=Path, help=f"a local {SDIST} (default: the cached one, else pip download)")
     ap.add_argument("--rebuild", action="store_true", help="build again even when a complete build is cached")
     ap.add_argument("--no-binding", action="store_true", help="build the tools and libraries only")
     ap.add_argument("--jobs", type=int, help="parallel compile jobs (default: the CPUs this process may use)")
-    ap.add_argument("--board", metavar="TARGET", action="append", default=[],
-                    help="also cross-build the binding wheel for a board target (its arch and march; e.g. rpi5)")
+    ap.add_argument(
+        "--board",
+        metavar="TARGET",
+        action="append",
+        default=[],
+        help="also cross-build the binding wheel for a board target (its arch and march; e.g. rpi5)",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
@@ -548,8 +658,17 @@ def main(argv: list[str] | None = None) -> int:
     except EdgekitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    print(json.dumps({"root": str(t.root), "bin": str(t.bin), "lib": str(t.lib), "convert": str(t.convert),
-                      "seconds": round(time.perf_counter() - t0, 2)}))
+    print(
+        json.dumps(
+            {
+                "root": str(t.root),
+                "bin": str(t.bin),
+                "lib": str(t.lib),
+                "convert": str(t.convert),
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
+    )
     return 0
 
 
@@ -557,5 +676,19 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["VERSION", "TOOLS", "INSTALL", "LIB_ENV", "LlamaCppMissing", "LlamaCppTools", "build_dir", "tools",
-           "lib_path", "ensure_built", "install_binding", "binding_check", "BoardBuild", "board_wheel"]
+__all__ = [
+    "VERSION",
+    "TOOLS",
+    "INSTALL",
+    "LIB_ENV",
+    "LlamaCppMissing",
+    "LlamaCppTools",
+    "build_dir",
+    "tools",
+    "lib_path",
+    "ensure_built",
+    "install_binding",
+    "binding_check",
+    "BoardBuild",
+    "board_wheel",
+]

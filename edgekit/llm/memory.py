@@ -36,13 +36,19 @@ def kv_bytes_per_token(src: LMSource) -> int:
 
 def memory_plan(src: LMSource, context: int, target_memory_mb: float) -> MemoryPlan:
     per_tok = kv_bytes_per_token(src)
-    weights_mb = src.parameters * 4 / 2 ** 20
+    weights_mb = src.parameters * 4 / 2**20
     budget = target_memory_mb * HEADROOM
-    fits = int(max(0.0, budget - weights_mb - RUNTIME_OVERHEAD_MB) * 2 ** 20 // per_tok)
-    kv_mb = per_tok * context / 2 ** 20
-    return MemoryPlan(kv_bytes_per_token=per_tok, weights_mb=weights_mb, context=context, kv_cache_mb=kv_mb,
-                      need_mb=weights_mb + kv_mb + RUNTIME_OVERHEAD_MB, target_mb=float(target_memory_mb),
-                      fits_context=min(fits, src.context))
+    fits = int(max(0.0, budget - weights_mb - RUNTIME_OVERHEAD_MB) * 2**20 // per_tok)
+    kv_mb = per_tok * context / 2**20
+    return MemoryPlan(
+        kv_bytes_per_token=per_tok,
+        weights_mb=weights_mb,
+        context=context,
+        kv_cache_mb=kv_mb,
+        need_mb=weights_mb + kv_mb + RUNTIME_OVERHEAD_MB,
+        target_mb=float(target_memory_mb),
+        fits_context=min(fits, src.context),
+    )
 
 
 def check_fits(plan: MemoryPlan, target_name: str) -> None:
@@ -53,6 +59,10 @@ def check_fits(plan: MemoryPlan, target_name: str) -> None:
             f"KV cache {plan.kv_cache_mb:.0f} MB ({plan.kv_bytes_per_token} bytes/token) + runtime "
             f"~{RUNTIME_OVERHEAD_MB:.0f} MB = {plan.need_mb:.0f} MB, "
             f"over {HEADROOM:.0%} of its {plan.target_mb:.0f} MB",
-            hint=(f"use --context {plan.fits_context} or less (the longest that fits), or a target with more memory"
-                  if plan.fits_context >= 16 else "the weights and the runtime alone leave no room for a cache on "
-                  "this target: use a smaller model, a quantized source, or a target with more memory"))
+            hint=(
+                f"use --context {plan.fits_context} or less (the longest that fits), or a target with more memory"
+                if plan.fits_context >= 16
+                else "the weights and the runtime alone leave no room for a cache on "
+                "this target: use a smaller model, a quantized source, or a target with more memory"
+            ),
+        )

@@ -42,8 +42,9 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((num / den).mean())
 
 
-def cache_parity(art: Artifact, model: Any, tokens: list[int], *, context: int, prefix: int | None = None,
-                 decoder: Any = None) -> dict[str, Any]:
+def cache_parity(
+    art: Artifact, model: Any, tokens: list[int], *, context: int, prefix: int | None = None, decoder: Any = None
+) -> dict[str, Any]:
     """The two checks above on ``tokens``; returns the figures, raises ConversionError when out of tolerance."""
     import torch
 
@@ -65,23 +66,40 @@ def cache_parity(art: Artifact, model: Any, tokens: list[int], *, context: int, 
     # by the size of the logits, not by the quantization error)
     cache_vs_ref = float(np.abs(through_cache - ref).max())
     kernel_tol = fp32_tol + 1.5 * prefill_err
-    out = {"tokens": t, "prefix": prefix, "prefill_max_abs_err": prefill_err, "cache_max_abs_err": cache_err,
-           "cache_vs_pytorch_max_abs_err": cache_vs_ref, "logit_scale": scale, "tolerance": tol,
-           "prefill_cosine": _cosine(full, ref), "top1_agreement": float((full.argmax(-1) == ref.argmax(-1)).mean())}
+    out = {
+        "tokens": t,
+        "prefix": prefix,
+        "prefill_max_abs_err": prefill_err,
+        "cache_max_abs_err": cache_err,
+        "cache_vs_pytorch_max_abs_err": cache_vs_ref,
+        "logit_scale": scale,
+        "tolerance": tol,
+        "prefill_cosine": _cosine(full, ref),
+        "top1_agreement": float((full.argmax(-1) == ref.argmax(-1)).mean()),
+    }
     hop = f"{art.format.value} {art.precision} decoder"
     if cache_err > tol and art.precision != "fp32" and cache_vs_ref <= kernel_tol:
-        out["cache_judged_by"] = (f"decode through the cache vs PyTorch {cache_vs_ref:.3g} <= 1.5 x the full "
-                                  f"forward's {prefill_err:.3g} (+ the fp32 tolerance): the kernels differ by "
-                                  "batch size")
+        out["cache_judged_by"] = (
+            f"decode through the cache vs PyTorch {cache_vs_ref:.3g} <= 1.5 x the full "
+            f"forward's {prefill_err:.3g} (+ the fp32 tolerance): the kernels differ by "
+            "batch size"
+        )
     elif cache_err > tol:
-        raise ConversionError(f"decoding through the KV cache differs from the full-sequence forward by "
-                              f"{cache_err:.3g} (tolerance {tol:.3g}) on {t} tokens: the cache is broken",
-                              hop=hop, hint="the exporter or the runtime mishandles past key/values")
+        raise ConversionError(
+            f"decoding through the KV cache differs from the full-sequence forward by "
+            f"{cache_err:.3g} (tolerance {tol:.3g}) on {t} tokens: the cache is broken",
+            hop=hop,
+            hint="the exporter or the runtime mishandles past key/values",
+        )
     if art.precision == "fp32" and prefill_err > fp32_tol:
-        raise ConversionError(f"prefill logits differ from PyTorch's by {prefill_err:.3g} (tolerance {tol:.3g})",
-                              hop=hop)
+        raise ConversionError(
+            f"prefill logits differ from PyTorch's by {prefill_err:.3g} (tolerance {tol:.3g})", hop=hop
+        )
     if out["prefill_cosine"] < MIN_COSINE:
-        raise ConversionError(f"prefill logits are broken against PyTorch's: mean cosine {out['prefill_cosine']:.3f} "
-                              f"< {MIN_COSINE}, max error {prefill_err:.3g} at a logit scale of {scale:.3g}", hop=hop,
-                              hint="the quantized file computes something else than the model (a lowering bug)")
+        raise ConversionError(
+            f"prefill logits are broken against PyTorch's: mean cosine {out['prefill_cosine']:.3f} "
+            f"< {MIN_COSINE}, max error {prefill_err:.3g} at a logit scale of {scale:.3g}",
+            hop=hop,
+            hint="the quantized file computes something else than the model (a lowering bug)",
+        )
     return out

@@ -53,7 +53,7 @@ def reference(model: Any, windows: np.ndarray, k: int) -> Reference:
     lps = np.zeros((w, t - 1, k), np.float32)
     with torch.no_grad():
         for i in range(w):
-            x = torch.as_tensor(windows[i:i + 1].astype(np.int64))
+            x = torch.as_tensor(windows[i : i + 1].astype(np.int64))
             lp = torch.log_softmax(model(x).logits[0, :-1].double(), dim=-1)
             tgt[i] = lp[torch.arange(t - 1), x[0, 1:]].numpy()
             arg[i] = lp.argmax(dim=-1).numpy()
@@ -120,19 +120,30 @@ def quality(ref: Reference, dev: dict[str, np.ndarray]) -> dict[str, Any]:
         return float(np.exp(nll_v[idx].mean() - nll_f[idx].mean()) - 1.0)
 
     out: dict[str, Any] = {
-        "positions": int(nll_f.size), "windows": int(w), "top_k": ref.k,
-        "perplexity": ppl_v, "perplexity_float": ppl_f,
-        "perplexity_increase": ppl_v / ppl_f - 1.0, "perplexity_increase_ci95": list(_boot(ppl_rise, w)),
-        "kld_mean": float(kl.mean()), "kld_ci95": list(_boot(lambda i: float(kl[i].mean()), w)),
-        "kld_p99": float(np.percentile(kl, 99)), "kld_max": float(kl.max()),
+        "positions": int(nll_f.size),
+        "windows": int(w),
+        "top_k": ref.k,
+        "perplexity": ppl_v,
+        "perplexity_float": ppl_f,
+        "perplexity_increase": ppl_v / ppl_f - 1.0,
+        "perplexity_increase_ci95": list(_boot(ppl_rise, w)),
+        "kld_mean": float(kl.mean()),
+        "kld_ci95": list(_boot(lambda i: float(kl[i].mean()), w)),
+        "kld_p99": float(np.percentile(kl, 99)),
+        "kld_max": float(kl.max()),
         "kld_bound": "exact" if float(tail.max()) < 1e-6 else "lower",
         "float_tail_mass_mean": float(tail.mean()),
-        "top1_agreement": float(agree.mean()), "top1_agreement_ci95": list(_boot(lambda i: float(agree[i].mean()), w)),
+        "top1_agreement": float(agree.mean()),
+        "top1_agreement_ci95": list(_boot(lambda i: float(agree[i].mean()), w)),
     }
     if ref.greedy is not None and "greedy" in dev:
         div = [first_divergence(a, b) for a, b in zip(ref.greedy, dev["greedy"])]
-        out["greedy"] = {"prompts": len(div), "new_tokens": int(ref.greedy.shape[1]),
-                         "first_divergence": div, "identical": sum(d is None for d in div),
-                         "repeat_share": max(degenerate(g) for g in dev["greedy"]),
-                         "repeat_share_float": max(degenerate(g) for g in ref.greedy)}
+        out["greedy"] = {
+            "prompts": len(div),
+            "new_tokens": int(ref.greedy.shape[1]),
+            "first_divergence": div,
+            "identical": sum(d is None for d in div),
+            "repeat_share": max(degenerate(g) for g in dev["greedy"]),
+            "repeat_share_float": max(degenerate(g) for g in ref.greedy),
+        }
     return out

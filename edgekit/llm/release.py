@@ -65,91 +65,165 @@ def load_last_release(path: str | Path) -> LastRelease:
         raise BadInputError(f"--baseline {path}: no such report", hint="pass the last release's OUT/report.json")
     report = Report.load(path)
     if report.model.get("task") != "text-generation":
-        raise BadInputError(f"--baseline {path} is a fixed-graph model's report, not a language model's",
-                            hint="compare a language model with an earlier `edgekit deploy MODEL_DIR --eval-text` run")
+        raise BadInputError(
+            f"--baseline {path} is a fixed-graph model's report, not a language model's",
+            hint="compare a language model with an earlier `edgekit deploy MODEL_DIR --eval-text` run",
+        )
     name = report.decision.ship if report.decision is not None else None
     v = report.variant(name) if name else None
     shipped = report.search.shipped if report.search is not None else None
     if v is None or shipped is None or not shipped.file:
-        raise BadInputError(f"--baseline {path}: that run shipped nothing, so there is no release to compare with",
-                            hint="use the report of a run whose gate passed")
+        raise BadInputError(
+            f"--baseline {path}: that run shipped nothing, so there is no release to compare with",
+            hint="use the report of a run whose gate passed",
+        )
     file = Path(shipped.file)
     if not file.is_file():
         file = path.parent / "ship" / file.name
     if not file.is_file():
-        raise BadInputError(f"--baseline {path}: its shipped file {file.name} is not in {path.parent / 'ship'}",
-                            hint="keep the last release's ship/ folder beside its report.json")
+        raise BadInputError(
+            f"--baseline {path}: its shipped file {file.name} is not in {path.parent / 'ship'}",
+            hint="keep the last release's ship/ folder beside its report.json",
+        )
     digest = sha256_file(file)
     if shipped.sha256 and digest != shipped.sha256:
-        raise BadInputError(f"--baseline {path}: {file} changed since that run (sha256 {digest[:12]}, the report "
-                            f"says {shipped.sha256[:12]})", hint="restore the released file or deploy it again")
+        raise BadInputError(
+            f"--baseline {path}: {file} changed since that run (sha256 {digest[:12]}, the report "
+            f"says {shipped.sha256[:12]})",
+            hint="restore the released file or deploy it again",
+        )
     fmt = Format(v.format)
     options = dict(v.runtime.options or {})
-    art = Artifact.from_file(file, fmt, IOSpec(inputs=(), outputs=()), precision=v.precision, lineage=[LineageStep(
-        kind="convert", name="last release", config={"report": str(path), "runtime_options": options})])
+    art = Artifact.from_file(
+        file,
+        fmt,
+        IOSpec(inputs=(), outputs=()),
+        precision=v.precision,
+        lineage=[
+            LineageStep(kind="convert", name="last release", config={"report": str(path), "runtime_options": options})
+        ],
+    )
     return LastRelease(path=path, report=report, variant=v, artifact=art)
 
 
-def release_checks(new: VariantResult | None, again: VariantResult | None, last: LastRelease, model_sha: str | None,
-                   text_sha: str | None, cfg: ReleaseGate, again_failure: str | None = None,
-                   ab: LatencyJudgement | None = None, ab_failure: str | None = None) -> list[Check]:
+def release_checks(
+    new: VariantResult | None,
+    again: VariantResult | None,
+    last: LastRelease,
+    model_sha: str | None,
+    text_sha: str | None,
+    cfg: ReleaseGate,
+    again_failure: str | None = None,
+    ab: LatencyJudgement | None = None,
+    ab_failure: str | None = None,
+) -> list[Check]:
     """The release checks above (``ab``: the decode A/B's judgement, ``release_ab.decode_ab``); a check that
     cannot be judged says why (and fails: the gate never passes on a figure it does not have)."""
     if new is None:
         return []  # nothing shipped this time: the gate already failed
     if again is None or again.generation is None or new.generation is None:
-        return [Check(name="release_decode", variant=new.name, passed=False,
-                      message=f"the last release's file ({last.variant.name}) could not be measured again in this "
-                              "session, so this release cannot be compared with it"
-                              + (f": {again_failure}" if again_failure else ""))]
+        return [
+            Check(
+                name="release_decode",
+                variant=new.name,
+                passed=False,
+                message=f"the last release's file ({last.variant.name}) could not be measured again in this "
+                "session, so this release cannot be compared with it" + (f": {again_failure}" if again_failure else ""),
+            )
+        ]
     checks = [_decode_check(new, last, cfg, ab, ab_failure)]
     same_model = model_sha is not None and model_sha == last.report.model.get("sha256")
     same_text = text_sha is not None and text_sha == (last.report.settings.get("eval_text") or {}).get("windows_sha256")
     if new.quality is not None and again.quality is not None:
         if same_model:
             grow = new.quality.kld_mean - again.quality.kld_mean
-            checks.append(Check(name="release_kld", variant=new.name, value=grow, limit=cfg.max_kld_increase,
-                                passed=grow <= cfg.max_kld_increase,
-                                message=f"KLD {new.quality.kld_mean:.4g} vs the last release's "
-                                        f"{again.quality.kld_mean:.4g} on the same model and text: "
-                                        f"{grow:+.4g} nats/token"))
+            checks.append(
+                Check(
+                    name="release_kld",
+                    variant=new.name,
+                    value=grow,
+                    limit=cfg.max_kld_increase,
+                    passed=grow <= cfg.max_kld_increase,
+                    message=f"KLD {new.quality.kld_mean:.4g} vs the last release's "
+                    f"{again.quality.kld_mean:.4g} on the same model and text: "
+                    f"{grow:+.4g} nats/token",
+                )
+            )
         if same_text:
             rel = new.quality.perplexity / again.quality.perplexity - 1
-            checks.append(Check(name="release_perplexity", variant=new.name, value=rel,
-                                limit=cfg.max_perplexity_increase, passed=rel <= cfg.max_perplexity_increase,
-                                message=f"perplexity {new.quality.perplexity:.4g} vs the last release's "
-                                        f"{again.quality.perplexity:.4g} on the same text: {rel:+.2%}"))
+            checks.append(
+                Check(
+                    name="release_perplexity",
+                    variant=new.name,
+                    value=rel,
+                    limit=cfg.max_perplexity_increase,
+                    passed=rel <= cfg.max_perplexity_increase,
+                    message=f"perplexity {new.quality.perplexity:.4g} vs the last release's "
+                    f"{again.quality.perplexity:.4g} on the same text: {rel:+.2%}",
+                )
+            )
     return checks
 
 
-def _decode_check(new: VariantResult, last: LastRelease, cfg: ReleaseGate, ab: LatencyJudgement | None,
-                  ab_failure: str | None) -> Check:
+def _decode_check(
+    new: VariantResult, last: LastRelease, cfg: ReleaseGate, ab: LatencyJudgement | None, ab_failure: str | None
+) -> Check:
     if ab is None:
-        return Check(name="release_decode", variant=new.name, passed=False,
-                     message=f"the decode A/B against the last release's {last.variant.name} did not run"
-                             + (f": {ab_failure}" if ab_failure else ""))
+        return Check(
+            name="release_decode",
+            variant=new.name,
+            passed=False,
+            message=f"the decode A/B against the last release's {last.variant.name} did not run"
+            + (f": {ab_failure}" if ab_failure else ""),
+        )
     speed = 1.0 / ab.ratio  # this release's decode speed over the last release's
     lo, hi = 1.0 / ab.ci95[1], 1.0 / ab.ci95[0]
     regressed = speed < 1 - cfg.max_decode_regression and ab.significant and ab.ratio > 1
     p = f", signed-rank p={ab.p_value:.3g}" if ab.p_value is not None else ""
-    return Check(name="release_decode", variant=new.name, value=speed, limit=1 - cfg.max_decode_regression,
-                 ratio_ci95=[lo, hi], p_value=ab.p_value, significant=ab.significant, passed=not regressed,
-                 message=f"decode speed {speed:.2f}x the last release's {last.variant.name} (95% CI {lo:.2f}-{hi:.2f}"
-                         f"{p}), the two files timed in {ab.detail.get('blocks')} alternating rounds in this session"
-                         + (": significantly slower, a regression" if regressed else
-                            ": within the noise (not significant)" if speed < 1 - cfg.max_decode_regression else ""))
+    return Check(
+        name="release_decode",
+        variant=new.name,
+        value=speed,
+        limit=1 - cfg.max_decode_regression,
+        ratio_ci95=[lo, hi],
+        p_value=ab.p_value,
+        significant=ab.significant,
+        passed=not regressed,
+        message=f"decode speed {speed:.2f}x the last release's {last.variant.name} (95% CI {lo:.2f}-{hi:.2f}"
+        f"{p}), the two files timed in {ab.detail.get('blocks')} alternating rounds in this session"
+        + (
+            ": significantly slower, a regression"
+            if regressed
+            else ": within the noise (not significant)"
+            if speed < 1 - cfg.max_decode_regression
+            else ""
+        ),
+    )
 
 
 METHOD = "ab"
-METHOD_TEXT = ("the last release's shipped file and this release's timed in alternating rounds in this session "
-               "(decode), and scored again beside this release's files (quality)")
+METHOD_TEXT = (
+    "the last release's shipped file and this release's timed in alternating rounds in this session "
+    "(decode), and scored again beside this release's files (quality)"
+)
 
 
 def compared_with(last: LastRelease, ab: LatencyJudgement | None = None) -> ComparedWith:
     r = last.report
-    return ComparedWith(path=str(last.path), sha256=last.artifact.sha256, method=METHOD, method_text=METHOD_TEXT,
-                        method_detail={"variant": last.variant.name, "file": str(last.artifact.path),
-                                       **(ab.detail if ab is not None else {})},
-                        created_at=r.created_at, edgekit_version=r.edgekit_version, target=r.target,
-                        device=r.device.name if r.device is not None else None,
-                        model_sha256=r.model.get("sha256"), model=r.model.get("source"))
+    return ComparedWith(
+        path=str(last.path),
+        sha256=last.artifact.sha256,
+        method=METHOD,
+        method_text=METHOD_TEXT,
+        method_detail={
+            "variant": last.variant.name,
+            "file": str(last.artifact.path),
+            **(ab.detail if ab is not None else {}),
+        },
+        created_at=r.created_at,
+        edgekit_version=r.edgekit_version,
+        target=r.target,
+        device=r.device.name if r.device is not None else None,
+        model_sha256=r.model.get("sha256"),
+        model=r.model.get("source"),
+    )

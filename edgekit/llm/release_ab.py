@@ -41,18 +41,33 @@ class Side:
 def _turn(session: DeviceSession, side: Side, m: MeasureDefaults, windows: np.ndarray, label: str) -> list[float]:
     """One decode-only agent run of ``side``: its per-token times (ms); a failure raises with the agent's words."""
     mm = m.model_copy(update={"threads": side.threads, "min_seconds": max(0.1, m.min_seconds / 4)})
-    req = generate_request(variant=label, art=side.art, model_remote=session.remote(side.art.path), measure=mm,
-                           settings=GenerateSettings(context=side.context, decode_tokens=1, prefill_repeats=1),
-                           windows=windows, scoring=None, greedy=None, outputs_remote=None,
-                           runtime_options=side.runtime_options)
+    req = generate_request(
+        variant=label,
+        art=side.art,
+        model_remote=session.remote(side.art.path),
+        measure=mm,
+        settings=GenerateSettings(context=side.context, decode_tokens=1, prefill_repeats=1),
+        windows=windows,
+        scoring=None,
+        greedy=None,
+        outputs_remote=None,
+        runtime_options=side.runtime_options,
+    )
     res = session.run(req, RunSettings(measure=mm, cached=False, timeout_s=req.timeout_s + 600))
     if isinstance(res, MeasureFailure):
         raise res.error()
     return [float(x) for x in res.doc["latency_ms"]["raw"]]
 
 
-def decode_ab(session: DeviceSession, last: Side, new: Side, m: MeasureDefaults, windows: np.ndarray,
-              rounds: int = ROUNDS, progress: Callable[[str], None] | None = None) -> LatencyJudgement:
+def decode_ab(
+    session: DeviceSession,
+    last: Side,
+    new: Side,
+    m: MeasureDefaults,
+    windows: np.ndarray,
+    rounds: int = ROUNDS,
+    progress: Callable[[str], None] | None = None,
+) -> LatencyJudgement:
     """``new`` against ``last`` in ``rounds`` alternating pairs of turns; the judgement's ratio is new / last time
     a token (> 1: this release decodes slower)."""
     session.deliver([last.art, new.art])

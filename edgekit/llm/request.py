@@ -51,27 +51,54 @@ def prompt_ids(windows: np.ndarray, n: int) -> list[int]:
     return (flat * math.ceil(n / len(flat)))[:n]
 
 
-def generate_request(*, variant: str, art: Artifact, model_remote: str, measure: MeasureDefaults,
-                     settings: GenerateSettings, windows: np.ndarray, scoring: tuple[str, str | None] | None,
-                     greedy: list[list[int]] | None, outputs_remote: str | None,
-                     energy_sources: tuple[str, ...] = (), sustained_seconds: float | None = None,
-                     runtime_options: dict[str, Any] | None = None) -> AgentRequest:
+def generate_request(
+    *,
+    variant: str,
+    art: Artifact,
+    model_remote: str,
+    measure: MeasureDefaults,
+    settings: GenerateSettings,
+    windows: np.ndarray,
+    scoring: tuple[str, str | None] | None,
+    greedy: list[list[int]] | None,
+    outputs_remote: str | None,
+    energy_sources: tuple[str, ...] = (),
+    sustained_seconds: float | None = None,
+    runtime_options: dict[str, Any] | None = None,
+) -> AgentRequest:
     """``sustained_seconds``: decode for that long (the timing loop's sustained mode, one token a step) to see
     tokens/s under heat and clocks over time. ``runtime_options`` add to (and override) the file's own."""
     need = max(max(settings.prompt_lengths()), settings.filled_at)
     gen = GenerateRequest(
-        context=settings.context, prompt_ids=prompt_ids(windows, need), prompt_lengths=settings.prompt_lengths(),
-        prefill_repeats=settings.prefill_repeats, filled_at=settings.filled_at, decode_tokens=settings.decode_tokens,
+        context=settings.context,
+        prompt_ids=prompt_ids(windows, need),
+        prompt_lengths=settings.prompt_lengths(),
+        prefill_repeats=settings.prefill_repeats,
+        filled_at=settings.filled_at,
+        decode_tokens=settings.decode_tokens,
         score=ScoreRequest(windows=scoring[0], ids=scoring[1]) if scoring else None,
-        greedy=GreedyRequest(prompts=greedy, new_tokens=settings.greedy_tokens) if greedy else None)
-    return AgentRequest(variant=variant, model=model_remote, model_sha256=art.sha256, format=art.format.value,
-                        runtime=str(format_spec(art.format).runtime), threads=measure.threads, warmup=measure.warmup,
-                        runs=measure.runs, min_seconds=measure.min_seconds, max_runs=measure.max_runs,
-                        inputs=[], outputs=[], outputs_path=outputs_remote, generate=gen,
-                        energy=EnergyRequest(sources=list(energy_sources)),
-                        max_seconds=max(120.0, sustained_seconds or 0.0),
-                        sustained=SustainedRequest(**request_fields(sustained_seconds)) if sustained_seconds else None,
-                        runtime_options={**art.runtime_options, **(runtime_options or {})} or None)
+        greedy=GreedyRequest(prompts=greedy, new_tokens=settings.greedy_tokens) if greedy else None,
+    )
+    return AgentRequest(
+        variant=variant,
+        model=model_remote,
+        model_sha256=art.sha256,
+        format=art.format.value,
+        runtime=str(format_spec(art.format).runtime),
+        threads=measure.threads,
+        warmup=measure.warmup,
+        runs=measure.runs,
+        min_seconds=measure.min_seconds,
+        max_runs=measure.max_runs,
+        inputs=[],
+        outputs=[],
+        outputs_path=outputs_remote,
+        generate=gen,
+        energy=EnergyRequest(sources=list(energy_sources)),
+        max_seconds=max(120.0, sustained_seconds or 0.0),
+        sustained=SustainedRequest(**request_fields(sustained_seconds)) if sustained_seconds else None,
+        runtime_options={**art.runtime_options, **(runtime_options or {})} or None,
+    )
 
 
 def _median(xs: list[float]) -> float:
@@ -93,8 +120,15 @@ def generation_figures(doc: dict[str, Any], kv_bytes_per_token: int) -> dict[str
     raw = list(doc["latency_ms"]["raw"])
     st = latency_stats(raw)
     filled = gen["decode_filled"]["ms"]
-    prefill = [{"tokens": p["tokens"], "ttft_ms": _median(p["ms"]), "ms": p["ms"],
-                "tokens_per_s": p["tokens"] / _median(p["ms"]) * 1000.0} for p in gen["prefill"]]
+    prefill = [
+        {
+            "tokens": p["tokens"],
+            "ttft_ms": _median(p["ms"]),
+            "ms": p["ms"],
+            "tokens_per_s": p["tokens"] / _median(p["ms"]) * 1000.0,
+        }
+        for p in gen["prefill"]
+    ]
     mem = doc.get("memory") or {}
     kv_runtime = mem.get("kv_cache_mb")
     tokens = mem.get("kv_cache_tokens")
@@ -106,12 +140,16 @@ def generation_figures(doc: dict[str, Any], kv_bytes_per_token: int) -> dict[str
         "decode_tokens_per_s": 1000.0 / float(np.mean(raw)),
         "decode_tokens_per_s_ci95": list(tokens_per_s_ci(raw)),
         "inter_token_ms": {"p50": st.p50, "p95": float(np.percentile(raw, 95)), "mean": st.mean, "n": len(raw)},
-        "decode_filled": {"start": gen["decode_filled"]["start"], "tokens": len(filled),
-                          "tokens_per_s": 1000.0 / float(np.mean(filled)) if filled else None,
-                          "inter_token_p50_ms": float(np.median(filled)) if filled else None},
+        "decode_filled": {
+            "start": gen["decode_filled"]["start"],
+            "tokens": len(filled),
+            "tokens_per_s": 1000.0 / float(np.mean(filled)) if filled else None,
+            "inter_token_p50_ms": float(np.median(filled)) if filled else None,
+        },
         "peak_rss_mb": mem.get("peak_rss_mb"),
-        "kv_cache_mb": kv_runtime if kv_runtime is not None else
-        (kv_bytes_per_token * tokens / 2 ** 20 if tokens else None),
+        "kv_cache_mb": kv_runtime
+        if kv_runtime is not None
+        else (kv_bytes_per_token * tokens / 2**20 if tokens else None),
         "kv_cache_source": "runtime" if kv_runtime is not None else f"config ({mem.get('kv_cache_source')})",
         "kv_cache_tokens": tokens,
         "energy_mj_per_token": (doc.get("energy") or {}).get("energy_mj_per_inference"),

@@ -24,20 +24,32 @@ TASK = "text-generation"
 def calling(art: Artifact, src: LMSource) -> dict[str, Any]:
     if art.format.value == "onnx":
         ins, outs = io_names(src.layers)
-        return {"inputs": ins, "outputs": outs, "cache": "past/present key values: feed each call's present.N.* "
-                "back as the next call's past_key_values.N.*, starting from [1, kv_heads, 0, head_dim] zeros",
-                "kv_heads": src.kv_heads, "head_dim": src.head_dim, "layers": src.layers}
+        return {
+            "inputs": ins,
+            "outputs": outs,
+            "cache": "past/present key values: feed each call's present.N.* "
+            "back as the next call's past_key_values.N.*, starting from [1, kv_heads, 0, head_dim] zeros",
+            "kv_heads": src.kv_heads,
+            "head_dim": src.head_dim,
+            "layers": src.layers,
+        }
     if art.format.value == "gguf":
-        return {"runtime": "llama.cpp (libllama; llama-cpp-python's low-level API or llama.cpp's own tools)",
-                "call": "llama_decode with a batch of (token, position, sequence 0, logits wanted) per token",
-                "cache": "inside the llama_context; llama_memory_clear begins a new sequence",
-                "tokenizer": "in the GGUF (it tokenizes as the shipped tokenizer.json does)"}
-    return {"inputs": ["input_ids [1, S] int64", "cache_position [S] int64"], "outputs": ["logits [1, S, vocab]"],
-            "cache": "static, inside the program's mutable buffers; cache_position 0 begins a new sequence"}
+        return {
+            "runtime": "llama.cpp (libllama; llama-cpp-python's low-level API or llama.cpp's own tools)",
+            "call": "llama_decode with a batch of (token, position, sequence 0, logits wanted) per token",
+            "cache": "inside the llama_context; llama_memory_clear begins a new sequence",
+            "tokenizer": "in the GGUF (it tokenizes as the shipped tokenizer.json does)",
+        }
+    return {
+        "inputs": ["input_ids [1, S] int64", "cache_position [S] int64"],
+        "outputs": ["logits [1, S, vocab]"],
+        "cache": "static, inside the program's mutable buffers; cache_position 0 begins a new sequence",
+    }
 
 
-def write_lm_ship(out_dir: Path, v: VariantResult, art: Artifact, src: LMSource,
-                  settings: GenerateSettings) -> dict[str, Any]:
+def write_lm_ship(
+    out_dir: Path, v: VariantResult, art: Artifact, src: LMSource, settings: GenerateSettings
+) -> dict[str, Any]:
     ship_dir = out_dir / "ship"
     ship_dir.mkdir(parents=True, exist_ok=True)
     before = _listed(ship_dir)
@@ -49,24 +61,46 @@ def write_lm_ship(out_dir: Path, v: VariantResult, art: Artifact, src: LMSource,
     files = [b for _, b in pairs]
     g, q = v.generation, v.quality
     meta = {
-        "schema": SHIP_SCHEMA, "task": TASK, "variant": v.name, "file": str(dest), "files": [str(f) for f in files],
-        "sha256": art.sha256, "set_sha256": sha256_files(files), "format": art.format.value,
-        "precision": art.precision, "runtime": v.runtime.name,
-        "generator": {"context": settings.context, "vocab_size": src.vocab_size, "architecture": src.architecture,
-                      "family": src.family, "tokenizer_files": [f.name for f in src.files],
-                      "chat_template": bool(getattr(src.tokenizer, "chat_template", None)),
-                      "bos_token_id": getattr(src.tokenizer, "bos_token_id", None),
-                      "eos_token_id": getattr(src.tokenizer, "eos_token_id", None), "calling": calling(art, src)},
+        "schema": SHIP_SCHEMA,
+        "task": TASK,
+        "variant": v.name,
+        "file": str(dest),
+        "files": [str(f) for f in files],
+        "sha256": art.sha256,
+        "set_sha256": sha256_files(files),
+        "format": art.format.value,
+        "precision": art.precision,
+        "runtime": v.runtime.name,
+        "generator": {
+            "context": settings.context,
+            "vocab_size": src.vocab_size,
+            "architecture": src.architecture,
+            "family": src.family,
+            "tokenizer_files": [f.name for f in src.files],
+            "chat_template": bool(getattr(src.tokenizer, "chat_template", None)),
+            "bos_token_id": getattr(src.tokenizer, "bos_token_id", None),
+            "eos_token_id": getattr(src.tokenizer, "eos_token_id", None),
+            "calling": calling(art, src),
+        },
         "eval": {"window": int(q.positions // q.windows + 1) if q else None, "windows": q.windows if q else None},
         "lineage": art.lineage_dicts(),
-        "measured": {"decode_tokens_per_s": g.decode_tokens_per_s if g else None, "ttft_ms": g.ttft_ms if g else None,
-                     "perplexity": q.perplexity if q else None, "kld_mean": q.kld_mean if q else None,
-                     "peak_rss_mb": g.peak_rss_mb if g else None},
+        "measured": {
+            "decode_tokens_per_s": g.decode_tokens_per_s if g else None,
+            "ttft_ms": g.ttft_ms if g else None,
+            "perplexity": q.perplexity if q else None,
+            "kld_mean": q.kld_mean if q else None,
+            "peak_rss_mb": g.peak_rss_mb if g else None,
+        },
     }
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
-    rt = {"runtime": v.runtime.name, "version": v.runtime.version, "threads": v.runtime.threads,
-          "options": v.runtime.options or {}, "file": dest.name,
-          "apply": runtime_settings(v.runtime.name, v.runtime.threads or 1, v.runtime.options or {})}
+    rt = {
+        "runtime": v.runtime.name,
+        "version": v.runtime.version,
+        "threads": v.runtime.threads,
+        "options": v.runtime.options or {},
+        "file": dest.name,
+        "apply": runtime_settings(v.runtime.name, v.runtime.threads or 1, v.runtime.options or {}),
+    }
     atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
     for old in before - {f.resolve() for f in files}:  # what an earlier run shipped here (another variant's)
         old.unlink(missing_ok=True)

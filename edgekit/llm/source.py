@@ -20,8 +20,17 @@ from .gguf_source import check_gguf, gguf_to_folder
 
 TASK = "text-generation"
 # files shipped beside the model file: what `edgekit run ship/` and an application need to tokenize and chat
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json", "config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "generation_config.json",
+    "config.json",
+)
 
 
 @dataclass
@@ -61,12 +70,21 @@ class LMSource:
         return int(getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads)
 
     def describe(self) -> dict[str, Any]:
-        return {"source": str(self.path), "sha256": self.sha256, "task": TASK,
-                "architecture": self.architecture, "family": self.family,
-                "parameters": self.parameters, "vocab_size": self.vocab_size, "context": self.context,
-                "layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
-                "dtype": str(getattr(self.config, "dtype", None) or "float32").replace("torch.", ""),
-                **({"origin": self.origin} if self.origin else {})}
+        return {
+            "source": str(self.path),
+            "sha256": self.sha256,
+            "task": TASK,
+            "architecture": self.architecture,
+            "family": self.family,
+            "parameters": self.parameters,
+            "vocab_size": self.vocab_size,
+            "context": self.context,
+            "layers": self.layers,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "dtype": str(getattr(self.config, "dtype", None) or "float32").replace("torch.", ""),
+            **({"origin": self.origin} if self.origin else {}),
+        }
 
 
 def is_lm_source(path: str | Path) -> bool:
@@ -98,8 +116,10 @@ def _read_config(folder: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ModelLoadError(f"{folder} has no config.json: not a transformers model folder",
-                             hint="point edgekit at the folder save_pretrained() wrote, or at a .gguf file") from exc
+        raise ModelLoadError(
+            f"{folder} has no config.json: not a transformers model folder",
+            hint="point edgekit at the folder save_pretrained() wrote, or at a .gguf file",
+        ) from exc
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{path} is not readable JSON ({exc})") from exc
     if not isinstance(data, dict):
@@ -110,21 +130,30 @@ def _read_config(folder: Path) -> dict[str, Any]:
 def check_folder(folder: Path) -> dict[str, Any]:
     """The refusals that need no import of transformers: remote code, no causal LM, no weights."""
     data = _read_config(folder)
-    if data.get("auto_map") or any("auto_map" in json.loads(p.read_text(encoding="utf-8") or "{}")
-                                   for p in [folder / "tokenizer_config.json"] if p.is_file()):
-        raise ModelLoadError(f"{folder} needs its own Python code (config.json or tokenizer_config.json has an "
-                             f"auto_map: {sorted((data.get('auto_map') or {}))}); edgekit never runs a model "
-                             "folder's code", hint="use an architecture transformers ships (Llama, Qwen2/3, Gemma, "
-                             "Phi...), or convert the model to one")
+    if data.get("auto_map") or any(
+        "auto_map" in json.loads(p.read_text(encoding="utf-8") or "{}")
+        for p in [folder / "tokenizer_config.json"]
+        if p.is_file()
+    ):
+        raise ModelLoadError(
+            f"{folder} needs its own Python code (config.json or tokenizer_config.json has an "
+            f"auto_map: {sorted((data.get('auto_map') or {}))}); edgekit never runs a model "
+            "folder's code",
+            hint="use an architecture transformers ships (Llama, Qwen2/3, Gemma, Phi...), or convert the model to one",
+        )
     archs = [str(a) for a in data.get("architectures") or []]
     if not is_causal(archs):
-        raise ModelLoadError(f"{folder}/config.json names architectures {archs or 'none'}: not a causal language "
-                             "model (*ForCausalLM or *LMHeadModel)",
-                             hint="the language-model path reads text-generation models")
+        raise ModelLoadError(
+            f"{folder}/config.json names architectures {archs or 'none'}: not a causal language "
+            "model (*ForCausalLM or *LMHeadModel)",
+            hint="the language-model path reads text-generation models",
+        )
     weights = [p for p in folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith("pytorch_model")]
     if not weights:
-        raise ModelLoadError(f"{folder} has no weights (model.safetensors or pytorch_model*.bin)",
-                             hint="save the model with save_pretrained() into this folder")
+        raise ModelLoadError(
+            f"{folder} has no weights (model.safetensors or pytorch_model*.bin)",
+            hint="save the model with save_pretrained() into this folder",
+        )
     return data
 
 
@@ -176,33 +205,48 @@ def load_lm(path: str | Path) -> LMSource:
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError) as exc:
-        raise ModelLoadError(f"transformers cannot read {folder}/config.json (model_type "
-                             f"{data.get('model_type')!r}): {exc}",
-                             hint="this transformers version may not know the architecture; pip install -U "
-                             "transformers, or convert the model") from exc
+        raise ModelLoadError(
+            f"transformers cannot read {folder}/config.json (model_type {data.get('model_type')!r}): {exc}",
+            hint="this transformers version may not know the architecture; pip install -U "
+            "transformers, or convert the model",
+        ) from exc
     try:
         with torch.no_grad():
-            model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, trust_remote_code=False,
-                                                         dtype=torch.float32).eval()
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, local_files_only=True, trust_remote_code=False, dtype=torch.float32
+            ).eval()
     except (ValueError, OSError, RuntimeError, KeyError) as exc:
         raise ModelLoadError(f"cannot load the weights in {folder}: {exc}") from exc
     linears_from_conv1d(model)
     try:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"cannot read the tokenizer in {folder}: {exc}",
-                             hint="a model folder ships its tokenizer files (tokenizer.json, tokenizer_config.json)")
+        raise ModelLoadError(
+            f"cannot read the tokenizer in {folder}: {exc}",
+            hint="a model folder ships its tokenizer files (tokenizer.json, tokenizer_config.json)",
+        )
     if len(tok) > config.vocab_size:
-        raise ModelLoadError(f"the tokenizer in {folder} has {len(tok)} tokens but the model's vocabulary has "
-                             f"{config.vocab_size}: token ids past {config.vocab_size - 1} have no embedding",
-                             hint="the tokenizer files do not belong to these weights; ship the model's own")
+        raise ModelLoadError(
+            f"the tokenizer in {folder} has {len(tok)} tokens but the model's vocabulary has "
+            f"{config.vocab_size}: token ids past {config.vocab_size - 1} have no embedding",
+            hint="the tokenizer files do not belong to these weights; ship the model's own",
+        )
     files = [folder / f for f in TOKENIZER_FILES if (folder / f).is_file()]
     weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))
     digest = origin.get("sha256") or sha256_files([folder / "config.json", *weights])
-    return LMSource(path=p, folder=folder, config=config, model=model, tokenizer=tok,
-                    architecture=str((config.architectures or [type(model).__name__])[0]),
-                    family=str(config.model_type), parameters=sum(t.numel() for t in model.parameters()),
-                    files=files, origin=origin, sha256=digest)
+    return LMSource(
+        path=p,
+        folder=folder,
+        config=config,
+        model=model,
+        tokenizer=tok,
+        architecture=str((config.architectures or [type(model).__name__])[0]),
+        family=str(config.model_type),
+        parameters=sum(t.numel() for t in model.parameters()),
+        files=files,
+        origin=origin,
+        sha256=digest,
+    )
 
 
 def render_chat(tokenizer: Any, prompt: str) -> str | None:
@@ -211,7 +255,10 @@ def render_chat(tokenizer: Any, prompt: str) -> str | None:
     if not getattr(tokenizer, "chat_template", None):
         return None
     try:
-        return str(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                 add_generation_prompt=True))
+        return str(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        )
     except Exception as exc:  # a template that fails to render (a sandbox violation included) is named
         raise ModelLoadError(f"the model's chat template does not render: {type(exc).__name__}: {exc}") from exc

@@ -24,11 +24,16 @@ class EvalText:
     prompts: list[list[int]]  # greedy-generation prompts (the start of a window each)
 
     def describe(self) -> dict[str, Any]:
-        return {"path": str(self.path), "kind": self.kind, "tokens": self.tokens,
-                "windows": int(self.windows.shape[0]), "window_tokens": int(self.windows.shape[1]),
-                "scored_positions": int(self.windows.shape[0] * (self.windows.shape[1] - 1)),
-                "greedy_prompts": len(self.prompts),
-                "windows_sha256": hashlib.sha256(np.ascontiguousarray(self.windows, np.int32).tobytes()).hexdigest()}
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "tokens": self.tokens,
+            "windows": int(self.windows.shape[0]),
+            "window_tokens": int(self.windows.shape[1]),
+            "scored_positions": int(self.windows.shape[0] * (self.windows.shape[1] - 1)),
+            "greedy_prompts": len(self.prompts),
+            "windows_sha256": hashlib.sha256(np.ascontiguousarray(self.windows, np.int32).tobytes()).hexdigest(),
+        }
 
 
 def read_documents(path: Path) -> tuple[str, list[str]]:
@@ -39,8 +44,10 @@ def read_documents(path: Path) -> tuple[str, list[str]]:
     except FileNotFoundError as exc:
         raise DataError(f"eval text {path} not found") from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"eval text {path} is not readable UTF-8 text ({exc})",
-                        hint="--eval-text takes plain UTF-8 text or JSONL with a text/prompt field") from exc
+        raise DataError(
+            f"eval text {path} is not readable UTF-8 text ({exc})",
+            hint="--eval-text takes plain UTF-8 text or JSONL with a text/prompt field",
+        ) from exc
     if path.suffix.lower() not in (".jsonl", ".ndjson"):
         return "text", [raw]
     docs = []
@@ -58,8 +65,9 @@ def read_documents(path: Path) -> tuple[str, list[str]]:
     return "jsonl", docs
 
 
-def load_eval_text(path: str | Path, tokenizer: Any, *, window: int, max_windows: int = 32,
-                   prompt_tokens: int = 16, prompts: int = 4) -> EvalText:
+def load_eval_text(
+    path: str | Path, tokenizer: Any, *, window: int, max_windows: int = 32, prompt_tokens: int = 16, prompts: int = 4
+) -> EvalText:
     """Windows of ``window`` tokens: consecutive, non-overlapping cuts of the plain text (or of each JSONL
     document, which may be shorter: then each document is one window, padded documents are never mixed), at
     most ``max_windows`` spread evenly over the text."""
@@ -71,9 +79,11 @@ def load_eval_text(path: str | Path, tokenizer: Any, *, window: int, max_windows
         ids = encoded[0]
         n = len(ids) // window
         if n < 1:
-            raise DataError(f"eval text {p} holds {len(ids)} tokens, fewer than one window of {window}",
-                            hint=f"give at least {window} tokens of text (about {window * 4} characters)")
-        cuts = [ids[i * window:(i + 1) * window] for i in range(n)]
+            raise DataError(
+                f"eval text {p} holds {len(ids)} tokens, fewer than one window of {window}",
+                hint=f"give at least {window} tokens of text (about {window * 4} characters)",
+            )
+        cuts = [ids[i * window : (i + 1) * window] for i in range(n)]
     else:
         cuts = [e[:window] for e in encoded if len(e) >= 2]
         if not cuts:

@@ -35,8 +35,9 @@ def thread_counts(limit: int) -> list[int]:
     return sorted({t for t in (1, 2, 4) if t <= limit} | {limit})
 
 
-def settings_to_try(results: list[VariantResult], cfg: LMGate, objective: str, doc: dict | None,
-                    spec: TargetSpec) -> tuple[list[tuple[str, int]], str | None]:
+def settings_to_try(
+    results: list[VariantResult], cfg: LMGate, objective: str, doc: dict | None, spec: TargetSpec
+) -> tuple[list[tuple[str, int]], str | None]:
     """([(file, threads)] to measure: each runtime's best file inside the gate at every other thread count),
     and why the threads were capped below the target's cores (None: not capped)."""
     limit, why = thread_limit(doc, spec.cores)
@@ -65,16 +66,19 @@ def not_competing(results: list[VariantResult], objective: str) -> dict[str, str
             b_lo, b_hi = base.generation.decode_tokens_per_s_ci95 or [0.0, 0.0]
             if lo > b_hi:
                 continue
-            figures = (f"decode {v.generation.decode_tokens_per_s:.1f} tok/s (95% CI {lo:.1f}-{hi:.1f}) vs "
-                       f"{base.generation.decode_tokens_per_s:.1f} ({b_lo:.1f}-{b_hi:.1f})")
-            out[v.name] = (f"slower at {v.runtime.threads} threads than {base.name} at {base.runtime.threads}: "
-                           f"{figures}" if hi < b_lo else
-                           f"not proved faster than {base.name} at {base.runtime.threads} thread(s): {figures}: "
-                           "the CIs overlap")
+            figures = (
+                f"decode {v.generation.decode_tokens_per_s:.1f} tok/s (95% CI {lo:.1f}-{hi:.1f}) vs "
+                f"{base.generation.decode_tokens_per_s:.1f} ({b_lo:.1f}-{b_hi:.1f})"
+            )
+            out[v.name] = (
+                f"slower at {v.runtime.threads} threads than {base.name} at {base.runtime.threads}: {figures}"
+                if hi < b_lo
+                else f"not proved faster than {base.name} at {base.runtime.threads} thread(s): {figures}: "
+                "the CIs overlap"
+            )
         else:
             a, b = objective_value(v, objective), objective_value(base, objective)
             if a is not None and b is not None and a > b + abs(b) * MARGIN:
                 continue
-            out[v.name] = (f"not {MARGIN:.0%} better than {base.name} at {base.runtime.threads} thread(s) by "
-                           f"{objective}")
+            out[v.name] = f"not {MARGIN:.0%} better than {base.name} at {base.runtime.threads} thread(s) by {objective}"
     return out

@@ -36,9 +36,13 @@ def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: b
     if stats:
         todo = {n: m for n, m in measured.items() if n == baseline or m.result.accuracy_stats is None}
         if len(todo) > 1:
-            for w in score_drops([m.result for m in todo.values()],
-                                 {n: m.outputs for n, m in todo.items() if m.outputs is not None}, plan, baseline,
-                                 tolerance=tolerance(cfg, base)):
+            for w in score_drops(
+                [m.result for m in todo.values()],
+                {n: m.outputs for n, m in todo.items() if m.outputs is not None},
+                plan,
+                baseline,
+                tolerance=tolerance(cfg, base),
+            ):
                 owner = next((n for n in todo if w.startswith(f"{n}:")), baseline)
                 todo[owner].score_warnings.append(w)
     for v in (m.result for m in measured.values()):
@@ -53,31 +57,50 @@ def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: b
 
 
 def metric_settings(plan) -> dict:
-    return {"name": plan.metric.label(), "direction": plan.metric.direction, "units": plan.metric.units,
-            "outputs": [plan.output_names[i] for i in plan.output_idx], "against": plan.against,
-            "all_outputs": plan.output_names, **({"postprocess": plan.spec.postprocess} if plan.spec.postprocess else {}),
-            **({"options": plan.spec.options} if plan.spec.options else {})}
+    return {
+        "name": plan.metric.label(),
+        "direction": plan.metric.direction,
+        "units": plan.metric.units,
+        "outputs": [plan.output_names[i] for i in plan.output_idx],
+        "against": plan.against,
+        "all_outputs": plan.output_names,
+        **({"postprocess": plan.spec.postprocess} if plan.spec.postprocess else {}),
+        **({"options": plan.spec.options} if plan.spec.options else {}),
+    }
 
 
-def run_warnings(measured: dict[str, "Measured"], baseline: str, session: "DeviceSession",
-                 judged: list[str] | None = None) -> list[str]:
+def run_warnings(
+    measured: dict[str, "Measured"], baseline: str, session: "DeviceSession", judged: list[str] | None = None
+) -> list[str]:
     results = [m.result for m in measured.values()]
     # a search's other rows (finalists, runtime settings) lost: report.decision says why, once
     out = slower_warnings([v for v in results if judged is None or v.name in judged or v.name == baseline], baseline)
     for m in measured.values():
         v = m.result
         if v.latency_ms and not v.latency_ms.stable:
-            out.append(f"{v.name}: latency is unstable (robust CoV {v.latency_ms.robust_cov or 0:.1%}, "
-                       f"CoV {v.latency_ms.cov:.1%}); the device may be busy")
+            out.append(
+                f"{v.name}: latency is unstable (robust CoV {v.latency_ms.robust_cov or 0:.1%}, "
+                f"CoV {v.latency_ms.cov:.1%}); the device may be busy"
+            )
         out += [f"{v.name}: {w}" for w in m.doc.get("warnings") or []]
         out += [f"{v.name}: {w}" for w in (v.sustained or {}).get("warnings", [])]
     return out + session.warnings()
 
 
-def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session: "DeviceSession", *,
-                    baseline: str, warnings: list[str], settings: dict[str, Any] | None = None,
-                    judged: list[str] | None = None, gate: Gate | None = None, search: SearchSection | None = None,
-                    release: "ReleaseJudgement | None" = None, scored: bool = False) -> Report:
+def assemble_report(
+    run: "PreparedRun",
+    measured: dict[str, "Measured"],
+    session: "DeviceSession",
+    *,
+    baseline: str,
+    warnings: list[str],
+    settings: dict[str, Any] | None = None,
+    judged: list[str] | None = None,
+    gate: Gate | None = None,
+    search: SearchSection | None = None,
+    release: "ReleaseJudgement | None" = None,
+    scored: bool = False,
+) -> Report:
     """``measured``: the variants in report order (the baseline among them). ``judged``: the names
     the gate judges (default: every non-baseline variant). ``gate``: a verdict decided by the caller
     (a search where nothing qualified). ``release``: the A/B or normalized latency judgement."""
@@ -93,27 +116,55 @@ def assemble_report(run: "PreparedRun", measured: dict[str, "Measured"], session
         target=run.target.name,
         device=session.device_info(measured[baseline].doc, results),
         model=run.model_facts(),
-        settings={"measure": run.measure.model_dump(), "gate": run.gate.model_dump(),
-                  "recipe": run.recipe.model_dump(mode="json"), "metric": metric_settings(run.plan),
-                  "eval_data": str(ds.path), "eval_samples": ds.total, "eval_inputs": list(ds.x_keys),
-                  **({"eval_shape_buckets": [{"shapes": [list(x) for x in b.shapes], "samples": b.n,
-                                              "shards": list(b.shard_ids)} for b in ds.buckets]}
-                     if ds.buckets else {}),
-                  "eval_subset": ds.sample, "calib_data": str(run.calib_ds.path) if run.calib_ds else None,
-                  "train_data": str(run.train_ds.path) if run.train_ds else None,
-                  "delivery": {"files_sent": delivery.files_sent, "files_reused": delivery.files_reused,
-                               "bytes_sent": delivery.bytes_sent, "sent_by_kind": dict(delivery.sent_by_kind)},
-                  "wall_seconds": round(time.perf_counter() - run.started, 2), **(settings or {})},
-        baseline=baseline, variants=results, gate=gate or Gate(passed=False), warnings=warnings,
+        settings={
+            "measure": run.measure.model_dump(),
+            "gate": run.gate.model_dump(),
+            "recipe": run.recipe.model_dump(mode="json"),
+            "metric": metric_settings(run.plan),
+            "eval_data": str(ds.path),
+            "eval_samples": ds.total,
+            "eval_inputs": list(ds.x_keys),
+            **(
+                {
+                    "eval_shape_buckets": [
+                        {"shapes": [list(x) for x in b.shapes], "samples": b.n, "shards": list(b.shard_ids)}
+                        for b in ds.buckets
+                    ]
+                }
+                if ds.buckets
+                else {}
+            ),
+            "eval_subset": ds.sample,
+            "calib_data": str(run.calib_ds.path) if run.calib_ds else None,
+            "train_data": str(run.train_ds.path) if run.train_ds else None,
+            "delivery": {
+                "files_sent": delivery.files_sent,
+                "files_reused": delivery.files_reused,
+                "bytes_sent": delivery.bytes_sent,
+                "sent_by_kind": dict(delivery.sent_by_kind),
+            },
+            "wall_seconds": round(time.perf_counter() - run.started, 2),
+            **(settings or {}),
+        },
+        baseline=baseline,
+        variants=results,
+        gate=gate or Gate(passed=False),
+        warnings=warnings,
         **({"search": search} if search is not None else {}),
     )
     diff = None
     if run.previous is not None:
-        diff = compare_reports(report, run.previous, run.previous_path, run.gate,
-                               judgements=release.judgements if release else None,
-                               method=release.method if release else "direct",
-                               method_detail=release.detail if release else None)
+        diff = compare_reports(
+            report,
+            run.previous,
+            run.previous_path,
+            run.gate,
+            judgements=release.judgements if release else None,
+            method=release.method if release else "direct",
+            method_detail=release.detail if release else None,
+        )
     if gate is None:
-        report.gate = evaluate_gate(results, baseline, run.gate, diff, judged=judged,
-                                    latency_representative=session.emulation is None)
+        report.gate = evaluate_gate(
+            results, baseline, run.gate, diff, judged=judged, latency_representative=session.emulation is None
+        )
     return report

@@ -29,8 +29,9 @@ def decide(variants: list[VariantResult], baseline: str, cfg, *, representative:
         else:
             ok.append(v)
     if not ok:
-        return Decision(ship=None, reason="no variant passes the gate's checks on its own (the baseline included)",
-                        lost=lost)
+        return Decision(
+            ship=None, reason="no variant passes the gate's checks on its own (the baseline included)", lost=lost
+        )
     fastest = min(ok, key=lambda v: (v.latency_ms.p50, v.name))
     ties = [v for v in ok if _overlap(v, fastest)]
     ship = min(ties, key=lambda v: (v.size_bytes, v.name))
@@ -38,27 +39,39 @@ def decide(variants: list[VariantResult], baseline: str, cfg, *, representative:
         if v is ship:
             continue
         if v in ties:
-            lost[v.name] = (f"tied with {ship.name} on speed (p50 {v.latency_ms.p50:.4g} vs {ship.latency_ms.p50:.4g} ms, "
-                            f"95% CIs overlap) and larger ({v.size_bytes / 1024:.0f} vs {ship.size_bytes / 1024:.0f} KB)")
+            lost[v.name] = (
+                f"tied with {ship.name} on speed (p50 {v.latency_ms.p50:.4g} vs {ship.latency_ms.p50:.4g} ms, "
+                f"95% CIs overlap) and larger ({v.size_bytes / 1024:.0f} vs {ship.size_bytes / 1024:.0f} KB)"
+            )
         else:
-            lost[v.name] = (f"slower than {fastest.name} on the device: p50 {v.latency_ms.p50:.4g} vs "
-                            f"{fastest.latency_ms.p50:.4g} ms (95% CIs separated)")
+            lost[v.name] = (
+                f"slower than {fastest.name} on the device: p50 {v.latency_ms.p50:.4g} vs "
+                f"{fastest.latency_ms.p50:.4g} ms (95% CIs separated)"
+            )
     return ship_decision(ship, base, lost)
 
 
 def ship_decision(ship: VariantResult, base: VariantResult, lost: dict[str, str]) -> Decision:
     """The decision to ship ``ship`` (chosen by deploy's rule above or by the search), in words
     that claim a speed-up only when the device proved it (95% CIs of p50 separated)."""
-    faster = ship is not base and ship.name != base.name and not _overlap(ship, base) \
+    faster = (
+        ship is not base
+        and ship.name != base.name
+        and not _overlap(ship, base)
         and ship.latency_ms.p50 < base.latency_ms.p50
+    )
     if ship is base or ship.name == base.name:
         reason = f"{ship.name} (the baseline): no compressed variant passes and is faster"
     elif faster:
-        reason = (f"{ship.name}: {base.latency_ms.p50 / ship.latency_ms.p50:.2f}x faster than {base.name} on the device "
-                  f"(95% CIs separated), inside the gate")
+        reason = (
+            f"{ship.name}: {base.latency_ms.p50 / ship.latency_ms.p50:.2f}x faster than {base.name} on the device "
+            f"(95% CIs separated), inside the gate"
+        )
     else:
-        reason = (f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {ship.latency_ms.p50:.4g} vs "
-                  f"{base.latency_ms.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller")
+        reason = (
+            f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {ship.latency_ms.p50:.4g} vs "
+            f"{base.latency_ms.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller"
+        )
     return Decision(ship=ship.name, reason=reason + busy_note(ship, base), lost=lost, proved_faster=faster)
 
 
@@ -76,5 +89,7 @@ def busy_note(*variants: VariantResult) -> str:
             busy.append(f"{v.name} {share:.0%}")
     if not busy:
         return ""
-    return (f" (measured on a busy device: other processes used {', '.join(dict.fromkeys(busy))} of its CPU; "
-            "figures include that contention)")
+    return (
+        f" (measured on a busy device: other processes used {', '.join(dict.fromkeys(busy))} of its CPU; "
+        "figures include that contention)"
+    )

@@ -14,16 +14,29 @@ import json
 from pathlib import Path
 import numpy as np
 
-from ..measure.compare import (DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare_summaries, compare_timings, format_p,
-                               two_proportion_p)
+from ..measure.compare import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
+    compare_summaries,
+    compare_timings,
+    format_p,
+    two_proportion_p,
+)
+
 # The diff's models are the report's ``comparison`` section, so they live in the schema (model.py);
 # they are re-exported here, where they have always been imported from.
 from .model import MetricChange, Report, ReportDiff, ReportIdentity, VariantDiff, VariantResult, provides
 
 
 def _report_identity(r: Report) -> ReportIdentity:
-    return ReportIdentity(created_at=r.created_at, edgekit_version=r.edgekit_version, target=r.target,
-                          device=r.device.name, model_sha256=r.model.get("sha256"), model=r.model.get("source"))
+    return ReportIdentity(
+        created_at=r.created_at,
+        edgekit_version=r.edgekit_version,
+        target=r.target,
+        device=r.device.name,
+        model_sha256=r.model.get("sha256"),
+        model=r.model.get("source"),
+    )
 
 
 def _raw(v: VariantResult) -> np.ndarray | None:
@@ -43,27 +56,53 @@ def _raw(v: VariantResult) -> np.ndarray | None:
 
 def _latency_change(a: VariantResult, b: VariantResult, alpha: float, min_effect: float) -> MetricChange:
     if a.latency_ms is None or b.latency_ms is None:
-        return MetricChange(metric="latency_p50_ms", before=a.latency_ms and a.latency_ms.p50,
-                            after=b.latency_ms and b.latency_ms.p50, verdict="not measured",
-                            message="latency missing in one of the reports")
+        return MetricChange(
+            metric="latency_p50_ms",
+            before=a.latency_ms and a.latency_ms.p50,
+            after=b.latency_ms and b.latency_ms.p50,
+            verdict="not measured",
+            message="latency missing in one of the reports",
+        )
     ra, rb = _raw(a), _raw(b)
     if ra is not None and rb is not None:
         cmp = compare_timings(ra, rb, alpha=alpha, min_effect=min_effect)
     else:
-        cmp = compare_summaries(a.latency_ms.p50, tuple(a.latency_ms.ci95), b.latency_ms.p50, tuple(b.latency_ms.ci95),
-                                alpha=alpha, min_effect=min_effect)
+        cmp = compare_summaries(
+            a.latency_ms.p50,
+            tuple(a.latency_ms.ci95),
+            b.latency_ms.p50,
+            tuple(b.latency_ms.ci95),
+            alpha=alpha,
+            min_effect=min_effect,
+        )
     before, after = a.latency_ms.p50, b.latency_ms.p50
-    return MetricChange(metric="latency_p50_ms", before=before, after=after, change=after - before,
-                        change_rel=cmp.change, significant=cmp.significant, p_value=cmp.p_value,
-                        ratio_ci95=list(cmp.ratio_ci95), test=cmp.test, verdict=cmp.verdict, message=cmp.describe())
+    return MetricChange(
+        metric="latency_p50_ms",
+        before=before,
+        after=after,
+        change=after - before,
+        change_rel=cmp.change,
+        significant=cmp.significant,
+        p_value=cmp.p_value,
+        ratio_ci95=list(cmp.ratio_ci95),
+        test=cmp.test,
+        verdict=cmp.verdict,
+        message=cmp.describe(),
+    )
 
 
-def _plain(metric: str, before: float | None, after: float | None, *, unit: str, up: str, down: str,
-           tolerance: float = 0.0) -> MetricChange:
+def _plain(
+    metric: str, before: float | None, after: float | None, *, unit: str, up: str, down: str, tolerance: float = 0.0
+) -> MetricChange:
     """A single-figure metric: the change as is (``tolerance`` is the relative change called unchanged)."""
     if before is None or after is None:
-        return MetricChange(metric=metric, before=before, after=after, verdict="not measured",
-                            message=f"{metric} not measured in {'the baseline' if before is None else 'this'} report")
+        return MetricChange(
+            metric=metric,
+            before=before,
+            after=after,
+            verdict="not measured",
+            message=f"{metric} not measured in {'the baseline' if before is None else 'this'} report",
+        )
     change = after - before
     rel = change / before if before else None
     if rel is not None and abs(rel) <= tolerance or change == 0:
@@ -71,21 +110,36 @@ def _plain(metric: str, before: float | None, after: float | None, *, unit: str,
     else:
         verdict = up if change > 0 else down
     rel_s = f" ({rel:+.1%})" if rel is not None else ""
-    return MetricChange(metric=metric, before=before, after=after, change=change, change_rel=rel, verdict=verdict,
-                        message=f"{before:.4g} -> {after:.4g} {unit}{rel_s}: {verdict}")
+    return MetricChange(
+        metric=metric,
+        before=before,
+        after=after,
+        change=change,
+        change_rel=rel,
+        verdict=verdict,
+        message=f"{before:.4g} -> {after:.4g} {unit}{rel_s}: {verdict}",
+    )
 
 
 def _accuracy_change(a: VariantResult, b: VariantResult) -> MetricChange:
     """The task metric's change (direction-aware: for an error metric, a rise is worse). The two-proportion
     p-value applies to percentages of samples (top-k accuracy) only."""
     if a.accuracy is None or b.accuracy is None:
-        return MetricChange(metric="accuracy", before=a.accuracy and a.accuracy.value,
-                            after=b.accuracy and b.accuracy.value, verdict="not measured",
-                            message="accuracy missing in one of the reports")
+        return MetricChange(
+            metric="accuracy",
+            before=a.accuracy and a.accuracy.value,
+            after=b.accuracy and b.accuracy.value,
+            verdict="not measured",
+            message="accuracy missing in one of the reports",
+        )
     if a.accuracy.metric != b.accuracy.metric:
-        return MetricChange(metric="accuracy", before=a.accuracy.value, after=b.accuracy.value,
-                            verdict="not comparable", message=f"the reports score different metrics "
-                            f"({a.accuracy.metric} vs {b.accuracy.metric})")
+        return MetricChange(
+            metric="accuracy",
+            before=a.accuracy.value,
+            after=b.accuracy.value,
+            verdict="not comparable",
+            message=f"the reports score different metrics ({a.accuracy.metric} vs {b.accuracy.metric})",
+        )
     before, after = a.accuracy.value, b.accuracy.value
     lower = b.accuracy.direction == "lower"
     change = after - before
@@ -96,33 +150,69 @@ def _accuracy_change(a: VariantResult, b: VariantResult) -> MetricChange:
     note = "" if a.accuracy.n == b.accuracy.n else f" (eval sets differ: n {a.accuracy.n} vs {b.accuracy.n})"
     units = " pts" if b.accuracy.units == "%" else (f" {b.accuracy.units}" if b.accuracy.units else "")
     test = f", two-proportion p={format_p(p)}" if proportion else ""
-    return MetricChange(metric="accuracy", before=before, after=after, change=change,
-                        change_rel=change / before if before else None, p_value=p,
-                        test="two-proportion z-test" if proportion else None,
-                        significant=None if p is None else p < DEFAULT_ALPHA, verdict=verdict, worse_by=worse,
-                        message=(f"{before:.2f}% -> {after:.2f}%" if units == " pts" else f"{before:.4g} -> {after:.4g}")
-                        + f" {b.accuracy.metric} ({change:+.4g}{units}{test}){note}: {verdict}")
+    return MetricChange(
+        metric="accuracy",
+        before=before,
+        after=after,
+        change=change,
+        change_rel=change / before if before else None,
+        p_value=p,
+        test="two-proportion z-test" if proportion else None,
+        significant=None if p is None else p < DEFAULT_ALPHA,
+        verdict=verdict,
+        worse_by=worse,
+        message=(f"{before:.2f}% -> {after:.2f}%" if units == " pts" else f"{before:.4g} -> {after:.4g}")
+        + f" {b.accuracy.metric} ({change:+.4g}{units}{test}){note}: {verdict}",
+    )
 
 
-def diff_variant(a: VariantResult, b: VariantResult, *, alpha: float = DEFAULT_ALPHA,
-                 min_effect: float = DEFAULT_MIN_EFFECT) -> VariantDiff:
+def diff_variant(
+    a: VariantResult, b: VariantResult, *, alpha: float = DEFAULT_ALPHA, min_effect: float = DEFAULT_MIN_EFFECT
+) -> VariantDiff:
     """Changes of variant ``b`` relative to variant ``a``."""
     changes = [_latency_change(a, b, alpha, min_effect)]
     for q in ("p90", "p99"):
-        changes.append(_plain(f"latency_{q}_ms", a.latency_ms and getattr(a.latency_ms, q),
-                              b.latency_ms and getattr(b.latency_ms, q), unit="ms", up="slower", down="faster",
-                              tolerance=min_effect))
+        changes.append(
+            _plain(
+                f"latency_{q}_ms",
+                a.latency_ms and getattr(a.latency_ms, q),
+                b.latency_ms and getattr(b.latency_ms, q),
+                unit="ms",
+                up="slower",
+                down="faster",
+                tolerance=min_effect,
+            )
+        )
         # tail percentiles are noisy and untested: they inform, the gate uses p50
         changes[-1].verdict = changes[-1].verdict.replace("slower", "higher").replace("faster", "lower")
         changes[-1].message = changes[-1].message.replace("slower", "higher").replace("faster", "lower")
     changes.append(_accuracy_change(a, b))
-    changes.append(_plain("peak_memory_mb", a.peak_memory_mb, b.peak_memory_mb, unit="MB", up="larger",
-                          down="smaller", tolerance=min_effect))
-    changes.append(_plain("size_bytes", float(a.size_bytes), float(b.size_bytes), unit="bytes", up="larger",
-                          down="smaller"))
+    changes.append(
+        _plain(
+            "peak_memory_mb",
+            a.peak_memory_mb,
+            b.peak_memory_mb,
+            unit="MB",
+            up="larger",
+            down="smaller",
+            tolerance=min_effect,
+        )
+    )
+    changes.append(
+        _plain("size_bytes", float(a.size_bytes), float(b.size_bytes), unit="bytes", up="larger", down="smaller")
+    )
     if a.energy_mj_per_inference is not None or b.energy_mj_per_inference is not None:
-        changes.append(_plain("energy_mj", a.energy_mj_per_inference, b.energy_mj_per_inference, unit="mJ",
-                              up="higher", down="lower", tolerance=min_effect))
+        changes.append(
+            _plain(
+                "energy_mj",
+                a.energy_mj_per_inference,
+                b.energy_mj_per_inference,
+                unit="mJ",
+                up="higher",
+                down="lower",
+                tolerance=min_effect,
+            )
+        )
     return VariantDiff(variant=b.name, changes=changes)
 
 
@@ -148,8 +238,9 @@ def counterpart(previous: Report, name: str, shipped: str | None = None) -> Vari
 
 
 @provides  # Report.diff
-def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_ALPHA,
-                 min_effect: float = DEFAULT_MIN_EFFECT) -> ReportDiff:
+def diff_reports(
+    baseline: Report, current: Report, *, alpha: float = DEFAULT_ALPHA, min_effect: float = DEFAULT_MIN_EFFECT
+) -> ReportDiff:
     """What changed in ``current`` relative to ``baseline`` (e.g. the last release's report). Variants
     pair by name, and the shipped one with the previously shipped one (``counterpart``)."""
     old = {v.name: v for v in baseline.variants}
@@ -157,9 +248,14 @@ def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_AL
     shipped = shipped_name(current)
     pairs = {n: counterpart(baseline, n, shipped) for n in new}
     paired_old = {o.name for o in pairs.values() if o is not None}
-    d = ReportDiff(baseline=_report_identity(baseline), current=_report_identity(current), alpha=alpha,
-                   min_effect=min_effect, added=[n for n in new if pairs[n] is None],
-                   removed=[n for n in old if n not in new and n not in paired_old])
+    d = ReportDiff(
+        baseline=_report_identity(baseline),
+        current=_report_identity(current),
+        alpha=alpha,
+        min_effect=min_effect,
+        added=[n for n in new if pairs[n] is None],
+        removed=[n for n in old if n not in new and n not in paired_old],
+    )
     for name, v in new.items():
         if pairs[name] is not None:
             vd = diff_variant(pairs[name], v, alpha=alpha, min_effect=min_effect)
@@ -169,13 +265,23 @@ def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_AL
     if baseline.target != current.target:
         d.warnings.append(f"targets differ ({baseline.target} vs {current.target}): latency is not comparable")
     if baseline.device.name != current.device.name:
-        d.warnings.append(f"devices differ ({baseline.device.name} vs {current.device.name}): "
-                          "latency changes may come from the device, not the model")
+        d.warnings.append(
+            f"devices differ ({baseline.device.name} vs {current.device.name}): "
+            "latency changes may come from the device, not the model"
+        )
     for name, v in new.items():
         reused = v.measurement.get("reused")
-        if name in old and reused and v.latency_ms and old[name].latency_ms and v.latency_ms.raw == old[name].latency_ms.raw:
-            d.warnings.append(f"{name}: this run reused the baseline's own measurement from the measurement cache, so "
-                              "latency cannot have changed; pass --remeasure to measure again")
+        if (
+            name in old
+            and reused
+            and v.latency_ms
+            and old[name].latency_ms
+            and v.latency_ms.raw == old[name].latency_ms.raw
+        ):
+            d.warnings.append(
+                f"{name}: this run reused the baseline's own measurement from the measurement cache, so "
+                "latency cannot have changed; pass --remeasure to measure again"
+            )
         if name in old and old[name].runtime.threads != v.runtime.threads:
             d.warnings.append(f"{name}: thread counts differ ({old[name].runtime.threads} vs {v.runtime.threads})")
     return d
@@ -183,19 +289,28 @@ def diff_reports(baseline: Report, current: Report, *, alpha: float = DEFAULT_AL
 
 def render_diff_markdown(d: ReportDiff) -> str:
     b = d.baseline
-    lines = [f"Compared with the report of {b.created_at} (edgekit {b.edgekit_version}, "
-             f"model sha256 `{str(b.model_sha256)[:12]}`); latency threshold {d.min_effect:.0%}, "
-             f"alpha {d.alpha:g}.", "",
-             "| variant | metric | before | after | change | significance | verdict |",
-             "|---|---|---:|---:|---:|---|---|"]
+    lines = [
+        f"Compared with the report of {b.created_at} (edgekit {b.edgekit_version}, "
+        f"model sha256 `{str(b.model_sha256)[:12]}`); latency threshold {d.min_effect:.0%}, "
+        f"alpha {d.alpha:g}.",
+        "",
+        "| variant | metric | before | after | change | significance | verdict |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
     for v in d.variants:
         for c in v.changes:
             rel = "" if c.change_rel is None else f"{c.change_rel:+.1%}"
-            sig = ("n/a" if c.significant is None and c.p_value is None else
-                   (f"p={format_p(c.p_value)}" if c.p_value is not None else "CI") + (" (sig.)" if c.significant else ""))
+            sig = (
+                "n/a"
+                if c.significant is None and c.p_value is None
+                else (f"p={format_p(c.p_value)}" if c.p_value is not None else "CI")
+                + (" (sig.)" if c.significant else "")
+            )
             name = v.variant + (f" (vs {v.baseline_variant})" if v.baseline_variant else "")
-            lines.append(f"| {name} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
-                         f"{'**' + c.verdict + '**' if c.is_regression else c.verdict} |")
+            lines.append(
+                f"| {name} | {c.metric} | {_num(c.before)} | {_num(c.after)} | {rel} | {sig} | "
+                f"{'**' + c.verdict + '**' if c.is_regression else c.verdict} |"
+            )
     if d.added:
         lines += ["", f"New variants (nothing to compare): {', '.join(d.added)}."]
     if d.removed:
@@ -208,5 +323,12 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
-__all__ = ["MetricChange", "ReportDiff", "ReportIdentity", "VariantDiff", "diff_reports", "diff_variant",
-           "render_diff_markdown"]
+__all__ = [
+    "MetricChange",
+    "ReportDiff",
+    "ReportIdentity",
+    "VariantDiff",
+    "diff_reports",
+    "diff_variant",
+    "render_diff_markdown",
+]

@@ -17,9 +17,24 @@ def is_language_model(r: Report) -> bool:
     return (r.model or {}).get("task") == "text-generation"
 
 
-_RACE_HEAD = ["variant", "format", "precision", "runtime", "size KB", "TTFT ms (cold)", "prefill tok/s by prompt",
-              "decode tok/s (95% CI)", "inter-token p50/p95 ms", "decode tok/s at a full cache", "peak MB", "KV MB",
-              "perplexity (float)", "KLD (95% CI)", "top-1 agree", "greedy: first divergence"]
+_RACE_HEAD = [
+    "variant",
+    "format",
+    "precision",
+    "runtime",
+    "size KB",
+    "TTFT ms (cold)",
+    "prefill tok/s by prompt",
+    "decode tok/s (95% CI)",
+    "inter-token p50/p95 ms",
+    "decode tok/s at a full cache",
+    "peak MB",
+    "KV MB",
+    "perplexity (float)",
+    "KLD (95% CI)",
+    "top-1 agree",
+    "greedy: first divergence",
+]
 
 
 def _race_row(r: Report, v: VariantResult) -> str | None:
@@ -30,23 +45,32 @@ def _race_row(r: Report, v: VariantResult) -> str | None:
     ci: list[float | None] = list(g.decode_tokens_per_s_ci95 or none)
     kci: list[float | None] = list(q.kld_ci95 or none)
     pre = ", ".join(f"{p.get('tokens')}: {num(p.get('tokens_per_s'), '{:.0f}')}" for p in g.prefill)
-    name = esc(v.name) + (" <span class=muted>(baseline)</span>" if v.name == r.baseline else "") + \
-        (" <b>★ selected</b>" if v.selected else "")
-    cells = [name, esc(v.format), esc(v.precision),
-             esc(f"{v.runtime.name} {v.runtime.version or ''} x{v.runtime.threads}"),
-             num(v.size_bytes / 1024, "{:.1f}"),
-             f"{num(g.ttft_ms)} ({num(g.ttft_cold_ms)})", esc(pre),
-             f"{num(g.decode_tokens_per_s, '{:.1f}')} ({num(ci[0], '{:.1f}')}–{num(ci[1], '{:.1f}')})",
-             f"{num(g.inter_token_ms.get('p50'))} / {num(g.inter_token_ms.get('p95'))}",
-             num(g.decode_filled.get("tokens_per_s"), "{:.1f}"), num(g.peak_rss_mb, "{:.1f}"),
-             num(g.kv_cache_mb, "{:.2f}") + (f" <span class=muted>({esc(g.kv_cache_source)})</span>"
-                                             if g.kv_cache_source else ""),
-             f"{q.perplexity:.4g} ({q.perplexity_float:.4g})",
-             f"{q.kld_mean:.3g} ({num(kci[0], '{:.2g}')}–{num(kci[1], '{:.2g}')})", num(q.top1_agreement, "{:.1%}"),
-             esc(_greedy_text(q.greedy))]
+    name = (
+        esc(v.name)
+        + (" <span class=muted>(baseline)</span>" if v.name == r.baseline else "")
+        + (" <b>★ selected</b>" if v.selected else "")
+    )
+    cells = [
+        name,
+        esc(v.format),
+        esc(v.precision),
+        esc(f"{v.runtime.name} {v.runtime.version or ''} x{v.runtime.threads}"),
+        num(v.size_bytes / 1024, "{:.1f}"),
+        f"{num(g.ttft_ms)} ({num(g.ttft_cold_ms)})",
+        esc(pre),
+        f"{num(g.decode_tokens_per_s, '{:.1f}')} ({num(ci[0], '{:.1f}')}–{num(ci[1], '{:.1f}')})",
+        f"{num(g.inter_token_ms.get('p50'))} / {num(g.inter_token_ms.get('p95'))}",
+        num(g.decode_filled.get("tokens_per_s"), "{:.1f}"),
+        num(g.peak_rss_mb, "{:.1f}"),
+        num(g.kv_cache_mb, "{:.2f}")
+        + (f" <span class=muted>({esc(g.kv_cache_source)})</span>" if g.kv_cache_source else ""),
+        f"{q.perplexity:.4g} ({q.perplexity_float:.4g})",
+        f"{q.kld_mean:.3g} ({num(kci[0], '{:.2g}')}–{num(kci[1], '{:.2g}')})",
+        num(q.top1_agreement, "{:.1%}"),
+        esc(_greedy_text(q.greedy)),
+    ]
     numeric = {4, 5, 7, 8, 9, 10, 11, 12, 13, 14}
-    return ("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(cells))
-            + "</tr>")
+    return "<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(cells)) + "</tr>"
 
 
 def _greedy_text(greedy: dict[str, Any] | None) -> str:
@@ -66,8 +90,13 @@ def race_table(r: Report) -> str:
     rows = [row for row in (_race_row(r, v) for v in r.variants) if row is not None]
     if not rows:
         return "<p class=muted>No variant was measured on the device.</p>"
-    return ("<div class=scroll><table id=lm-race><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in _RACE_HEAD)
-            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+    return (
+        "<div class=scroll><table id=lm-race><thead><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in _RACE_HEAD)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></div>"
+    )
 
 
 def _gguf_account(v: VariantResult) -> dict[str, Any] | None:
@@ -86,16 +115,24 @@ def _layer_account(v: VariantResult) -> dict[str, Any] | None:
 
 
 def _rows_table(css: str, head: list[str], rows: list[list[str]]) -> str:
-    return (f"<table class={css}><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</tbody></table>")
+    return (
+        f"<table class={css}><thead><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+        + "</tbody></table>"
+    )
 
 
 def _gguf_html(title: str, metrics: dict[str, Any]) -> str:
     summ = metrics.get("quantization") or {}
     tensors = [t for t in metrics["tensors"] if isinstance(t, dict)]
     types = ", ".join(f"{n} {t}" for t, n in (summ.get("types") or {}).items())
-    other = [[f"<code>{esc(t.get('name'))}</code>", esc(t.get("actual")), esc(t.get("reason"))] for t in tensors
-             if t.get("kind") not in ("requested", "float_1d")]
+    other = [
+        [f"<code>{esc(t.get('name'))}</code>", esc(t.get("actual")), esc(t.get("reason"))]
+        for t in tensors
+        if t.get("kind") not in ("requested", "float_1d")
+    ]
     n1d = sum(t.get("kind") == "float_1d" for t in tensors)
     out = f"<p><b>{title}</b> tensors (asked {esc(summ.get('requested'))}): {esc(types)}.</p>"
     if other:
@@ -116,12 +153,19 @@ def _layer_html(title: str, acc: dict[str, Any]) -> str:
         rows.append([f"<code>{esc(name)}</code>", esc(acc.get("headline")), "last group padded", esc(why)])
     if rows:
         out += _rows_table("quant-account", ["layer", "stored as", "account", "why"], rows)
-    ladder = [[", ".join(f"<code>{esc(n)}</code>" for n in rung.get("int8_layers", [])) or "none",
-               num(rung.get("host_kld"), "{:.4g}"), "within" if rung.get("within") else "<span class=bad>over</span>"]
-              for rung in acc.get("ladder", []) if isinstance(rung, dict)]
+    ladder = [
+        [
+            ", ".join(f"<code>{esc(n)}</code>" for n in rung.get("int8_layers", [])) or "none",
+            num(rung.get("host_kld"), "{:.4g}"),
+            "within" if rung.get("within") else "<span class=bad>over</span>",
+        ]
+        for rung in acc.get("ladder", [])
+        if isinstance(rung, dict)
+    ]
     if ladder:
         out += "<p>The recovery ladder's host checks:</p>" + _rows_table(
-            "quant-ladder", ["layers kept at int8", "host KLD", "tolerance"], ladder)
+            "quant-ladder", ["layers kept at int8", "host KLD", "tolerance"], ladder
+        )
     return out
 
 

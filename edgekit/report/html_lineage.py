@@ -29,8 +29,9 @@ class LineageGroup:
 
 def _key(v: VariantResult) -> str:
     # the file (its hash) and its whole history: equal keys are one artifact, whatever it was measured with
-    return json.dumps([v.sha256, v.format, v.precision, [s.model_dump(mode="json") for s in v.lineage]],
-                      sort_keys=True, default=str)
+    return json.dumps(
+        [v.sha256, v.format, v.precision, [s.model_dump(mode="json") for s in v.lineage]], sort_keys=True, default=str
+    )
 
 
 def group_lineages(variants: list[VariantResult]) -> list[LineageGroup]:
@@ -69,8 +70,10 @@ def _cache_parity_cell(cp: dict[str, Any]) -> str:
         figures.append(f"cosine {cosine:.6f}")
     if top1 is not None:
         figures.append(f"top-1 {top1:.1%}")
-    cache = (f"through the KV cache: max |err| {num(_float(cp.get('cache_max_abs_err')), '{:.2e}')} "
-             f"(tolerance {num(_float(cp.get('tolerance')), '{:.2e}')})")
+    cache = (
+        f"through the KV cache: max |err| {num(_float(cp.get('cache_max_abs_err')), '{:.2e}')} "
+        f"(tolerance {num(_float(cp.get('tolerance')), '{:.2e}')})"
+    )
     return esc(" · ".join(figures)) + " <span class=muted>vs pytorch</span><br>" + esc(cache)
 
 
@@ -100,14 +103,22 @@ def _time_cell(step: LineageStep) -> str:
     text = num(step.seconds, "{:.2f} s", "")
     if isinstance(cache, dict) and cache.get("hit"):
         built = cache.get("original_seconds")
-        text += " <span class=muted>(cache hit" + (f"; built in {built:.2f} s" if isinstance(built, (int, float))
-                                                   else "") + ")</span>"
+        text += (
+            " <span class=muted>(cache hit"
+            + (f"; built in {built:.2f} s" if isinstance(built, (int, float)) else "")
+            + ")</span>"
+        )
     return text
 
 
 def _record_cell(step: LineageStep) -> str:
-    full: dict[str, Any] = {"config": step.config, "metrics": step.metrics, "input sha256": step.input_sha256,
-                            "output sha256": step.output_sha256, **(step.model_extra or {})}
+    full: dict[str, Any] = {
+        "config": step.config,
+        "metrics": step.metrics,
+        "input sha256": step.input_sha256,
+        "output sha256": step.output_sha256,
+        **(step.model_extra or {}),
+    }
     if not any(v not in (None, {}, [], "") for v in full.values()):
         return ""
     return f"<details class=record><summary>config, metrics</summary>{record(full)}</details>"
@@ -118,17 +129,24 @@ def steps_table(g: LineageGroup) -> str:
     rows: list[str] = []
     last = len(g.steps) - 1
     for i, s in enumerate(g.steps):
-        rows.append(f"<tr><td class=n>{i}</td><td>{esc(s.kind)}</td><td>{esc(s.name)}</td>"
-                    f"<td>{esc(step_precision(s, g.first.precision if i == last else None))}</td>"
-                    f"<td>{_parity_cell(s)}</td><td class=n>{_time_cell(s)}</td><td>{_record_cell(s)}</td></tr>")
-    return ("<table class=lineage-steps><thead><tr><th>#</th><th>kind</th><th>hop</th><th>precision</th>"
-            "<th>parity</th><th>time</th><th>record</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+        rows.append(
+            f"<tr><td class=n>{i}</td><td>{esc(s.kind)}</td><td>{esc(s.name)}</td>"
+            f"<td>{esc(step_precision(s, g.first.precision if i == last else None))}</td>"
+            f"<td>{_parity_cell(s)}</td><td class=n>{_time_cell(s)}</td><td>{_record_cell(s)}</td></tr>"
+        )
+    return (
+        "<table class=lineage-steps><thead><tr><th>#</th><th>kind</th><th>hop</th><th>precision</th>"
+        "<th>parity</th><th>time</th><th>record</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
 
 
 def _runtime_text(v: VariantResult) -> str:
     rt = v.runtime
-    parts = [f"{rt.name} {rt.version or ''}".strip(), f"{rt.threads} thread{'s' if rt.threads != 1 else ''}"
-             if rt.threads is not None else "", f"delegate {rt.delegate}" if rt.delegate else ""]
+    parts = [
+        f"{rt.name} {rt.version or ''}".strip(),
+        f"{rt.threads} thread{'s' if rt.threads != 1 else ''}" if rt.threads is not None else "",
+        f"delegate {rt.delegate}" if rt.delegate else "",
+    ]
     return esc(", ".join(p for p in parts if p)) + (f" · options {inline(rt.options)}" if rt.options else "")
 
 
@@ -137,8 +155,11 @@ def _settings(g: LineageGroup) -> str:
     out = ""
     if len(g.variants) > 1:
         rows = "".join(f"<tr><td>{esc(v.name)}</td><td>{_runtime_text(v)}</td></tr>" for v in g.variants)
-        out += ("<table class=lineage-settings><thead><tr><th>setting</th><th>runtime</th></tr></thead><tbody>"
-                + rows + "</tbody></table>")
+        out += (
+            "<table class=lineage-settings><thead><tr><th>setting</th><th>runtime</th></tr></thead><tbody>"
+            + rows
+            + "</tbody></table>"
+        )
     else:
         out += f"<p class=muted>runtime: {_runtime_text(g.first)}</p>"
     states = [(v.name, v.device_state) for v in g.variants if v.device_state]
@@ -148,8 +169,11 @@ def _settings(g: LineageGroup) -> str:
     if len(distinct) == 1:
         body = f"<p>{inline(states[0][1])}</p>"
     else:
-        body = ("<table class=device-states><thead><tr><th>setting</th><th>device state</th></tr></thead><tbody>"
-                + "".join(f"<tr><td>{esc(n)}</td><td>{inline(s)}</td></tr>" for n, s in states) + "</tbody></table>")
+        body = (
+            "<table class=device-states><thead><tr><th>setting</th><th>device state</th></tr></thead><tbody>"
+            + "".join(f"<tr><td>{esc(n)}</td><td>{inline(s)}</td></tr>" for n, s in states)
+            + "</tbody></table>"
+        )
     return out + f"<details class=record><summary>device state during the measurement</summary>{body}</details>"
 
 
@@ -160,8 +184,10 @@ def lineage_section(r: Report) -> str:
     for g in group_lineages(r.variants):
         v = g.first
         names = [x.name for x in g.variants]
-        shared = (f" · shared by {len(names)} settings: {esc(', '.join(names))}" if len(names) > 1 else "")
-        out.append(f"<details class=lineage open><summary>{esc(v.name)}: {esc(v.format)} {esc(v.precision)}, "
-                   f"sha256 <code>{esc(v.sha256[:12])}</code>{shared}</summary>{_settings(g)}{steps_table(g)}"
-                   "</details>")
+        shared = f" · shared by {len(names)} settings: {esc(', '.join(names))}" if len(names) > 1 else ""
+        out.append(
+            f"<details class=lineage open><summary>{esc(v.name)}: {esc(v.format)} {esc(v.precision)}, "
+            f"sha256 <code>{esc(v.sha256[:12])}</code>{shared}</summary>{_settings(g)}{steps_table(g)}"
+            "</details>"
+        )
     return "".join(out)

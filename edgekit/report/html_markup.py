@@ -27,8 +27,7 @@ table.record{font-size:.95em;margin:2px 0}table.record th{font-weight:500;white-
 details.record>summary{font-weight:400;color:#555}table.lineage-steps td:nth-child(3){white-space:nowrap}
 """
 
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf"]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
 def esc(x: object) -> str:
@@ -69,8 +68,10 @@ def record(value: object, *, drop_empty: bool = True, table_class: str = "record
             for x in value:
                 keys += [str(k) for k in x if str(k) not in keys]
             head = "".join(f"<th>{esc(k)}</th>" for k in keys)
-            body = "".join("<tr>" + "".join(f"<td>{record(x.get(k), drop_empty=drop_empty)}</td>" for k in keys)
-                           + "</tr>" for x in value)
+            body = "".join(
+                "<tr>" + "".join(f"<td>{record(x.get(k), drop_empty=drop_empty)}</td>" for k in keys) + "</tr>"
+                for x in value
+            )
             return f"<table class={table_class}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         return ", ".join(record(x, drop_empty=drop_empty) for x in value) or "<span class=muted>—</span>"
     return _scalar(value)

@@ -28,7 +28,7 @@ def _svg(fig: Figure, salt: str) -> str:
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _figure(figsize: tuple[float, float] = (8, 3.6)) -> tuple[Figure, Axes]:
@@ -71,7 +71,7 @@ def plot_latency_distribution(r: Report) -> str | None:
     ax.set_yticks(range(len(vs)))
     ax.set_yticklabels([v.name for v in reversed(vs)])
     lo, hi = ax.get_xlim()
-    ticks = [t for t in _nice_log_ticks(10 ** lo, 10 ** hi)]
+    ticks = [t for t in _nice_log_ticks(10**lo, 10**hi)]
     ax.set_xticks([math.log10(t) for t in ticks])
     ax.set_xticklabels([f"{t:g}" for t in ticks])
     ax.set_xlabel("latency per inference, ms (log scale)")
@@ -85,7 +85,7 @@ def _nice_log_ticks(lo: float, hi: float) -> list[float]:
         out = []
         for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
             for m in mantissas:
-                t = float(f"{m * 10 ** e:.6g}")
+                t = float(f"{m * 10**e:.6g}")
                 if lo <= t <= hi:
                     out.append(t)
         if len(out) >= 3:
@@ -97,8 +97,11 @@ def pareto_front(points: list[tuple[float, float, float]]) -> list[int]:
     """Indices of the points no other point dominates, for (latency: lower, accuracy: higher, size: lower)."""
     front = []
     for i, (li, ai, si) in enumerate(points):
-        dominated = any(lj <= li and aj >= ai and sj <= si and (lj, aj, sj) != (li, ai, si)
-                        for j, (lj, aj, sj) in enumerate(points) if j != i)
+        dominated = any(
+            lj <= li and aj >= ai and sj <= si and (lj, aj, sj) != (li, ai, si)
+            for j, (lj, aj, sj) in enumerate(points)
+            if j != i
+        )
         if not dominated:
             front.append(i)
     return front
@@ -117,24 +120,47 @@ def plot_pareto(r: Report) -> str | None:
     smax = max(p[2] for p in pts) or 1.0
     for i, (v, (lat, acc, size)) in enumerate(zip(vs, pts)):
         area = 60 + 900 * size / smax  # marker area follows model size
-        ax.scatter([lat], [acc], s=area, color=PALETTE[i % len(PALETTE)], alpha=0.55,
-                   edgecolors="black" if i in front else "none", linewidths=2 if i in front else 0, zorder=3)
+        ax.scatter(
+            [lat],
+            [acc],
+            s=area,
+            color=PALETTE[i % len(PALETTE)],
+            alpha=0.55,
+            edgecolors="black" if i in front else "none",
+            linewidths=2 if i in front else 0,
+            zorder=3,
+        )
         if v.selected:
             ax.scatter([lat], [acc], s=260, marker="*", color="gold", edgecolors="black", zorder=4)
-        label = f"{v.name}\n{size / 1024:.0f} KB" + (" (baseline)" if v.name == r.baseline else "") + \
-                (" SELECTED" if v.selected else "")
+        label = (
+            f"{v.name}\n{size / 1024:.0f} KB"
+            + (" (baseline)" if v.name == r.baseline else "")
+            + (" SELECTED" if v.selected else "")
+        )
         # alternate above/below so close variants (e.g. fp32 and int8 at equal accuracy) stay readable
         ax.annotate(label, (lat, acc), textcoords="offset points", xytext=(10, 6 if i % 2 == 0 else -24), fontsize=8)
     fr = sorted((pts[i][0], pts[i][1]) for i in front)
     if len(fr) > 1:
-        ax.step([p[0] for p in fr], [p[1] for p in fr], where="post", color="black", ls="--", lw=1, zorder=2,
-                label="Pareto front (latency, accuracy, size)")
+        ax.step(
+            [p[0] for p in fr],
+            [p[1] for p in fr],
+            where="post",
+            color="black",
+            ls="--",
+            lw=1,
+            zorder=2,
+            label="Pareto front (latency, accuracy, size)",
+        )
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("p50 latency, ms")
-    ax.set_ylabel(f"{first.metric}" + (f", {first.units}" if first.units else "")
-                  + (" (lower is better)" if lower else ""))
-    ax.set_title("Accuracy vs latency; marker area = model size; black ring = on the Pareto front"
-                 + ("; star = selected" if any(v.selected for v in vs) else ""), fontsize=10)
+    ax.set_ylabel(
+        f"{first.metric}" + (f", {first.units}" if first.units else "") + (" (lower is better)" if lower else "")
+    )
+    ax.set_title(
+        "Accuracy vs latency; marker area = model size; black ring = on the Pareto front"
+        + ("; star = selected" if any(v.selected for v in vs) else ""),
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     ax.margins(x=0.25)
     accs = [p[1] for p in pts]
@@ -246,8 +272,14 @@ def plot_parity(r: Report) -> str | None:
         for x, n in zip(xs, [n for n in hop_names if n in d]):
             t1 = d[n].top1_agreement
             if t1 is not None:
-                ax.annotate(f"{t1:.0%}", (x, max(d[n].max_abs_err or 0.0, floor)), textcoords="offset points",
-                            xytext=(0, 2), ha="center", fontsize=7)
+                ax.annotate(
+                    f"{t1:.0%}",
+                    (x, max(d[n].max_abs_err or 0.0, floor)),
+                    textcoords="offset points",
+                    xytext=(0, 2),
+                    ha="center",
+                    fontsize=7,
+                )
     ax.set_yscale("log")
     ax.set_xticks(range(len(hop_names)))
     ax.set_xticklabels(hop_names, fontsize=8)
@@ -306,8 +338,13 @@ def plot_fleet(r: Report) -> str | None:
             p50 = (u.latency_ms.get(v.name) or {}).get("p50")
             if p50 is None:
                 continue
-            ax.barh(y, p50, color=PALETTE[vi % len(PALETTE)], edgecolor="black" if u.name == fl.judged_unit else None,
-                    linewidth=2 if u.name == fl.judged_unit else 0)
+            ax.barh(
+                y,
+                p50,
+                color=PALETTE[vi % len(PALETTE)],
+                edgecolor="black" if u.name == fl.judged_unit else None,
+                linewidth=2 if u.name == fl.judged_unit else 0,
+            )
             labels.append(f"{v.name} · {u.name}")
             y += 1
         ax.axvline(v.median_of_medians_ms, color=PALETTE[vi % len(PALETTE)], ls="--", lw=1)
@@ -316,8 +353,10 @@ def plot_fleet(r: Report) -> str | None:
     ax.invert_yaxis()
     ax.set_xlabel("p50 latency per inference, ms (dashed: median of the units' p50s)")
     bad = [u.name for u in fl.units if u.state != "measured"]
-    ax.set_title(f"Per-unit latency: judged unit {fl.judged_unit} outlined"
-                 + (f"; unmeasured: {', '.join(bad)}" if bad else ""), fontsize=10)
+    ax.set_title(
+        f"Per-unit latency: judged unit {fl.judged_unit} outlined" + (f"; unmeasured: {', '.join(bad)}" if bad else ""),
+        fontsize=10,
+    )
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig, "fleet-units")
 
@@ -332,8 +371,9 @@ def plot_op_profile(r: Report, top: int = 10) -> str | None:
 
     rows = [sorted(d.rows, key=lambda x: -max(x.base_ms, x.other_ms))[:top] for d in diffs]
     fig = Figure(figsize=(8, sum(0.9 + 0.36 * len(x) for x in rows)), dpi=100)
-    axes = fig.subplots(len(diffs), 1, squeeze=False,
-                        gridspec_kw={"height_ratios": [max(len(x), 1) + 2 for x in rows]})[:, 0]
+    axes = fig.subplots(
+        len(diffs), 1, squeeze=False, gridspec_kw={"height_ratios": [max(len(x), 1) + 2 for x in rows]}
+    )[:, 0]
     for ax, d, rs in zip(axes, diffs, rows):
         ys = np.arange(len(rs))
         ax.barh(ys - 0.2, [x.base_ms for x in rs], height=0.4, color=PALETTE[0], label=f"{d.base} (baseline)")
@@ -342,8 +382,11 @@ def plot_op_profile(r: Report, top: int = 10) -> str | None:
         ax.set_yticklabels([f"{x.op_type} ({x.base_nodes}/{x.other_nodes})" for x in rs], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("ms per inference under the profiler (median call x calls per run)")
-        ax.set_title(f"{d.other} vs {d.base}: {'+' if (d.delta_ms or 0) >= 0 else ''}{d.delta_ms or 0:.3g} ms a run"
-                     + ("" if d.same_runtime else " (different runtimes: op types only)"), fontsize=10)
+        ax.set_title(
+            f"{d.other} vs {d.base}: {'+' if (d.delta_ms or 0) >= 0 else ''}{d.delta_ms or 0:.3g} ms a run"
+            + ("" if d.same_runtime else " (different runtimes: op types only)"),
+            fontsize=10,
+        )
         ax.legend(fontsize=8, loc="lower right")
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -351,24 +394,52 @@ def plot_op_profile(r: Report, top: int = 10) -> str | None:
 
 
 _PLOTS: list[tuple[str, str, Callable[[Report], str | None], str]] = [
-    ("plot-latency", "Latency distribution", plot_latency_distribution,
-     "Each variant's raw on-device timings (violin, log scale), its p50 with the bootstrap 95% CI, p90 and p99."),
-    ("plot-pareto", "Accuracy vs latency vs size", plot_pareto,
-     "Accuracy against p50 latency; marker area is the model size; ringed variants are on the Pareto front "
-     "(no other variant is at once faster, smaller and at least as accurate); a star marks the selected variant."),
-    ("plot-sustained", "Latency over time", plot_sustained,
-     "Latency during the sustained run; a rising line means the device throttled."),
-    ("plot-parity", "Parity per hop", plot_parity,
-     "Maximum absolute output error against PyTorch after each conversion hop and on the device; "
-     "labels are top-1 agreement."),
-    ("plot-comparison", "Against the baseline report", plot_comparison,
-     "Ratio of p50 latency to the baseline report's, with the 95% bootstrap CI; right of the dashed line "
-     "and significant = a regression."),
-    ("plot-fleet", "Per-unit latency (fleet run)", plot_fleet,
-     "p50 of each variant on each unit of the fleet; the unit the gate judged is outlined."),
-    ("plot-op-profile", "Per-op profile: baseline vs variant", plot_op_profile,
-     "Time per inference of the top op types from the device runtime's own profiler, baseline vs each profiled "
-     "variant (labels: nodes in each); see the per-op section for the nodes and their PyTorch modules."),
+    (
+        "plot-latency",
+        "Latency distribution",
+        plot_latency_distribution,
+        "Each variant's raw on-device timings (violin, log scale), its p50 with the bootstrap 95% CI, p90 and p99.",
+    ),
+    (
+        "plot-pareto",
+        "Accuracy vs latency vs size",
+        plot_pareto,
+        "Accuracy against p50 latency; marker area is the model size; ringed variants are on the Pareto front "
+        "(no other variant is at once faster, smaller and at least as accurate); a star marks the selected variant.",
+    ),
+    (
+        "plot-sustained",
+        "Latency over time",
+        plot_sustained,
+        "Latency during the sustained run; a rising line means the device throttled.",
+    ),
+    (
+        "plot-parity",
+        "Parity per hop",
+        plot_parity,
+        "Maximum absolute output error against PyTorch after each conversion hop and on the device; "
+        "labels are top-1 agreement.",
+    ),
+    (
+        "plot-comparison",
+        "Against the baseline report",
+        plot_comparison,
+        "Ratio of p50 latency to the baseline report's, with the 95% bootstrap CI; right of the dashed line "
+        "and significant = a regression.",
+    ),
+    (
+        "plot-fleet",
+        "Per-unit latency (fleet run)",
+        plot_fleet,
+        "p50 of each variant on each unit of the fleet; the unit the gate judged is outlined.",
+    ),
+    (
+        "plot-op-profile",
+        "Per-op profile: baseline vs variant",
+        plot_op_profile,
+        "Time per inference of the top op types from the device runtime's own profiler, baseline vs each profiled "
+        "variant (labels: nodes in each); see the per-op section for the nodes and their PyTorch modules.",
+    ),
 ]
 
 
@@ -377,14 +448,17 @@ def plots(r: Report) -> list[str]:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return ["<p class=muted>Plots need matplotlib: <code>pip install 'edgekit[report]'</code>. "
-                "Every figure is in the tables above.</p>"]
+        return [
+            "<p class=muted>Plots need matplotlib: <code>pip install 'edgekit[report]'</code>. "
+            "Every figure is in the tables above.</p>"
+        ]
     out: list[str] = []
     for pid, title, fn, caption in _PLOTS:
         svg = fn(r)
         if svg is None:
             continue
-        out.append(f'<figure id="{pid}" class="plot"><figcaption><b>{esc(title)}.</b> {esc(caption)}</figcaption>'
-                   f"{svg}</figure>")
+        out.append(
+            f'<figure id="{pid}" class="plot"><figcaption><b>{esc(title)}.</b> {esc(caption)}</figcaption>'
+            f"{svg}</figure>"
+        )
     return out
-

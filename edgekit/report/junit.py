@@ -18,20 +18,35 @@ def render_junit(r: Report) -> str:
     failures = sum(not c.passed for c in checks) + sum(u.state != "measured" or u.gate_passed is False for u in units)
     tests = len(checks) + len(units)
     suites = ET.Element("testsuites", name="edgekit", tests=str(tests), failures=str(failures), errors="0")
-    suite = ET.SubElement(suites, "testsuite", name=f"edgekit.gate.{r.target}", tests=str(tests),
-                          failures=str(failures), errors="0", skipped="0", timestamp=r.created_at,
-                          hostname=r.device.name or "")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"edgekit.gate.{r.target}",
+        tests=str(tests),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+        timestamp=r.created_at,
+        hostname=r.device.name or "",
+    )
     props = ET.SubElement(suite, "properties")
     cw = r.compared_with
-    for k, v in (("target", r.target), ("device", r.device.name), ("baseline_variant", r.baseline),
-                 ("model_sha256", r.model.get("sha256")), ("edgekit_version", r.edgekit_version),
-                 ("compared_with", cw and cw.path), ("latency_method", cw and cw.method),
-                 ("gate_passed", r.gate.passed)):
+    for k, v in (
+        ("target", r.target),
+        ("device", r.device.name),
+        ("baseline_variant", r.baseline),
+        ("model_sha256", r.model.get("sha256")),
+        ("edgekit_version", r.edgekit_version),
+        ("compared_with", cw and cw.path),
+        ("latency_method", cw and cw.method),
+        ("gate_passed", r.gate.passed),
+    ):
         if v is not None:
             ET.SubElement(props, "property", name=k, value=str(v))
     for c in checks:
-        case = ET.SubElement(suite, "testcase", classname=f"edgekit.gate.{c.variant or 'report'}", name=c.name,
-                             time="0")
+        case = ET.SubElement(
+            suite, "testcase", classname=f"edgekit.gate.{c.variant or 'report'}", name=c.name, time="0"
+        )
         detail = [f"value: {c.value}", f"limit: {c.limit}"]
         if c.p_value is not None:
             detail.append(f"p-value: {c.p_value:.3g}")
@@ -41,15 +56,18 @@ def render_junit(r: Report) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = "\n".join([c.message, *detail])
-    for u in (r.fleet.units if r.fleet is not None else []):  # a fleet run: one case per unit
-        case = ET.SubElement(suite, "testcase", classname="edgekit.orchestration.fleet", name=u.name,
-                             time=str(u.seconds or 0))
+    for u in r.fleet.units if r.fleet is not None else []:  # a fleet run: one case per unit
+        case = ET.SubElement(
+            suite, "testcase", classname="edgekit.orchestration.fleet", name=u.name, time=str(u.seconds or 0)
+        )
         if u.state != "measured":
-            ET.SubElement(case, "failure", message=f"unit {u.name} unmeasured: {u.error}",
-                          type="UnitFailed").text = f"{u.error_kind}: {u.error}"
+            ET.SubElement(
+                case, "failure", message=f"unit {u.name} unmeasured: {u.error}", type="UnitFailed"
+            ).text = f"{u.error_kind}: {u.error}"
         elif u.gate_passed is False:
-            ET.SubElement(case, "failure", message=f"unit {u.name} fails: {', '.join(u.failed_checks)}",
-                          type="GateCheckFailed").text = json.dumps(u.latency_ms)
+            ET.SubElement(
+                case, "failure", message=f"unit {u.name} fails: {', '.join(u.failed_checks)}", type="GateCheckFailed"
+            ).text = json.dumps(u.latency_ms)
         else:
             ET.SubElement(case, "system-out").text = json.dumps(u.latency_ms)
     if not checks:

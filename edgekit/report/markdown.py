@@ -23,8 +23,13 @@ def _outputs_section(r: Report) -> list[str]:
     rows = [(v, name, p) for v in r.variants for name, p in (v.parity_outputs or {}).items()]
     if not rows:
         return []
-    lines = ["", "## Parity per output", "", "| variant | output | max abs err | cosine | top-1 agree |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        "",
+        "## Parity per output",
+        "",
+        "| variant | output | max abs err | cosine | top-1 agree |",
+        "|---|---|---:|---:|---:|",
+    ]
     for v, name, p in rows:
         lines.append(f"| {v.name} | {name} | {p.max_abs_err:.2e} | {p.cosine:.6f} | {_f(p.top1_agreement, '{:.1%}')} |")
     return lines
@@ -44,16 +49,21 @@ def render_markdown(r: Report) -> str:
         f"- {r.metric_line()}",
         "",
     ]
-    lines += (_generation_table(r) + _quantization_accounts(r)) if r.model.get("task") == "text-generation" \
+    lines += (
+        (_generation_table(r) + _quantization_accounts(r))
+        if r.model.get("task") == "text-generation"
         else _fixed_table(r)
+    )
     if r.decision is not None:
         d = r.decision
         lines += ["", "## Decision", "", f"**Ship:** {d.reason if d.ship else 'nothing — ' + d.reason}", ""]
         lines += [f"- not `{n}`: {why}" for n, why in d.lost.items()]
     lines += ["", "## Gate", "", "| check | variant | value | limit | result |", "|---|---|---:|---:|---|"]
     for c in r.gate.checks:
-        lines.append(f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
-                     f"{'pass' if c.passed else '**FAIL**'}: {c.message} |")
+        lines.append(
+            f"| {c.name} | {c.variant or ''} | {_f(c.value)} | {_f(c.limit)} | "
+            f"{'pass' if c.passed else '**FAIL**'}: {c.message} |"
+        )
     if r.comparison is not None:
         cw = r.compared_with
         lines += ["", "## Compared with the baseline report", "", f"Baseline: `{cw.path if cw else None}`."]
@@ -71,10 +81,12 @@ def render_markdown(r: Report) -> str:
 
 def _generation_table(r: Report) -> list[str]:
     """A language model's variants: time to first token, prefill and decode speed, memory, quality."""
-    lines = ["| variant | format | precision | runtime | size KB | TTFT ms (cold) | prefill tok/s by prompt | "
-             "decode tok/s (95% CI) | inter-token p50/p95 ms | decode tok/s at a full cache | peak MB | KV MB | "
-             "perplexity | KLD (95% CI) | top-1 agree | greedy: first divergence |",
-             "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| variant | format | precision | runtime | size KB | TTFT ms (cold) | prefill tok/s by prompt | "
+        "decode tok/s (95% CI) | inter-token p50/p95 ms | decode tok/s at a full cache | peak MB | KV MB | "
+        "perplexity | KLD (95% CI) | top-1 agree | greedy: first divergence |",
+        "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for v in r.variants:
         g, q = v.generation, v.quality
         if g is None or q is None:
@@ -90,7 +102,8 @@ def _generation_table(r: Report) -> list[str]:
             f"{_f(g.inter_token_ms.get('p95'))} | {_f(g.decode_filled.get('tokens_per_s'), '{:.1f}')} | "
             f"{_f(g.peak_rss_mb, '{:.1f}')} | {_f(g.kv_cache_mb, '{:.2f}')} ({g.kv_cache_source}) | "
             f"{q.perplexity:.4g} (float {q.perplexity_float:.4g}) | {q.kld_mean:.3g} ({_f(kci[0], '{:.2g}')}-"
-            f"{_f(kci[1], '{:.2g}')}) | {q.top1_agreement:.1%} | {div} |")
+            f"{_f(kci[1], '{:.2g}')}) | {q.top1_agreement:.1%} | {div} |"
+        )
     return lines
 
 
@@ -104,14 +117,23 @@ def _quantization_accounts(r: Report) -> list[str]:
             summ = gguf.metrics.get("quantization") or {}
             types = ", ".join(f"{n} {t}" for t, n in (summ.get("types") or {}).items())
             lines += ["", f"**`{v.name}`** tensors (asked {summ.get('requested')}): {types}."]
-            lines += [f"- `{t['name']}` at {t['actual']}: {t['reason']}" for t in gguf.metrics["tensors"]
-                      if t.get("kind") not in ("requested", "float_1d")]
+            lines += [
+                f"- `{t['name']}` at {t['actual']}: {t['reason']}"
+                for t in gguf.metrics["tensors"]
+                if t.get("kind") not in ("requested", "float_1d")
+            ]
             n1d = sum(t.get("kind") == "float_1d" for t in gguf.metrics["tensors"])
             if n1d:
                 lines.append(f"- {n1d} 1-D tensors (norms, biases) stay float: llama-quantize quantizes 2-D weights")
             continue
-        acc = next((s.metrics["quantization"] for s in reversed(v.lineage)
-                    if isinstance(s.metrics.get("quantization"), dict) and "layers" in s.metrics["quantization"]), None)
+        acc = next(
+            (
+                s.metrics["quantization"]
+                for s in reversed(v.lineage)
+                if isinstance(s.metrics.get("quantization"), dict) and "layers" in s.metrics["quantization"]
+            ),
+            None,
+        )
         if acc is None:
             continue
         counts = ", ".join(f"{n} {k}" for k, n in acc.get("counts", {}).items())
@@ -120,8 +142,10 @@ def _quantization_accounts(r: Report) -> list[str]:
         lines += [f"- `{n}`: {why}" for n, why in acc.get("padded", {}).items()]
         for rung in acc.get("ladder", []):
             kept = ", ".join(f"`{n}`" for n in rung["int8_layers"]) or "none"
-            lines.append(f"- host check, layers kept at int8: {kept}: KLD {rung['host_kld']:.4g} "
-                         f"({'within' if rung['within'] else 'over'} the tolerance)")
+            lines.append(
+                f"- host check, layers kept at int8: {kept}: KLD {rung['host_kld']:.4g} "
+                f"({'within' if rung['within'] else 'over'} the tolerance)"
+            )
     return (["", "## Quantization accounts", ""] + lines[1:]) if lines else []
 
 
@@ -159,19 +183,32 @@ def _profile_section(r: Report, top: int = 10) -> list[str]:
             out += ["", f"**{v.name}**: no per-op profile: {p.reason}"]
             continue
         traced = f"; {p.mapped_share:.0%} of op time traced to modules" if p.mapped_share is not None else ""
-        out += ["", f"**{v.name}** ({p.source}, {p.runs} runs, median run {p.run_ms:.3g} ms{traced})", "",
-                "| op | type | module | ms/inference | share |", "|---|---|---|---:|---:|"]
+        out += [
+            "",
+            f"**{v.name}** ({p.source}, {p.runs} runs, median run {p.run_ms:.3g} ms{traced})",
+            "",
+            "| op | type | module | ms/inference | share |",
+            "|---|---|---|---:|---:|",
+        ]
         for o in p.top(top):
             module = "(model)" if o.module == "" else (o.module or "n/a")
-            out.append(f"| `{o.node}` | {o.op_type or ''} | {module}{f' ({o.module_class})' if o.module_class else ''} | "
-                       f"{o.ms:.4f} | {_f(o.share, '{:.1%}')} |")
+            out.append(
+                f"| `{o.node}` | {o.op_type or ''} | {module}{f' ({o.module_class})' if o.module_class else ''} | "
+                f"{o.ms:.4f} | {_f(o.share, '{:.1%}')} |"
+            )
     for d in r.profile_diffs:
         out += ["", f"**{d.other} vs {d.base}**: {d.summary}"]
         if d.rows:
-            out += ["", f"| op type | {d.base} nodes | {d.other} nodes | {d.base} ms | {d.other} ms | delta ms |",
-                    "|---|---:|---:|---:|---:|---:|"]
-            out += [f"| {x.op_type} | {x.base_nodes} | {x.other_nodes} | {x.base_ms:.4f} | {x.other_ms:.4f} | "
-                    f"{x.delta_ms:+.4f} |" for x in d.rows[:top]]
+            out += [
+                "",
+                f"| op type | {d.base} nodes | {d.other} nodes | {d.base} ms | {d.other} ms | delta ms |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            out += [
+                f"| {x.op_type} | {x.base_nodes} | {x.other_nodes} | {x.base_ms:.4f} | {x.other_ms:.4f} | "
+                f"{x.delta_ms:+.4f} |"
+                for x in d.rows[:top]
+            ]
     return out
 
 
@@ -181,15 +218,23 @@ def _search_section(r: Report) -> list[str]:
     if srch is None:
         return []
     shipped = srch.shipped.file if srch.shipped else None
-    out = ["", "## Variant search", "",
-           f"Selected **{srch.selected or 'nothing'}** by {srch.objective} in {srch.seconds} s"
-           + (f"; shipping file `{shipped}`." if shipped else "."), "",
-           *([_timeline_text(srch), ""] if srch.timeline is not None else []),
-           "| candidate | status | dropped at | screening p50 ms | reason |", "|---|---|---|---:|---|"]
+    out = [
+        "",
+        "## Variant search",
+        "",
+        f"Selected **{srch.selected or 'nothing'}** by {srch.objective} in {srch.seconds} s"
+        + (f"; shipping file `{shipped}`." if shipped else "."),
+        "",
+        *([_timeline_text(srch), ""] if srch.timeline is not None else []),
+        "| candidate | status | dropped at | screening p50 ms | reason |",
+        "|---|---|---|---:|---|",
+    ]
     for c in srch.candidates:
         p50 = c.screening.p50 if c.screening else None
-        out.append(f"| {c.name} | {c.status} | {c.dropped_at or ''} | {_f(p50, '{:.4f}')} | "
-                   f"{(c.reason or '').replace('|', '/')} |")
+        out.append(
+            f"| {c.name} | {c.status} | {c.dropped_at or ''} | {_f(p50, '{:.4f}')} | "
+            f"{(c.reason or '').replace('|', '/')} |"
+        )
     return out
 
 
@@ -204,23 +249,38 @@ def _fleet_section(r: Report) -> list[str]:
     if fl is None:
         return []
     names = [v.name for v in fl.variants]
-    out = ["", "## Fleet", "",
-           f"{fl.measured} of {fl.total} units measured; eval {fl.mode}"
-           + (f" ({fl.eval_covered} of {fl.eval_samples} samples scored)" if fl.mode == "sharded" else "")
-           + f"; the gate judged the {fl.gate} unit **{fl.judged_unit}**.", "",
-           "| unit | state | shard | " + " | ".join(f"{n} p50 ms" for n in names) + " | unit gate | error |",
-           "|---|---|---|" + "---:|" * len(names) + "---|---|"]
+    out = [
+        "",
+        "## Fleet",
+        "",
+        f"{fl.measured} of {fl.total} units measured; eval {fl.mode}"
+        + (f" ({fl.eval_covered} of {fl.eval_samples} samples scored)" if fl.mode == "sharded" else "")
+        + f"; the gate judged the {fl.gate} unit **{fl.judged_unit}**.",
+        "",
+        "| unit | state | shard | " + " | ".join(f"{n} p50 ms" for n in names) + " | unit gate | error |",
+        "|---|---|---|" + "---:|" * len(names) + "---|---|",
+    ]
     for u in fl.units:
         p50s = " | ".join(_f((u.latency_ms.get(n) or {}).get("p50")) for n in names)
-        gate = "n/a" if u.gate_passed is None else ("pass" if u.gate_passed else "**FAIL** " + ", ".join(u.failed_checks))
+        gate = (
+            "n/a" if u.gate_passed is None else ("pass" if u.gate_passed else "**FAIL** " + ", ".join(u.failed_checks))
+        )
         shard = f"{u.shard[0]}-{u.shard[1]}" if u.shard else "all"
-        out.append(f"| {u.name}{' (judged)' if u.name == fl.judged_unit else ''} | {u.state} | {shard} | {p50s} | "
-                   f"{gate} | {(u.error or '').replace('|', '/')[:200]} |")
-    out += ["", "| variant | units | median of p50s ms | spread ms | worst unit | best unit |", "|---|---:|---:|---:|---|---|"]
+        out.append(
+            f"| {u.name}{' (judged)' if u.name == fl.judged_unit else ''} | {u.state} | {shard} | {p50s} | "
+            f"{gate} | {(u.error or '').replace('|', '/')[:200]} |"
+        )
+    out += [
+        "",
+        "| variant | units | median of p50s ms | spread ms | worst unit | best unit |",
+        "|---|---:|---:|---:|---|---|",
+    ]
     for v in fl.variants:
-        out.append(f"| {v.name} | {v.units} | {v.median_of_medians_ms:.3f} | {v.spread_ms:.3f}"
-                   f"{f' ({v.spread_rel:.0%})' if v.spread_rel is not None else ''} | {v.worst_unit} "
-                   f"({v.worst_p50:.3f}) | {v.best_unit} ({v.best_p50:.3f}) |")
+        out.append(
+            f"| {v.name} | {v.units} | {v.median_of_medians_ms:.3f} | {v.spread_ms:.3f}"
+            f"{f' ({v.spread_rel:.0%})' if v.spread_rel is not None else ''} | {v.worst_unit} "
+            f"({v.worst_p50:.3f}) | {v.best_unit} ({v.best_p50:.3f}) |"
+        )
     return out
 
 
@@ -232,13 +292,23 @@ def _parity_section(r: Report) -> list[str]:
             par = step.parity
             if step.kind == "convert" and par is not None:
                 bad = step.parity_violations or []
-                rows.append(f"| {v.name} | {step.name} (host) | {_f(par.max_abs_err, '{:.2e}')} | "
-                            f"{_f(par.cosine, '{:.6f}')} | {_f(par.top1_agreement, '{:.1%}')} | "
-                            f"{'; '.join(bad) or 'ok'} |")
+                rows.append(
+                    f"| {v.name} | {step.name} (host) | {_f(par.max_abs_err, '{:.2e}')} | "
+                    f"{_f(par.cosine, '{:.6f}')} | {_f(par.top1_agreement, '{:.1%}')} | "
+                    f"{'; '.join(bad) or 'ok'} |"
+                )
         if v.parity:
-            rows.append(f"| {v.name} | on the device vs {v.parity.reference} | {v.parity.max_abs_err:.2e} | "
-                        f"{v.parity.cosine:.6f} | {_f(v.parity.top1_agreement, '{:.1%}')} | |")
+            rows.append(
+                f"| {v.name} | on the device vs {v.parity.reference} | {v.parity.max_abs_err:.2e} | "
+                f"{v.parity.cosine:.6f} | {_f(v.parity.top1_agreement, '{:.1%}')} | |"
+            )
     if not rows:
         return []
-    return ["", "## Parity per hop", "", "| variant | hop | max abs err | cosine | top-1 agree | tolerance |",
-            "|---|---|---:|---:|---:|---|", *rows]
+    return [
+        "",
+        "## Parity per hop",
+        "",
+        "| variant | hop | max abs err | cosine | top-1 agree | tolerance |",
+        "|---|---|---:|---:|---:|---|",
+        *rows,
+    ]

@@ -256,21 +256,30 @@ class Generation(_Open):
     context: int = Field(description="the positions the file takes (its KV cache's length)")
     ttft_cold_ms: float | None = Field(None, description="the first prefill right after loading, shortest prompt")
     ttft_ms: float | None = Field(None, description="time to first token, warm, at the shortest prompt (median)")
-    prefill: list[dict[str, Any]] = Field(default_factory=list,
-                                          description="per prompt length: tokens, ttft_ms (median), tokens_per_s, raw ms")
+    prefill: list[dict[str, Any]] = Field(
+        default_factory=list, description="per prompt length: tokens, ttft_ms (median), tokens_per_s, raw ms"
+    )
     decode_tokens_per_s: float | None = Field(None, description="1000 / mean ms a token, decoding from an empty cache")
     decode_tokens_per_s_ci95: list[float] | None = Field(None, description="bootstrap 95% CI over the timed tokens")
     inter_token_ms: dict[str, Any] = Field(default_factory=dict, description="p50, p95, mean, n of the decode steps")
-    decode_filled: dict[str, Any] = Field(default_factory=dict,
-                                          description="decode after a prompt that fills the cache near the context")
-    peak_rss_mb: float | None = Field(None, description="the agent process's peak RSS on the device over the run, MB "
-                                      "(VmHWM, else ru_maxrss); None when unreadable")
+    decode_filled: dict[str, Any] = Field(
+        default_factory=dict, description="decode after a prompt that fills the cache near the context"
+    )
+    peak_rss_mb: float | None = Field(
+        None,
+        description="the agent process's peak RSS on the device over the run, MB "
+        "(VmHWM, else ru_maxrss); None when unreadable",
+    )
     kv_cache_mb: float | None = Field(None, description="the KV cache at kv_cache_tokens positions")
     kv_cache_source: str | None = Field(None, description="runtime (the arrays it holds) or config (computed)")
-    kv_cache_tokens: int | None = Field(None, description="positions the cache held when read: the filled prompt's "
-                                        "plus the decoded tokens (its fullest in the run)")
-    energy_mj_per_token: float | None = Field(None, description="mJ a generated token, from the agent's energy record; "
-                                              "None when no energy source read")
+    kv_cache_tokens: int | None = Field(
+        None,
+        description="positions the cache held when read: the filled prompt's "
+        "plus the decoded tokens (its fullest in the run)",
+    )
+    energy_mj_per_token: float | None = Field(
+        None, description="mJ a generated token, from the agent's energy record; None when no energy source read"
+    )
 
 
 class LMQuality(_Open):
@@ -279,7 +288,9 @@ class LMQuality(_Open):
 
     positions: int  # scored positions: windows x (window tokens - 1), each predicting the next token
     windows: int  # teacher-forced windows of the eval text, each scored from an empty cache
-    top_k: int = Field(description="the float model's top-K tokens a position at which the device's log-probs came back")
+    top_k: int = Field(
+        description="the float model's top-K tokens a position at which the device's log-probs came back"
+    )
     perplexity: float  # exp(mean negative log-likelihood of the text's next tokens), from the device's log-probs
     perplexity_float: float  # the same on the host's float (PyTorch) model, same windows
     perplexity_increase: float = Field(description="perplexity / float perplexity - 1")
@@ -288,7 +299,8 @@ class LMQuality(_Open):
     kld_ci95: list[float] | None = None  # 95% CI by bootstrap over the windows
     kld_bound: str | None = Field(None, description="exact, or lower (the tail merged: a lower bound)")
     float_tail_mass_mean: float | None = Field(
-        None, description="the float model's mean probability outside its top-K: how much the KLD bound leaves out")
+        None, description="the float model's mean probability outside its top-K: how much the KLD bound leaves out"
+    )
     top1_agreement: float  # share of positions whose most likely next token is the float model's
     top1_agreement_ci95: list[float] | None = None  # 95% CI by bootstrap over the windows
     greedy: dict[str, Any] | None = Field(None, description="greedy continuations against the float model's")
@@ -708,12 +720,14 @@ class Report(_Open):
         if (self.model or {}).get("task") == "text-generation":
             ev = (self.settings or {}).get("eval_text") or {}
             gen = (self.settings or {}).get("generate") or {}
-            return (f"task: text-generation ({self.model.get('architecture')}); quality from the device's own "
-                    f"log-probabilities on {ev.get('windows')} windows of {ev.get('window_tokens')} tokens of "
-                    f"{ev.get('path')} against the float model (perplexity, KL divergence over the float model's "
-                    f"top-{next((v.quality.top_k for v in self.variants if v.quality), '?')} tokens, top-1 "
-                    f"agreement); prefill at {gen.get('prompt_lengths')} tokens, decode from an empty cache "
-                    f"(context {gen.get('context')})")
+            return (
+                f"task: text-generation ({self.model.get('architecture')}); quality from the device's own "
+                f"log-probabilities on {ev.get('windows')} windows of {ev.get('window_tokens')} tokens of "
+                f"{ev.get('path')} against the float model (perplexity, KL divergence over the float model's "
+                f"top-{next((v.quality.top_k for v in self.variants if v.quality), '?')} tokens, top-1 "
+                f"agreement); prefill at {gen.get('prompt_lengths')} tokens, decode from an empty cache "
+                f"(context {gen.get('context')})"
+            )
         m = (self.settings or {}).get("metric") or {}
         acc = next((v.accuracy for v in self.variants if v.accuracy is not None), None)
         if not m and acc is None:
@@ -723,11 +737,17 @@ class Report(_Open):
         against = m.get("against") or (acc.against if acc else "labels")
         outs = m.get("outputs") or (acc.outputs if acc else None)
         n = acc.n if acc else None
-        return (f"metric: {name} ({direction} is better) on {n if n is not None else '?'} eval samples, against "
-                f"{'the labels' if against == 'labels' else 'the float model outputs (no labels)'}"
-                + (f", reading output(s) {', '.join(outs)}" if outs else "")
-                + (f"; model inputs {', '.join(self.settings.get('eval_inputs'))}" if self.settings.get("eval_inputs") else "")
-                + self._buckets_clause())
+        return (
+            f"metric: {name} ({direction} is better) on {n if n is not None else '?'} eval samples, against "
+            f"{'the labels' if against == 'labels' else 'the float model outputs (no labels)'}"
+            + (f", reading output(s) {', '.join(outs)}" if outs else "")
+            + (
+                f"; model inputs {', '.join(self.settings.get('eval_inputs'))}"
+                if self.settings.get("eval_inputs")
+                else ""
+            )
+            + self._buckets_clause()
+        )
 
     def _buckets_clause(self) -> str:
         """Eval data at several shapes: which shape the latency columns are at, and where the rest is."""
@@ -735,25 +755,32 @@ class Report(_Open):
         if not buckets:
             return ""
         shapes = "; ".join(f"{' '.join(str(tuple(s)) for s in b['shapes'])} x{b['samples']}" for b in buckets)
-        return (f"; {len(buckets)} sample shapes ({shapes}): every sample scored, latency columns at the first "
-                "(each shape's p50 and the sample-weighted p50: latency_ms.buckets, weighted_p50 in report.json)")
+        return (
+            f"; {len(buckets)} sample shapes ({shapes}): every sample scored, latency columns at the first "
+            "(each shape's p50 and the sample-weighted p50: latency_ms.buckets, weighted_p50 in report.json)"
+        )
 
     @property
     def shipped(self) -> VariantResult | None:
         """The variant this run says to ship (the decision's, or the search's selection); None when nothing
         qualified or the run chose nothing (a recipe run of one variant)."""
         name = (self.decision.ship if self.decision is not None else None) or (
-            self.search.selected if self.search is not None else None)
+            self.search.selected if self.search is not None else None
+        )
         return self.variant(name) if name else None
 
     def raise_for_gate(self) -> "Report":
         """Raise :class:`edgekit.errors.GateFailed` (exit 1) when the gate failed; return the report otherwise,
         so a release pipeline can write ``report = edgekit.deploy(...).raise_for_gate()``."""
         if not self.gate.passed:
-            failed = [(f"{c.name}[{c.variant}]" if c.variant else c.name, c.message) for c in self.gate.checks
-                      if not c.passed]
-            raise GateFailed(f"the gate failed on target {self.target}: " + "; ".join(f"{n}: {m}" for n, m in failed),
-                             failed=failed, hint="report.md / report.html say what each check measured")
+            failed = [
+                (f"{c.name}[{c.variant}]" if c.variant else c.name, c.message) for c in self.gate.checks if not c.passed
+            ]
+            raise GateFailed(
+                f"the gate failed on target {self.target}: " + "; ".join(f"{n}: {m}" for n, m in failed),
+                failed=failed,
+                hint="report.md / report.html say what each check measured",
+            )
         return self
 
     def variant(self, name: str) -> VariantResult:
@@ -791,8 +818,10 @@ class Report(_Open):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise BadInputError(f"{p} is not a valid edgekit report: {exc.error_count()} problem(s), first: "
-                                f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}") from exc
+            raise BadInputError(
+                f"{p} is not a valid edgekit report: {exc.error_count()} problem(s), first: "
+                f"{exc.errors()[0]['loc']} {exc.errors()[0]['msg']}"
+            ) from exc
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """Write report.json, report.md, report.html and junit.xml into ``out_dir`` (``write.write_report``)."""
@@ -817,5 +846,6 @@ def _provided(name: str) -> Callable[..., Any]:
     try:
         return _PROVIDED[name]
     except KeyError:  # only if edgekit/report/__init__.py stopped importing its module
-        raise RuntimeError(f"edgekit.report: no {name} was provided (edgekit/report/__init__.py imports "
-                           "diff.py and write.py)") from None
+        raise RuntimeError(
+            f"edgekit.report: no {name} was provided (edgekit/report/__init__.py imports diff.py and write.py)"
+        ) from None

@@ -61,24 +61,38 @@ class LatencyJudgement:
     def describe(self) -> str:
         lo, hi = self.ci95
         p = f", {self.test} p={format_p(self.p_value)}" if self.test else ""
-        return (f"{abs(self.ratio - 1):.1%} {'slower' if self.ratio > 1 else 'faster'} by {self.method} "
-                f"(ratio {self.ratio:.3f}, 95% CI {lo:.3f}-{hi:.3f}{p}, "
-                f"{'significant' if self.significant else 'not significant'})")
+        return (
+            f"{abs(self.ratio - 1):.1%} {'slower' if self.ratio > 1 else 'faster'} by {self.method} "
+            f"(ratio {self.ratio:.3f}, 95% CI {lo:.3f}-{hi:.3f}{p}, "
+            f"{'significant' if self.significant else 'not significant'})"
+        )
 
 
-def release_judgement(session, run, measured: dict, judged: list[str], settings, opts, progress=None,
-                      shipped: str | None = None):
+def release_judgement(
+    session, run, measured: dict, judged: list[str], settings, opts, progress=None, shipped: str | None = None
+):
     """The deploy options' release method for this run (None without --baseline); see judge_release.
     ``shipped``: the variant this run ships (a search's choice), judged against the previously shipped
     one when the baseline report has no variant of its name (``diff.counterpart``)."""
     if run.previous is None:
         return None
-    return judge_release(session, run, measured, judged, settings, requested=opts.release_method,
-                         blocks=opts.ab_blocks, progress=progress, shipped=shipped,
-                         baseline_artifacts=Path(opts.baseline_artifacts) if opts.baseline_artifacts else None)
+    return judge_release(
+        session,
+        run,
+        measured,
+        judged,
+        settings,
+        requested=opts.release_method,
+        blocks=opts.ab_blocks,
+        progress=progress,
+        shipped=shipped,
+        baseline_artifacts=Path(opts.baseline_artifacts) if opts.baseline_artifacts else None,
+    )
 
 
-def _bootstrap(stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+def _bootstrap(
+    stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     vals = np.empty(resamples)
     for i in range(resamples):
@@ -98,10 +112,20 @@ def judge_ab(blocks: "ABBlocks", alpha: float = 0.05) -> LatencyJudgement:
     # consistently on one side (exact Wilcoxon signed-rank; 6 block pairs can reach p = 0.031)
     p = _signed_rank_p(logs)
     significant = (lo > 1.0 or hi < 1.0) and p is not None and p < alpha
-    return LatencyJudgement("ab", ratio, (lo, hi), significant,
-                            {"blocks": len(logs), "block_ratios": [round(float(np.exp(x)), 4) for x in logs],
-                             "runs_per_block": [len(a) for a in blocks.a], "order": "".join(blocks.order).upper()},
-                            p_value=p, test="Wilcoxon signed-rank over blocks")
+    return LatencyJudgement(
+        "ab",
+        ratio,
+        (lo, hi),
+        significant,
+        {
+            "blocks": len(logs),
+            "block_ratios": [round(float(np.exp(x)), 4) for x in logs],
+            "runs_per_block": [len(a) for a in blocks.a],
+            "order": "".join(blocks.order).upper(),
+        },
+        p_value=p,
+        test="Wilcoxon signed-rank over blocks",
+    )
 
 
 def _signed_rank_p(logs: np.ndarray) -> float | None:
@@ -114,10 +138,13 @@ def _signed_rank_p(logs: np.ndarray) -> float | None:
     return float(wilcoxon(logs, alternative="two-sided", method="exact" if len(logs) <= 25 else "auto").pvalue)
 
 
-def judge_normalized(old_v: VariantResult, old_ref: VariantResult, new_v: VariantResult,
-                     new_ref: VariantResult) -> LatencyJudgement | None:
-    raws = [np.asarray(r.latency_ms.raw, dtype=np.float64) if r.latency_ms and r.latency_ms.raw else None
-            for r in (old_v, old_ref, new_v, new_ref)]
+def judge_normalized(
+    old_v: VariantResult, old_ref: VariantResult, new_v: VariantResult, new_ref: VariantResult
+) -> LatencyJudgement | None:
+    raws = [
+        np.asarray(r.latency_ms.raw, dtype=np.float64) if r.latency_ms and r.latency_ms.raw else None
+        for r in (old_v, old_ref, new_v, new_ref)
+    ]
     if any(r is None or r.size < 5 for r in raws):
         return None
 
@@ -126,10 +153,18 @@ def judge_normalized(old_v: VariantResult, old_ref: VariantResult, new_v: Varian
 
     ratio = float(stat(*raws))
     lo, hi = _bootstrap(stat, raws, resamples=1000)
-    return LatencyJudgement("normalized", ratio, (lo, hi), lo > 1.0 or hi < 1.0,
-                            {"reference": new_ref.name, "reference_sha256": new_ref.sha256[:16],
-                             "reference_ratio_raw": round(float(np.median(raws[3]) / np.median(raws[1])), 4)},
-                            test="")
+    return LatencyJudgement(
+        "normalized",
+        ratio,
+        (lo, hi),
+        lo > 1.0 or hi < 1.0,
+        {
+            "reference": new_ref.name,
+            "reference_sha256": new_ref.sha256[:16],
+            "reference_ratio_raw": round(float(np.median(raws[3]) / np.median(raws[1])), 4),
+        },
+        test="",
+    )
 
 
 def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir: Path | None) -> Path | None:
@@ -151,26 +186,40 @@ def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir
     return find_by_sha256(v.sha256, recorded.suffix)
 
 
-def choose_method(requested: str, previous: Report, judged: list[VariantResult], ab_files: dict[str, Path],
-                  reference: VariantResult | None, counterparts: dict[str, VariantResult] | None = None) -> str:
+def choose_method(
+    requested: str,
+    previous: Report,
+    judged: list[VariantResult],
+    ab_files: dict[str, Path],
+    reference: VariantResult | None,
+    counterparts: dict[str, VariantResult] | None = None,
+) -> str:
     """``counterparts``: judged name -> the baseline report's variant it is judged against (default: by name)."""
     counterparts = counterparts if counterparts is not None else {v.name: v for v in previous.variants}
     comparable = [v for v in judged if v.name in counterparts]
     ab_ok = bool(comparable) and all(v.name in ab_files for v in comparable)
     old_ref = next((o for o in previous.variants if reference is not None and o.name == reference.name), None)
-    norm_ok = (reference is not None and old_ref is not None and old_ref.sha256 == reference.sha256
-               and all(v.name != reference.name for v in comparable))
+    norm_ok = (
+        reference is not None
+        and old_ref is not None
+        and old_ref.sha256 == reference.sha256
+        and all(v.name != reference.name for v in comparable)
+    )
     if requested == "auto":
         return "ab" if ab_ok else ("normalized" if norm_ok else "direct")
     if requested == "ab" and not ab_ok:
         missing = [v.name for v in comparable if v.name not in ab_files]
-        raise BadInputError(f"--release-method ab needs the baseline report's model files; not found for: "
-                            f"{', '.join(missing) or '(no variant in common)'}",
-                            hint="pass --baseline-artifacts DIR (the baseline run's out/artifacts), or "
-                                 "--release-method auto")
+        raise BadInputError(
+            f"--release-method ab needs the baseline report's model files; not found for: "
+            f"{', '.join(missing) or '(no variant in common)'}",
+            hint="pass --baseline-artifacts DIR (the baseline run's out/artifacts), or --release-method auto",
+        )
     if requested == "normalized" and not norm_ok:
-        raise BadInputError("--release-method normalized needs the same reference variant (same sha256) in both "
-                            "reports, and a judged variant other than the reference", hint="use --release-method auto")
+        raise BadInputError(
+            "--release-method normalized needs the same reference variant (same sha256) in both "
+            "reports, and a judged variant other than the reference",
+            hint="use --release-method auto",
+        )
     return requested
 
 
@@ -183,10 +232,19 @@ def latency_change(j: LatencyJudgement, old: VariantResult, new: VariantResult, 
         verdict = "below threshold" if j.significant else "no significant change"
     before = old.latency_ms.p50 if old.latency_ms else None
     after = new.latency_ms.p50 if new.latency_ms else None
-    return MetricChange(metric="latency_p50_ms", before=before, after=after,
-                        change=(after - before) if before is not None and after is not None else None,
-                        change_rel=j.ratio - 1.0, significant=j.significant, ratio_ci95=list(j.ci95), p_value=j.p_value,
-                        test=METHOD_TEXT[j.method], verdict=verdict, message=j.describe())
+    return MetricChange(
+        metric="latency_p50_ms",
+        before=before,
+        after=after,
+        change=(after - before) if before is not None and after is not None else None,
+        change_rel=j.ratio - 1.0,
+        significant=j.significant,
+        ratio_ci95=list(j.ci95),
+        p_value=j.p_value,
+        test=METHOD_TEXT[j.method],
+        verdict=verdict,
+        message=j.describe(),
+    )
 
 
 @dataclass
@@ -196,9 +254,19 @@ class ReleaseJudgement:
     detail: dict
 
 
-def judge_release(session, run, measured: dict, judged: list[str], settings, *, requested: str = "auto",
-                  blocks: int = 6, baseline_artifacts: Path | None = None, progress=None,
-                  shipped: str | None = None) -> ReleaseJudgement:
+def judge_release(
+    session,
+    run,
+    measured: dict,
+    judged: list[str],
+    settings,
+    *,
+    requested: str = "auto",
+    blocks: int = 6,
+    baseline_artifacts: Path | None = None,
+    progress=None,
+    shipped: str | None = None,
+) -> ReleaseJudgement:
     """Choose the method and, for ``ab``, re-measure the baseline report's models against the new
     ones in this (still open) device session."""
     previous: Report = run.previous
@@ -223,8 +291,10 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
         for v in judged_v:
             if v.name not in ab_files:
                 continue
-            progress(f"release gate: A/B re-measurement of {v.name} against the baseline report's model "
-                     f"({blocks} blocks each)")
+            progress(
+                f"release gate: A/B re-measurement of {v.name} against the baseline report's model "
+                f"({blocks} blocks each)"
+            )
             new_art = measured[v.name].artifact
             # the baseline's model through the new variant's interface; the agent checks its sha256
             old_art = Artifact.from_file(ab_files[v.name], new_art.format, new_art.io, precision=new_art.precision)
@@ -235,9 +305,13 @@ def judge_release(session, run, measured: dict, judged: list[str], settings, *, 
                 continue
             j = judge_ab(blocks_ab, run.gate.significance_alpha)
             judgements[v.name] = j
-            detail[v.name] = {"baseline_file": str(ab_files[v.name]), "same_file": old[v.name].sha256 == v.sha256,
-                              **({"baseline_variant": old[v.name].name} if old[v.name].name != v.name else {}),
-                              **({"ab_warnings": blocks_ab.warnings} if blocks_ab.warnings else {}), **j.detail}
+            detail[v.name] = {
+                "baseline_file": str(ab_files[v.name]),
+                "same_file": old[v.name].sha256 == v.sha256,
+                **({"baseline_variant": old[v.name].name} if old[v.name].name != v.name else {}),
+                **({"ab_warnings": blocks_ab.warnings} if blocks_ab.warnings else {}),
+                **j.detail,
+            }
     elif method == "normalized":
         old_ref = next(o for o in previous.variants if o.name == reference.name)
         for v in judged_v:
@@ -254,54 +328,116 @@ def release_checks(variant: str, diff: ReportDiff, cfg: GateConfig) -> list[Chec
     namesake, or for the shipped variant the previously shipped one: ``diff.counterpart``)."""
     vd = diff.variant(variant)
     if vd is None:
-        return [Check(name="release_baseline", variant=variant, passed=True,
-                      message="no variant of this name in the baseline report, and it is not the shipped one: "
-                              "nothing to compare")]
+        return [
+            Check(
+                name="release_baseline",
+                variant=variant,
+                passed=True,
+                message="no variant of this name in the baseline report, and it is not the shipped one: "
+                "nothing to compare",
+            )
+        ]
     checks: list[Check] = []
     lat = vd.get("latency_p50_ms")
     if cfg.max_latency_regression is not None and lat is not None:
         limit = cfg.max_latency_regression
         if lat.change_rel is None:
-            checks.append(Check(name="latency_regression", variant=variant, limit=limit, passed=False,
-                                message=f"cannot be compared: {lat.message}"))
+            checks.append(
+                Check(
+                    name="latency_regression",
+                    variant=variant,
+                    limit=limit,
+                    passed=False,
+                    message=f"cannot be compared: {lat.message}",
+                )
+            )
         else:
             bad = bool(lat.significant) and lat.change_rel > limit
             msg = f"significant regression above {limit:.0%}: {lat.message}" if bad else lat.message
-            checks.append(Check(name="latency_regression", variant=variant, value=round(lat.change_rel, 4),
-                                limit=limit, passed=not bad, message=msg, p_value=lat.p_value,
-                                ratio_ci95=lat.ratio_ci95, significant=lat.significant))
+            checks.append(
+                Check(
+                    name="latency_regression",
+                    variant=variant,
+                    value=round(lat.change_rel, 4),
+                    limit=limit,
+                    passed=not bad,
+                    message=msg,
+                    p_value=lat.p_value,
+                    ratio_ci95=lat.ratio_ci95,
+                    significant=lat.significant,
+                )
+            )
     acc = vd.get("accuracy")
     acc_limit = cfg.max_release_accuracy_drop if cfg.max_release_accuracy_drop is not None else cfg.max_accuracy_drop
     if acc is not None:
         if acc.change is None:
-            checks.append(Check(name="release_accuracy_drop", variant=variant, limit=acc_limit, passed=False,
-                                message=f"cannot be compared: {acc.message}"))
+            checks.append(
+                Check(
+                    name="release_accuracy_drop",
+                    variant=variant,
+                    limit=acc_limit,
+                    passed=False,
+                    message=f"cannot be compared: {acc.message}",
+                )
+            )
         else:
             drop = (acc.worse_by if acc.worse_by is not None else -acc.change) + 0.0  # no "-0.00"
             ok = drop <= acc_limit + 1e-9
-            checks.append(Check(name="release_accuracy_drop", variant=variant, value=round(drop, 4), limit=acc_limit,
-                                passed=ok, p_value=acc.p_value,
-                                message=f"worse by {drop:+.4g} {'<=' if ok else '>'} {acc_limit:g} vs the baseline "
-                                        f"report: {acc.message}"))
-    for name, metric, limit in (("memory_increase", "peak_memory_mb", cfg.max_memory_increase),
-                                ("size_increase", "size_bytes", cfg.max_size_increase)):
+            checks.append(
+                Check(
+                    name="release_accuracy_drop",
+                    variant=variant,
+                    value=round(drop, 4),
+                    limit=acc_limit,
+                    passed=ok,
+                    p_value=acc.p_value,
+                    message=f"worse by {drop:+.4g} {'<=' if ok else '>'} {acc_limit:g} vs the baseline "
+                    f"report: {acc.message}",
+                )
+            )
+    for name, metric, limit in (
+        ("memory_increase", "peak_memory_mb", cfg.max_memory_increase),
+        ("size_increase", "size_bytes", cfg.max_size_increase),
+    ):
         ch = vd.get(metric)
         if limit is None or ch is None:
             continue
         if ch.change_rel is None:
             # memory the device could not report in one of the runs: say so, do not guess
-            checks.append(Check(name=name, variant=variant, limit=limit, passed=ch.before is None and ch.after is None,
-                                message=f"cannot be compared: {ch.message}"))
+            checks.append(
+                Check(
+                    name=name,
+                    variant=variant,
+                    limit=limit,
+                    passed=ch.before is None and ch.after is None,
+                    message=f"cannot be compared: {ch.message}",
+                )
+            )
             continue
         ok = ch.change_rel <= limit + 1e-12
-        checks.append(Check(name=name, variant=variant, value=round(ch.change_rel, 4), limit=limit, passed=ok,
-                            message=f"{ch.change_rel:+.1%} {'<=' if ok else '>'} {limit:.0%}: {ch.message}"))
+        checks.append(
+            Check(
+                name=name,
+                variant=variant,
+                value=round(ch.change_rel, 4),
+                limit=limit,
+                passed=ok,
+                message=f"{ch.change_rel:+.1%} {'<=' if ok else '>'} {limit:.0%}: {ch.message}",
+            )
+        )
     return checks
 
 
-def compare_reports(report: Report, previous: Report, previous_path, cfg: GateConfig, *,
-                    judgements: dict[str, LatencyJudgement] | None = None, method: str = "direct",
-                    method_detail: dict | None = None) -> ReportDiff:
+def compare_reports(
+    report: Report,
+    previous: Report,
+    previous_path,
+    cfg: GateConfig,
+    *,
+    judgements: dict[str, LatencyJudgement] | None = None,
+    method: str = "direct",
+    method_detail: dict | None = None,
+) -> ReportDiff:
     """Diff ``report`` against ``previous`` and record it (``compared_with``, ``comparison``); the
     latency change of each variant in ``judgements`` is the method's, not the raw cross-run one."""
     min_effect = cfg.max_latency_regression if cfg.max_latency_regression is not None else 0.10
@@ -311,22 +447,34 @@ def compare_reports(report: Report, previous: Report, previous_path, cfg: GateCo
     for vd in d.variants:
         j = (judgements or {}).get(vd.variant)
         if j is not None:
-            vd.changes = [latency_change(j, old[vd.baseline_variant or vd.variant], new[vd.variant], min_effect)
-                          if c.metric == "latency_p50_ms"
-                          else c for c in vd.changes]
+            vd.changes = [
+                latency_change(j, old[vd.baseline_variant or vd.variant], new[vd.variant], min_effect)
+                if c.metric == "latency_p50_ms"
+                else c
+                for c in vd.changes
+            ]
     for name, det in (method_detail or {}).items():
         if isinstance(det, dict) and det.get("ab_failed"):
-            d.warnings.append(f"{name}: the A/B re-measurement of the baseline's model failed ({det['ab_failed']}); "
-                              "its latency was compared across the two runs directly")
+            d.warnings.append(
+                f"{name}: the A/B re-measurement of the baseline's model failed ({det['ab_failed']}); "
+                "its latency was compared across the two runs directly"
+            )
         for w in (det.get("ab_warnings") or []) if isinstance(det, dict) else []:
             d.warnings.append(f"{name}: A/B re-measurement (A: the baseline's model, B: this one): {w}")
     if method == "direct" and any(vd.get("latency_p50_ms") for vd in d.variants):
-        d.warnings.append("latency was compared across two runs directly (no baseline model files to re-measure, "
-                          "no common reference variant): a busy device can make this a false alarm; pass "
-                          "--baseline-artifacts to re-measure the baseline A/B in the same session")
-    report.compared_with = {"path": str(previous_path) if previous_path else None,
-                            "sha256": sha256_file(previous_path) if previous_path else None, **d.baseline.model_dump(),
-                            "method": method, "method_text": METHOD_TEXT[method], "method_detail": method_detail}
+        d.warnings.append(
+            "latency was compared across two runs directly (no baseline model files to re-measure, "
+            "no common reference variant): a busy device can make this a false alarm; pass "
+            "--baseline-artifacts to re-measure the baseline A/B in the same session"
+        )
+    report.compared_with = {
+        "path": str(previous_path) if previous_path else None,
+        "sha256": sha256_file(previous_path) if previous_path else None,
+        **d.baseline.model_dump(),
+        "method": method,
+        "method_text": METHOD_TEXT[method],
+        "method_detail": method_detail,
+    }
     report.comparison = d.model_dump(mode="json")
     report.warnings.extend(f"baseline comparison: {w}" for w in d.warnings)
     return d

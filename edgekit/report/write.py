@@ -20,8 +20,12 @@ FILES = {"md": "report.md", "html": "report.html", "junit": "junit.xml", "json":
 
 def render_all(report: Report) -> dict[str, str]:
     """The text of every file, by key (md, html, junit, json)."""
-    return {"md": markdown.render_markdown(report), "html": html.render_html(report),
-            "junit": junit.render_junit(report), "json": report.to_json()}
+    return {
+        "md": markdown.render_markdown(report),
+        "html": html.render_html(report),
+        "junit": junit.render_junit(report),
+        "json": report.to_json(),
+    }
 
 
 @provides  # Report.write

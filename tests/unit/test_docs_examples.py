@@ -55,8 +55,13 @@ bare
 """
     blocks = runner.extract(text, "page.md")
     assert [(b.line, b.lang, b.runnable, b.skip) for b in blocks] == [
-        (3, "bash", True, None), (7, "bash", True, None), (11, "python", True, None),
-        (15, "text", False, None), (19, "yaml", False, None), (23, "", False, None)]
+        (3, "bash", True, None),
+        (7, "bash", True, None),
+        (11, "python", True, None),
+        (15, "text", False, None),
+        (19, "yaml", False, None),
+        (23, "", False, None),
+    ]
     assert blocks[0].code == "edgekit --help\n"
 
 
@@ -90,15 +95,18 @@ def test_a_longer_outer_fence_holds_an_example_block_without_running_it():
     assert b.lang == "markdown" and not b.runnable and "rm -rf" in b.code
 
 
-@pytest.mark.parametrize("text, message", [
-    ("<!-- not run -->\n```bash\nx\n```\n", "write the reason"),
-    ("<!-- not run: -->\n```bash\nx\n```\n", "write the reason"),
-    ("<!-- not run: phone -->\nSome prose.\n```bash\nx\n```\n", "right before its code block"),
-    ("<!-- not run: phone -->\n", "no code block after it"),
-    ("<!-- not run: phone -->\n<!-- not run: board -->\n```bash\nx\n```\n", "no code block after it"),
-    ("<!-- not run: output -->\n```text\nx\n```\n", "never runs"),
-    ("```bash\nnever closed\n", "never closed"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("<!-- not run -->\n```bash\nx\n```\n", "write the reason"),
+        ("<!-- not run: -->\n```bash\nx\n```\n", "write the reason"),
+        ("<!-- not run: phone -->\nSome prose.\n```bash\nx\n```\n", "right before its code block"),
+        ("<!-- not run: phone -->\n", "no code block after it"),
+        ("<!-- not run: phone -->\n<!-- not run: board -->\n```bash\nx\n```\n", "no code block after it"),
+        ("<!-- not run: output -->\n```text\nx\n```\n", "never runs"),
+        ("```bash\nnever closed\n", "never closed"),
+    ],
+)
 def test_a_malformed_marker_or_fence_is_an_error_naming_the_line(text, message):
     with pytest.raises(runner.MarkerError, match=message) as exc:
         runner.extract(text, "page.md")
@@ -117,8 +125,10 @@ def test_the_repositorys_pages_parse_and_the_readmes_demo_command_runs():
 
 def test_the_runner_runs_blocks_in_order_in_one_folder_and_fails_on_a_broken_one(tmp_path, capsys):
     page = tmp_path / "page.md"
-    page.write_text("```bash\necho hi > note.txt\n```\n\n```python\nprint(open('note.txt').read().strip())\n```\n\n"
-                    "<!-- not run: needs a phone -->\n```bash\nexit 9\n```\n\n```bash\nedgekit --no-such-flag\n```\n")
+    page.write_text(
+        "```bash\necho hi > note.txt\n```\n\n```python\nprint(open('note.txt').read().strip())\n```\n\n"
+        "<!-- not run: needs a phone -->\n```bash\nexit 9\n```\n\n```bash\nedgekit --no-such-flag\n```\n"
+    )
     assert runner.main([str(page)]) == 1
     out = capsys.readouterr().out
     assert re.search(r"run   .*page.md:1 \(bash, [\d.]+ s\): ok", out)
@@ -155,29 +165,77 @@ def test_the_ship_reference_describes_every_key_write_ship_writes(tmp_path):
     from edgekit.report.model import LatencyMs, RuntimeInfo, VariantResult
 
     ShipManifest, RuntimeConfig = _ship_models()
-    src_io = IOSpec(inputs=(TensorSpec(name="x", shape=(None, 1, 8, 8), dtype="float32", layout="NCHW"),
-                            TensorSpec(name="sr", shape=(), dtype="int64"),
-                            TensorSpec(name="state", shape=(2, 1, 4), dtype="float32")),
-                    outputs=(TensorSpec(name="y", shape=(None, 10), dtype="float32"),
-                             TensorSpec(name="stateN", shape=(2, 1, 4), dtype="float32")))
-    file_io = IOSpec(inputs=(TensorSpec(name="serving_default_x:0", shape=(1, 8, 8, 1), dtype="int8", layout="NHWC",
-                                        transpose=(0, 2, 3, 1), scale=0.5, zero_point=-3),
-                             *src_io.inputs[1:]), outputs=src_io.outputs)
-    stream = {"constants": {"sr": 16000}, "constants_from": {"sr": "--const"},
-              "state": [{"output": "stateN", "input": "state", "shape": [2, 1, 4], "dtype": "float32"}],
-              "batch": 1, "order": "one sample at a time"}
-    lineage = (LineageStep(kind="source", name="source", config={"stream": stream}),
-               LineageStep(kind="convert", name="onnx->tflite", config={"input_shapes": {"x": [1, 1, 8, 8]},
-                                                                         "input_shapes_from": "data"}))
+    src_io = IOSpec(
+        inputs=(
+            TensorSpec(name="x", shape=(None, 1, 8, 8), dtype="float32", layout="NCHW"),
+            TensorSpec(name="sr", shape=(), dtype="int64"),
+            TensorSpec(name="state", shape=(2, 1, 4), dtype="float32"),
+        ),
+        outputs=(
+            TensorSpec(name="y", shape=(None, 10), dtype="float32"),
+            TensorSpec(name="stateN", shape=(2, 1, 4), dtype="float32"),
+        ),
+    )
+    file_io = IOSpec(
+        inputs=(
+            TensorSpec(
+                name="serving_default_x:0",
+                shape=(1, 8, 8, 1),
+                dtype="int8",
+                layout="NHWC",
+                transpose=(0, 2, 3, 1),
+                scale=0.5,
+                zero_point=-3,
+            ),
+            *src_io.inputs[1:],
+        ),
+        outputs=src_io.outputs,
+    )
+    stream = {
+        "constants": {"sr": 16000},
+        "constants_from": {"sr": "--const"},
+        "state": [{"output": "stateN", "input": "state", "shape": [2, 1, 4], "dtype": "float32"}],
+        "batch": 1,
+        "order": "one sample at a time",
+    }
+    lineage = (
+        LineageStep(kind="source", name="source", config={"stream": stream}),
+        LineageStep(
+            kind="convert",
+            name="onnx->tflite",
+            config={"input_shapes": {"x": [1, 1, 8, 8]}, "input_shapes_from": "data"},
+        ),
+    )
     model = tmp_path / "m.tflite"
     model.write_bytes(b"not a real model: write_ship copies it")
     art = Artifact.from_file(model, Format.TFLITE, file_io, lineage=lineage, precision="int8")
-    lat = LatencyMs(warmup=1, runs=3, mean=1.0, std=0.0, min=1.0, max=1.0, p50=1.0, p90=1.0, p99=1.0, ci95=[1.0, 1.0],
-                    cov=0.0, outliers=0, stable=True, weighted_p50=1.1,
-                    buckets=[{"shapes": [[1, 8, 8]], "samples": 3, "p50": 1.0, "mean": 1.0, "runs": 3}])
+    lat = LatencyMs(
+        warmup=1,
+        runs=3,
+        mean=1.0,
+        std=0.0,
+        min=1.0,
+        max=1.0,
+        p50=1.0,
+        p90=1.0,
+        p99=1.0,
+        ci95=[1.0, 1.0],
+        cov=0.0,
+        outliers=0,
+        stable=True,
+        weighted_p50=1.1,
+        buckets=[{"shapes": [[1, 8, 8]], "samples": 3, "p50": 1.0, "mean": 1.0, "runs": 3}],
+    )
     rt_info = RuntimeInfo(name="litert", threads=2, options={"xnnpack": "off"})
-    v = VariantResult(name="tflite-int8", format="tflite", precision="int8", runtime=rt_info,
-                      size_bytes=model.stat().st_size, sha256=art.sha256, latency_ms=lat)
+    v = VariantResult(
+        name="tflite-int8",
+        format="tflite",
+        precision="int8",
+        runtime=rt_info,
+        size_bytes=model.stat().st_size,
+        sha256=art.sha256,
+        latency_ms=lat,
+    )
     write_ship(tmp_path / "out", v, art, src_io)
 
     meta = json.loads((tmp_path / "out" / "ship" / "ship.json").read_text())
@@ -207,8 +265,13 @@ def test_the_ship_reference_describes_every_key_a_language_models_ship_json_has(
     ShipManifest, RuntimeConfig = _ship_models()
     tree = ast.parse((ROOT / "edgekit" / "llm" / "ship.py").read_text(encoding="utf-8"))
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "write_lm_ship")
-    literals = {t.id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
-                for t in n.targets if isinstance(t, ast.Name)}
+    literals = {
+        t.id: n.value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     meta, rt = _dict_keys(literals["meta"]), _dict_keys(literals["rt"])
 
     def fields(model) -> set[str]:
@@ -216,8 +279,11 @@ def test_the_ship_reference_describes_every_key_a_language_models_ship_json_has(
 
     assert set(meta) <= fields(ShipManifest), set(meta) - fields(ShipManifest)
     assert set(rt) <= fields(RuntimeConfig), set(rt) - fields(RuntimeConfig)
-    nested = {"generator": ShipManifest.model_fields["generator"], "eval": ShipManifest.model_fields["eval"],
-              "measured": ShipManifest.model_fields["measured"]}
+    nested = {
+        "generator": ShipManifest.model_fields["generator"],
+        "eval": ShipManifest.model_fields["eval"],
+        "measured": ShipManifest.model_fields["measured"],
+    }
     for key, field in nested.items():
         options = getattr(field.annotation, "__args__", (field.annotation,))  # Generator | None -> Generator
         model = next(a for a in options if hasattr(a, "model_fields"))

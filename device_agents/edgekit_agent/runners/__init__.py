@@ -43,8 +43,17 @@ def register(cls: type[Runner]) -> type[Runner]:
     return cls
 
 
-for _cls in (OnnxRunner, LiteRTRunner, ExecuTorchRunner, OpenVINORunner, NCNNRunner, LlamaCppRunner, OnnxDecoder,
-             ExecuTorchDecoder, LlamaCppDecoder):
+for _cls in (
+    OnnxRunner,
+    LiteRTRunner,
+    ExecuTorchRunner,
+    OpenVINORunner,
+    NCNNRunner,
+    LlamaCppRunner,
+    OnnxDecoder,
+    ExecuTorchDecoder,
+    LlamaCppDecoder,
+):
     register(_cls)
 
 
@@ -60,8 +69,11 @@ def decoder_for(runtime: str) -> type[Decoder]:
     """The decoder of ``runtime``, or a bad_request naming the runtimes that generate here."""
     cls = DECODERS.get(runtime)
     if cls is None:
-        raise AgentFailure("bad_request", f"runtime {runtime!r} has no decoder (generation) in this agent; "
-                           f"decoders: {sorted(DECODERS)}", EXIT_BAD_REQUEST)
+        raise AgentFailure(
+            "bad_request",
+            f"runtime {runtime!r} has no decoder (generation) in this agent; decoders: {sorted(DECODERS)}",
+            EXIT_BAD_REQUEST,
+        )
     return cls
 
 
@@ -89,13 +101,31 @@ def load_plugins(spec: str | None = None) -> list[str]:
         try:
             mod_spec.loader.exec_module(importlib.util.module_from_spec(mod_spec))
         except Exception as exc:
-            raise AgentFailure("bad_request", f"{PLUGINS_ENV}: plug-in {path} failed: {type(exc).__name__}: {exc}",
-                               EXIT_BAD_REQUEST) from exc
+            raise AgentFailure(
+                "bad_request", f"{PLUGINS_ENV}: plug-in {path} failed: {type(exc).__name__}: {exc}", EXIT_BAD_REQUEST
+            ) from exc
         loaded.append(path)
     return loaded
 
 
-__all__ = ["RUNNERS", "DECODERS", "Runner", "Decoder", "register", "runner_for", "decoder_for", "available_runtimes",
-           "load_plugins", "OnnxRunner",
-           "LiteRTRunner", "ExecuTorchRunner", "OpenVINORunner", "NCNNRunner", "OnnxDecoder", "ExecuTorchDecoder",
-           "LlamaCppRunner", "LlamaCppDecoder", "PLUGINS_ENV"]
+__all__ = [
+    "RUNNERS",
+    "DECODERS",
+    "Runner",
+    "Decoder",
+    "register",
+    "runner_for",
+    "decoder_for",
+    "available_runtimes",
+    "load_plugins",
+    "OnnxRunner",
+    "LiteRTRunner",
+    "ExecuTorchRunner",
+    "OpenVINORunner",
+    "NCNNRunner",
+    "OnnxDecoder",
+    "ExecuTorchDecoder",
+    "LlamaCppRunner",
+    "LlamaCppDecoder",
+    "PLUGINS_ENV",
+]

@@ -19,9 +19,14 @@ def finish_op_profile(source: str, ops: dict[str, Doc], runs_us: Sequence[float]
     and medians (robust to a disturbed run on a shared device), slowest first."""
     for op in ops.values():
         op["median_us"] = median(op.pop("us"))
-    return {"source": source, "runs": len(runs_us), "total_us": float(sum(runs_us)),
-            "median_run_us": median(runs_us), "ops": sorted(ops.values(), key=lambda o: -o["total_us"]),
-            "reason": None}
+    return {
+        "source": source,
+        "runs": len(runs_us),
+        "total_us": float(sum(runs_us)),
+        "median_run_us": median(runs_us),
+        "ops": sorted(ops.values(), key=lambda o: -o["total_us"]),
+        "reason": None,
+    }
 
 
 class Runner:
@@ -40,16 +45,29 @@ class Runner:
     # tuple), or None for a positive integer. Empty: the runner refuses any.
     OPTIONS: ClassVar[Mapping[str, tuple[Any, ...] | None]] = {}
 
-    def __init__(self, model_path: str | None = None, threads: int = 1, input_specs: Sequence[Doc] | None = None,
-                 output_specs: Sequence[Doc] | None = None, runtime_options: Doc | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | None = None,
+        threads: int = 1,
+        input_specs: Sequence[Doc] | None = None,
+        output_specs: Sequence[Doc] | None = None,
+        runtime_options: Doc | None = None,
+    ) -> None:
         self.threads = int(threads)
         self.version: str | None = None
         self.delegate: str | None = None  # the delegate that runs the graph when the runner knows it ("xnnpack")
         self.warnings: list[str] = []  # what the report must say about how this model was run (a delegate fallback)
         self.options: Doc = {}  # the runtime options as applied (what the report and ship/runtime.json carry)
         if model_path is not None:
-            self.load(model_path, {"threads": threads, "inputs": input_specs or [], "outputs": output_specs or [],
-                                   "runtime_options": runtime_options})
+            self.load(
+                model_path,
+                {
+                    "threads": threads,
+                    "inputs": input_specs or [],
+                    "outputs": output_specs or [],
+                    "runtime_options": runtime_options,
+                },
+            )
 
     @classmethod
     def check_options(cls, opts: Mapping[str, Any] | None) -> Doc:
@@ -58,21 +76,27 @@ class Runner:
         runtime silently ignored)."""
         opts = dict(opts or {})
         if opts and not cls.OPTIONS:
-            raise AgentFailure("bad_request", f"runtime {cls.name} takes no runtime options (got {sorted(opts)})",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request", f"runtime {cls.name} takes no runtime options (got {sorted(opts)})", EXIT_BAD_REQUEST
+            )
         unknown = sorted(set(opts) - set(cls.OPTIONS))
         if unknown:
-            raise AgentFailure("bad_request", f"unknown {cls.name} option(s) {unknown}; known: {sorted(cls.OPTIONS)}",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request", f"unknown {cls.name} option(s) {unknown}; known: {sorted(cls.OPTIONS)}", EXIT_BAD_REQUEST
+            )
         for key, value in opts.items():
             allowed = cls.OPTIONS[key]
             if allowed is None:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise AgentFailure("bad_request", f"{cls.name} option {key} must be a positive integer, "
-                                       f"got {value!r}", EXIT_BAD_REQUEST)
+                    raise AgentFailure(
+                        "bad_request",
+                        f"{cls.name} option {key} must be a positive integer, got {value!r}",
+                        EXIT_BAD_REQUEST,
+                    )
             elif value not in allowed:
-                raise AgentFailure("bad_request", f"{cls.name} option {key}={value!r} is not one of {list(allowed)}",
-                                   EXIT_BAD_REQUEST)
+                raise AgentFailure(
+                    "bad_request", f"{cls.name} option {key}={value!r} is not one of {list(allowed)}", EXIT_BAD_REQUEST
+                )
         return opts
 
     @classmethod

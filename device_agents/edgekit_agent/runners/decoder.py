@@ -31,8 +31,14 @@ class Decoder(Runner):
         if n < 1:
             raise AgentFailure("bad_request", "a forward needs at least one token", EXIT_BAD_REQUEST)
         if start not in (0, self.length):
-            raise AgentFailure("bad_request", f"position {start} does not continue the cached sequence of "
-                               f"{self.length} tokens", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request",
+                f"position {start} does not continue the cached sequence of {self.length} tokens",
+                EXIT_BAD_REQUEST,
+            )
         if self.context is not None and start + n > self.context:
-            raise AgentFailure("bad_request", f"{start + n} positions exceed the model file's context of "
-                               f"{self.context} (its static KV cache)", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request",
+                f"{start + n} positions exceed the model file's context of {self.context} (its static KV cache)",
+                EXIT_BAD_REQUEST,
+            )

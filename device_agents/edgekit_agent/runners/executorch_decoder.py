@@ -13,15 +13,18 @@ from .executorch_runner import ExecuTorchRunner
 
 
 class ExecuTorchDecoder(Decoder, ExecuTorchRunner):
-    kv_source = ("executorch does not report it: the static cache lives in the program's memory plan "
-                 "(its size is the host's figure from the model's config)")
+    kv_source = (
+        "executorch does not report it: the static cache lives in the program's memory plan "
+        "(its size is the host's figure from the model's config)"
+    )
 
     def load(self, model_path: str, request: Doc) -> None:
         ExecuTorchRunner.load(self, model_path, request)
         context = (request.get("generate") or {}).get("context")
         if not isinstance(context, int) or context < 1:
-            raise AgentFailure("bad_request", "an ExecuTorch decoder needs generate.context (its static cache size)",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request", "an ExecuTorch decoder needs generate.context (its static cache size)", EXIT_BAD_REQUEST
+            )
         self.context = context
         self.length = 0
 
@@ -31,7 +34,8 @@ class ExecuTorchDecoder(Decoder, ExecuTorchRunner):
         n = len(ids)
         self.check_position(n, start)
         torch = self.torch
-        out = self.method([torch.tensor([list(ids)], dtype=torch.long),
-                           torch.arange(start, start + n, dtype=torch.long)])
+        out = self.method(
+            [torch.tensor([list(ids)], dtype=torch.long), torch.arange(start, start + n, dtype=torch.long)]
+        )
         self.length = start + n
         return np.asarray(out[0].numpy()[0], dtype=np.float32)

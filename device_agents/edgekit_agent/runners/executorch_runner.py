@@ -55,8 +55,17 @@ class ExecuTorchRunner(Runner):
     OPTIONS = {}
     _alive: ClassVar[Any] = None  # the runners of this process whose programs hold the pool (a WeakSet)
     # ExecuTorch ScalarType codes -> numpy dtype names (the ones a .pte's user I/O can have)
-    DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
-              7: "float64", 11: "bool"}
+    DTYPES = {
+        0: "uint8",
+        1: "int8",
+        2: "int16",
+        3: "int32",
+        4: "int64",
+        5: "float16",
+        6: "float32",
+        7: "float64",
+        11: "bool",
+    }
 
     @classmethod
     def probe(cls) -> tuple[str | None, str | None]:
@@ -72,19 +81,28 @@ class ExecuTorchRunner(Runner):
         if hwcap is not None and not hwcap & (1 << 8) and torch_v and version_tuple(torch_v) >= (2, 10):
             # measured: torch 2.10.0's aarch64 wheel executes an LSE atomic (ldaddal, libc10.so) while it
             # imports; without them the process dies of SIGILL and the host would only see a lost agent
-            raise AgentFailure("runtime_missing", f"ExecuTorch needs torch on this device, and {found}: torch "
-                               f"{torch_v}'s aarch64 wheel uses ARMv8.1 LSE atomics, which this CPU lacks "
-                               f"(AT_HWCAP {hwcap:#x} has no 'atomics'; e.g. a Cortex-A72 / Raspberry Pi 4), so "
-                               "`import torch` would die of SIGILL; torch 2.9.1 imports there, but executorch "
-                               "1.0.1 (its pair) hit SIGILL on an SDOT in XNNPACK's int8 kernels", EXIT_RUNTIME)
+            raise AgentFailure(
+                "runtime_missing",
+                f"ExecuTorch needs torch on this device, and {found}: torch "
+                f"{torch_v}'s aarch64 wheel uses ARMv8.1 LSE atomics, which this CPU lacks "
+                f"(AT_HWCAP {hwcap:#x} has no 'atomics'; e.g. a Cortex-A72 / Raspberry Pi 4), so "
+                "`import torch` would die of SIGILL; torch 2.9.1 imports there, but executorch "
+                "1.0.1 (its pair) hit SIGILL on an SDOT in XNNPACK's int8 kernels",
+                EXIT_RUNTIME,
+            )
         try:
             import torch  # first: the pybindings resolve libtorch from the loaded torch
+
             _C = self._extension()
         except ImportError as exc:
-            raise AgentFailure("runtime_missing", f"ExecuTorch's runtime does not import on this device ({found}): "
-                               f"{exc}; pip install executorch with the torch its extension was built against (on "
-                               "aarch64: torch==2.10.0 + executorch==1.1.0, `edgekit devices provision NAME --runtime "
-                               "executorch`)", EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "runtime_missing",
+                f"ExecuTorch's runtime does not import on this device ({found}): "
+                f"{exc}; pip install executorch with the torch its extension was built against (on "
+                "aarch64: torch==2.10.0 + executorch==1.1.0, `edgekit devices provision NAME --runtime "
+                "executorch`)",
+                EXIT_RUNTIME,
+            ) from exc
 
         self.torch = torch
         self.version = dist_version("executorch")
@@ -93,9 +111,12 @@ class ExecuTorchRunner(Runner):
             self.program = _C._load_program(str(model_path))
             self.method = self.program.load_method("forward")
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"ExecuTorch cannot load {model_path} ({found}; a .pte "
-                               f"whose flatbuffer or delegate blobs are newer than this runtime fails here): {exc}",
-                               EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "model_load_failed",
+                f"ExecuTorch cannot load {model_path} ({found}; a .pte "
+                f"whose flatbuffer or delegate blobs are newer than this runtime fails here): {exc}",
+                EXIT_RUNTIME,
+            ) from exc
         ExecuTorchRunner._alive.add(self)
         meta = self.method.method_meta()
         self.input_shapes = [list(meta.input_tensor_meta(i).sizes()) for i in range(meta.num_inputs())]
@@ -116,12 +137,19 @@ class ExecuTorchRunner(Runner):
                 reqs = importlib.metadata.requires("executorch") or []
             except importlib.metadata.PackageNotFoundError:
                 reqs = []
-            pin = next((r.split(";")[0].strip() for r in reqs if r.replace(" ", "").startswith("torch") and
-                        r.replace(" ", "")[5:6] in "<>=!~"), None)
+            pin = next(
+                (
+                    r.split(";")[0].strip()
+                    for r in reqs
+                    if r.replace(" ", "").startswith("torch") and r.replace(" ", "")[5:6] in "<>=!~"
+                ),
+                None,
+            )
             built = f" (built for {pin.replace(' ', '')})" if pin else ""
         torch_v = dist_version("torch")
-        return (f"found executorch {et or 'not installed'}{built}, torch {torch_v or 'not installed'}, "
-                f"{platform.machine()}")
+        return (
+            f"found executorch {et or 'not installed'}{built}, torch {torch_v or 'not installed'}, {platform.machine()}"
+        )
 
     @staticmethod
     def _extension() -> Any:
@@ -155,9 +183,13 @@ class ExecuTorchRunner(Runner):
             return threads
         others = sorted({r.pool_threads for r in ExecuTorchRunner._alive if r.pool_threads != threads})
         if others:
-            raise AgentFailure("bad_request", f"ExecuTorch's XNNPACK thread pool is process-wide and a program "
-                               f"loaded in this process runs on {others[0]} threads: resizing it to {threads} would "
-                               "crash that program; load the two in separate processes", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request",
+                f"ExecuTorch's XNNPACK thread pool is process-wide and a program "
+                f"loaded in this process runs on {others[0]} threads: resizing it to {threads} would "
+                "crash that program; load the two in separate processes",
+                EXIT_BAD_REQUEST,
+            )
         _C._unsafe_reset_threadpool(threads)
         return int(count()) if count is not None else threads
 
@@ -168,8 +200,10 @@ class ExecuTorchRunner(Runner):
     def run(self, feeds: Sequence[Any]) -> list[Any]:
         import numpy as np
 
-        xs = [self.torch.from_numpy(np.ascontiguousarray(x if d is None else np.asarray(x).astype(d, copy=False)))
-              for x, d in zip(feeds, self.input_dtypes)]
+        xs = [
+            self.torch.from_numpy(np.ascontiguousarray(x if d is None else np.asarray(x).astype(d, copy=False)))
+            for x, d in zip(feeds, self.input_dtypes)
+        ]
         # the runtime copies outputs out of its memory plan on every call
         return [o.numpy() for o in self.method(xs) if isinstance(o, self.torch.Tensor)]
 
@@ -205,9 +239,23 @@ class ExecuTorchRunner(Runner):
             program.write_etdump_result_to_file(dump, os.path.join(tmp, "debug.bin"))
             for f in schemas:
                 shutil.copy(f, tmp)
-            subprocess.run([flatc, "--size-prefixed", "--json", "--defaults-json", "--strict-json", "-o", tmp,
-                            os.path.join(tmp, "etdump_schema_flatcc.fbs"), "--", dump],
-                           check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                [
+                    flatc,
+                    "--size-prefixed",
+                    "--json",
+                    "--defaults-json",
+                    "--strict-json",
+                    "-o",
+                    tmp,
+                    os.path.join(tmp, "etdump_schema_flatcc.fbs"),
+                    "--",
+                    dump,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             with open(os.path.join(tmp, "run.json"), encoding="utf-8") as fh:
                 etdump = json.load(fh)
         finally:
@@ -236,13 +284,24 @@ class ExecuTorchRunner(Runner):
                 name, delegated = pe.get("name"), pe.get("delegate_debug_id_str")
                 if name == "Method::execute":
                     run_us.append(us)
-                if not delegated and (not name or name in ("Method::execute", "DELEGATE_CALL")
-                                      or name.startswith(("Method::", "Program::"))):
+                if not delegated and (
+                    not name
+                    or name in ("Method::execute", "DELEGATE_CALL")
+                    or name.startswith(("Method::", "Program::"))
+                ):
                     continue
                 node = delegated or name
-                op = ops.setdefault(node, {"node": node, "op_type": node.rsplit(" #", 1)[0], "calls": 0,
-                                           "total_us": 0.0, "provider": "delegate" if delegated else "portable",
-                                           "us": []})
+                op = ops.setdefault(
+                    node,
+                    {
+                        "node": node,
+                        "op_type": node.rsplit(" #", 1)[0],
+                        "calls": 0,
+                        "total_us": 0.0,
+                        "provider": "delegate" if delegated else "portable",
+                        "us": [],
+                    },
+                )
                 op["calls"] += 1
                 op["total_us"] += us
                 op["us"].append(us)

@@ -58,29 +58,37 @@ class LiteRTRunner(Runner):
                 errors.append(f"{mod}: {exc}")
                 continue
         if interp_mod is None:
-            raise AgentFailure("runtime_missing",
-                               "no LiteRT interpreter on this device (pip install ai-edge-litert, or tflite-runtime "
-                               "on older devices): " + "; ".join(errors), EXIT_RUNTIME)
+            raise AgentFailure(
+                "runtime_missing",
+                "no LiteRT interpreter on this device (pip install ai-edge-litert, or tflite-runtime "
+                "on older devices): " + "; ".join(errors),
+                EXIT_RUNTIME,
+            )
         top = sys.modules.get(self.module)
         self.version = f"{self.module} {getattr(top, '__version__', '?')}"
         compiled = opts.get("api") == "compiled"
         xnnpack_off = opts.get("xnnpack") == "off"
         resolver: Any = getattr(interp_mod, "OpResolverType", None)
         if "xnnpack" in opts and resolver is None:
-            raise AgentFailure("bad_request", f"{self.version} has no OpResolverType: XNNPACK cannot be turned on or "
-                               "off from its Python API", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request",
+                f"{self.version} has no OpResolverType: XNNPACK cannot be turned on or off from its Python API",
+                EXIT_BAD_REQUEST,
+            )
         kwargs: Doc = {}
         if compiled and resolver is not None:
             # only the model's tensor metadata (names, indices, quantization: CompiledModel's details
             # have no quantization) from an interpreter that is never allocated and applies no delegate
             kwargs["experimental_op_resolver_type"] = resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         elif "xnnpack" in opts:
-            kwargs["experimental_op_resolver_type"] = (resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES if xnnpack_off
-                                                       else resolver.BUILTIN)
+            kwargs["experimental_op_resolver_type"] = (
+                resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES if xnnpack_off else resolver.BUILTIN
+            )
         self.cm: Any = None
         try:
-            self.interp = interp_mod.Interpreter(model_path=model_path, num_threads=1 if compiled else threads,
-                                                 **kwargs)
+            self.interp = interp_mod.Interpreter(
+                model_path=model_path, num_threads=1 if compiled else threads, **kwargs
+            )
             if not compiled:
                 self.interp.allocate_tensors()
         except Exception as exc:
@@ -89,21 +97,30 @@ class LiteRTRunner(Runner):
             if not retry:
                 if "Select TensorFlow op" in msg or "Flex" in msg:
                     msg += " (the model uses TensorFlow 'Flex' ops, which the plain LiteRT interpreter cannot run)"
-                raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: {msg}",
-                                   EXIT_RUNTIME) from exc
+                raise AgentFailure(
+                    "model_load_failed", f"LiteRT cannot load {model_path}: {msg}", EXIT_RUNTIME
+                ) from exc
             # XNNPACK (applied by default) refused the graph at prepare: run it on LiteRT's own kernels, said
             # in the report and in the options the measurement (and ship/runtime.json) carries
             try:
-                self.interp = interp_mod.Interpreter(model_path=model_path, num_threads=threads,
-                                                     experimental_op_resolver_type=resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+                self.interp = interp_mod.Interpreter(
+                    model_path=model_path,
+                    num_threads=threads,
+                    experimental_op_resolver_type=resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                )
                 self.interp.allocate_tensors()
             except Exception as exc2:
-                raise AgentFailure("model_load_failed", f"LiteRT cannot load {model_path}: with XNNPACK: "
-                                   f"{first_line(msg, prefer=_XNN)}; without it: {first_line(str(exc2))}",
-                                   EXIT_RUNTIME) from exc2
+                raise AgentFailure(
+                    "model_load_failed",
+                    f"LiteRT cannot load {model_path}: with XNNPACK: "
+                    f"{first_line(msg, prefer=_XNN)}; without it: {first_line(str(exc2))}",
+                    EXIT_RUNTIME,
+                ) from exc2
             opts = {**opts, "xnnpack": "off"}
-            self.warnings.append(f"XNNPACK failed to prepare the model ({first_line(msg, prefer=_XNN)}); measured with "
-                                 "LiteRT's built-in kernels (xnnpack=off), which the application must set too")
+            self.warnings.append(
+                f"XNNPACK failed to prepare the model ({first_line(msg, prefer=_XNN)}); measured with "
+                "LiteRT's built-in kernels (xnnpack=off), which the application must set too"
+            )
         self.threads = threads
         self.inputs = self.in_spec_order(self.interp.get_input_details(), input_specs or [])
         # outputs in the host's order (the source model's), matched by the TFLite tensor names the host
@@ -137,17 +154,24 @@ class LiteRTRunner(Runner):
         import numpy as np
 
         if self.module != "ai_edge_litert":
-            raise AgentFailure("bad_request", f"api 'compiled' needs ai_edge_litert's CompiledModel; {self.version} "
-                               "has only the Interpreter", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request",
+                f"api 'compiled' needs ai_edge_litert's CompiledModel; {self.version} has only the Interpreter",
+                EXIT_BAD_REQUEST,
+            )
         try:
             import ai_edge_litert.compiled_model as cmm
         except ImportError as exc:
-            raise AgentFailure("bad_request", f"api 'compiled' needs ai_edge_litert.compiled_model, which "
-                               f"{self.version} does not have ({exc})", EXIT_BAD_REQUEST) from exc
+            raise AgentFailure(
+                "bad_request",
+                f"api 'compiled' needs ai_edge_litert.compiled_model, which {self.version} does not have ({exc})",
+                EXIT_BAD_REQUEST,
+            ) from exc
         cpu = cmm.CpuOptions(num_threads=threads, kernel_mode=cmm.CpuKernelMode.BUILTIN if xnnpack_off else None)
         try:
-            cm = cmm.CompiledModel.from_file(model_path, options=cmm.Options(
-                hardware_accelerators=cmm.HardwareAccelerator.CPU, cpu_options=cpu))
+            cm = cmm.CompiledModel.from_file(
+                model_path, options=cmm.Options(hardware_accelerators=cmm.HardwareAccelerator.CPU, cpu_options=cpu)
+            )
             sigs = cm.get_signature_list()
             key = next(iter(sigs))
             self._sig = cm.get_signature_index(key)
@@ -156,20 +180,29 @@ class LiteRTRunner(Runner):
             # its tensors are matched to the interpreter's by tensor index
             in_idx = [int(ins[k]["index"]) for k in sigs[key]["inputs"]]
             out_idx = [int(outs[k]["index"]) for k in sigs[key]["outputs"]]
-            if sorted(in_idx) != sorted(int(d["index"]) for d in self.inputs) or \
-                    sorted(out_idx) != sorted(int(d["index"]) for d in self.outputs):
+            if sorted(in_idx) != sorted(int(d["index"]) for d in self.inputs) or sorted(out_idx) != sorted(
+                int(d["index"]) for d in self.outputs
+            ):
                 raise ValueError(f"its first signature {key!r} does not have the graph's inputs and outputs")
             self._in_pos = [in_idx.index(int(d["index"])) for d in self.inputs]
-            self._reads = [(out_idx.index(int(d["index"])), int(np.prod(d["shape"])), np.dtype(d["dtype"]),
-                            tuple(int(v) for v in d["shape"])) for d in self.outputs]
+            self._reads = [
+                (
+                    out_idx.index(int(d["index"])),
+                    int(np.prod(d["shape"])),
+                    np.dtype(d["dtype"]),
+                    tuple(int(v) for v in d["shape"]),
+                )
+                for d in self.outputs
+            ]
             self._in_bufs, self._out_bufs = cm.create_input_buffers(self._sig), cm.create_output_buffers(self._sig)
             for pos, n, dtype, _ in self._reads:  # a dtype TensorBuffer cannot carry fails here, not mid-run
                 self._out_bufs[pos].read(n, dtype)
         except AgentFailure:
             raise
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"LiteRT's CompiledModel cannot load {model_path}: {exc}",
-                               EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "model_load_failed", f"LiteRT's CompiledModel cannot load {model_path}: {exc}", EXIT_RUNTIME
+            ) from exc
         self.cm = cm
         self.fully_accelerated = bool(cm.is_fully_accelerated())
 
@@ -202,8 +235,11 @@ class LiteRTRunner(Runner):
             # float data for an integer input that the host sent no scale for: use the tensor's own
             scale, zp = self._quant(det)
             if scale is None:
-                raise AgentFailure("bad_request", f"input {det['name']} is {want} without quantization "
-                                   "parameters; float data cannot be fed to it", EXIT_BAD_REQUEST)
+                raise AgentFailure(
+                    "bad_request",
+                    f"input {det['name']} is {want} without quantization parameters; float data cannot be fed to it",
+                    EXIT_BAD_REQUEST,
+                )
             info = np.iinfo(want)
             x = np.clip(np.round(x / scale + zp), info.min, info.max)
         return np.ascontiguousarray(x.astype(want, copy=False))
@@ -236,4 +272,5 @@ class LiteRTRunner(Runner):
             f"{self.version}: LiteRT's Python API exposes no per-op profiler (Interpreter has no profiler hook, "
             "its experimental_force_delegate_node_profiling only affects a profiler installed from C++; "
             "CompiledModel has none; profiling_info_pb2 is only the message schema of the C++ benchmark tool's "
-            "output); per-op times need benchmark_model --enable_op_profiling=true")
+            "output); per-op times need benchmark_model --enable_op_profiling=true"
+        )

@@ -30,17 +30,20 @@ def _free(lc: Any, batch: Any, ctx: Any, model: Any) -> None:
 
 
 class LlamaCppDecoder(Decoder, LlamaCppRunner):
-    kv_source = ("llama.cpp: llama_state_seq_get_size of the sequence (the K and V of the cells it holds, at the "
-                 "cache's type, plus a few bytes of cell metadata; the context's buffers are allocated for the "
-                 "whole context at load)")
+    kv_source = (
+        "llama.cpp: llama_state_seq_get_size of the sequence (the K and V of the cells it holds, at the "
+        "cache's type, plus a few bytes of cell metadata; the context's buffers are allocated for the "
+        "whole context at load)"
+    )
 
     def load(self, model_path: str, request: Doc) -> None:
         import numpy as np
 
         context = (request.get("generate") or {}).get("context")
         if not isinstance(context, int) or context < 1:
-            raise AgentFailure("bad_request", "a llama.cpp decoder needs generate.context (its KV cache size)",
-                               EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request", "a llama.cpp decoder needs generate.context (its KV cache size)", EXIT_BAD_REQUEST
+            )
         opts = self.check_options(request.get("runtime_options"))
         kv_type = str(opts.get("kv_type", "f16"))
         threads = int(request.get("threads", 1))
@@ -53,8 +56,7 @@ class LlamaCppDecoder(Decoder, LlamaCppRunner):
         LOG.clear()
         model = lc.llama_model_load_from_file(model_path.encode(), mp)
         if not model:
-            raise AgentFailure("model_load_failed", f"llama.cpp cannot load {model_path}: {LOG.reason()}",
-                               EXIT_RUNTIME)
+            raise AgentFailure("model_load_failed", f"llama.cpp cannot load {model_path}: {LOG.reason()}", EXIT_RUNTIME)
         cp = lc.llama_context_default_params()
         cp.n_ctx = context
         cp.n_batch = cp.n_ubatch = min(context, 512)  # one ubatch a prefill of up to 512 tokens
@@ -66,8 +68,12 @@ class LlamaCppDecoder(Decoder, LlamaCppRunner):
         ctx = lc.llama_init_from_model(model, cp)
         if not ctx:
             lc.llama_model_free(model)
-            raise AgentFailure("model_load_failed", f"llama.cpp cannot make a context of {context} positions for "
-                               f"{model_path} (kv_type {kv_type}): {LOG.reason()}", EXIT_RUNTIME)
+            raise AgentFailure(
+                "model_load_failed",
+                f"llama.cpp cannot make a context of {context} positions for "
+                f"{model_path} (kv_type {kv_type}): {LOG.reason()}",
+                EXIT_RUNTIME,
+            )
         self.n_batch = int(lc.llama_n_batch(ctx))
         batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._finalizer = weakref.finalize(self, _free, lc, batch, ctx, model)
@@ -100,16 +106,19 @@ class LlamaCppDecoder(Decoder, LlamaCppRunner):
         out = np.empty((n, self.n_vocab), np.float32)
         for a in range(0, n, self.n_batch):
             m = min(self.n_batch, n - a)
-            self.tokens[:m] = ids[a:a + m]
+            self.tokens[:m] = ids[a : a + m]
             self.pos[:m] = np.arange(start + a, start + a + m)
             self.batch.n_tokens = m
             rc = int(lc.llama_decode(self.ctx, self.batch))
             if rc != 0:
                 self.length = 0  # llama.cpp may keep part of a failed batch: the next forward must start anew
-                raise AgentFailure("inference_failed", f"llama_decode returned {rc} at positions {start + a}.."
-                                   f"{start + a + m - 1} ({'no free KV cache slot' if rc == 1 else 'an error'})",
-                                   EXIT_RUNTIME)
-            out[a:a + m] = np.ctypeslib.as_array(lc.llama_get_logits(self.ctx), shape=(m, self.n_vocab))
+                raise AgentFailure(
+                    "inference_failed",
+                    f"llama_decode returned {rc} at positions {start + a}.."
+                    f"{start + a + m - 1} ({'no free KV cache slot' if rc == 1 else 'an error'})",
+                    EXIT_RUNTIME,
+                )
+            out[a : a + m] = np.ctypeslib.as_array(lc.llama_get_logits(self.ctx), shape=(m, self.n_vocab))
             self.length = start + a + m
         return out
 

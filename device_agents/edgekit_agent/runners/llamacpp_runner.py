@@ -32,7 +32,8 @@ def _cache_lib_dir(version: str) -> str | None:
     ``$XDG_CACHE_HOME/edgekit/llama.cpp`` or ``~/.cache/edgekit/llama.cpp``, then ``<version>-<arch>/lib`` (the
     host's layout, edgekit/llm/llama_cpp.py)."""
     base = os.environ.get("EDGEKIT_LLAMA_CPP_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "edgekit", "llama.cpp")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "edgekit", "llama.cpp"
+    )
     lib = os.path.join(base, f"{version}-{platform.machine()}", "lib")
     return lib if os.path.isfile(os.path.join(lib, "libllama.so")) else None
 
@@ -42,8 +43,11 @@ def _library_dir() -> tuple[str | None, str | None, bool]:
     (None, why none can, False)."""
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
-        return (None, "llama-cpp-python is not installed (pip install llama-cpp-python; edgekit: "
-                "bash .ci/llama_cpp.sh)", False)
+        return (
+            None,
+            "llama-cpp-python is not installed (pip install llama-cpp-python; edgekit: bash .ci/llama_cpp.sh)",
+            False,
+        )
     env = os.environ.get(LIB_ENV)
     if env:
         if os.path.isfile(os.path.join(env, "libllama.so")):
@@ -56,8 +60,14 @@ def _library_dir() -> tuple[str | None, str | None, bool]:
     cached = _cache_lib_dir(version) if version else None
     if cached:
         return cached, None, True
-    return None, (f"llama-cpp-python {version} has no libllama.so of its own (installed without its native build) "
-                  f"and {LIB_ENV} is unset; edgekit's build is not in its cache either (bash .ci/llama_cpp.sh)"), False
+    return (
+        None,
+        (
+            f"llama-cpp-python {version} has no libllama.so of its own (installed without its native build) "
+            f"and {LIB_ENV} is unset; edgekit's build is not in its cache either (bash .ci/llama_cpp.sh)"
+        ),
+        False,
+    )
 
 
 class _Log:
@@ -112,8 +122,11 @@ def import_llama_cpp() -> Any:
     try:
         lc = importlib.import_module("llama_cpp.llama_cpp")
     except (ImportError, OSError, RuntimeError) as exc:
-        raise AgentFailure("runtime_missing", f"llama-cpp-python does not load libllama.so from {lib}: "
-                           f"{type(exc).__name__}: {exc}", EXIT_RUNTIME) from exc
+        raise AgentFailure(
+            "runtime_missing",
+            f"llama-cpp-python does not load libllama.so from {lib}: {type(exc).__name__}: {exc}",
+            EXIT_RUNTIME,
+        ) from exc
     LOG.install(lc)
     return lc
 
@@ -133,5 +146,9 @@ class LlamaCppRunner(Runner):
         return dist_version(DIST), None
 
     def load(self, model_path: str, request: Doc) -> None:
-        raise AgentFailure("bad_request", "llama.cpp runs language models only (the generation workload: a request "
-                           "with a generate section), not a fixed-graph model", EXIT_BAD_REQUEST)
+        raise AgentFailure(
+            "bad_request",
+            "llama.cpp runs language models only (the generation workload: a request "
+            "with a generate section), not a fixed-graph model",
+            EXIT_BAD_REQUEST,
+        )

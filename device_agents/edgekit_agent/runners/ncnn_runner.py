@@ -36,8 +36,9 @@ class NCNNRunner(Runner):
         try:
             import ncnn
         except ImportError as exc:
-            raise AgentFailure("runtime_missing", f"ncnn is not installed on this device ({exc}); pip install ncnn",
-                               EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "runtime_missing", f"ncnn is not installed on this device ({exc}); pip install ncnn", EXIT_RUNTIME
+            ) from exc
         self.ncnn = ncnn
         self.version = dist_version("ncnn") or getattr(ncnn, "__version__", None)
         weights = (request.get("companions") or {}).get(".bin") or os.path.splitext(str(model_path))[0] + ".bin"
@@ -50,8 +51,11 @@ class NCNNRunner(Runner):
         if not fp16:
             net.opt.use_bf16_storage = net.opt.use_bf16_packed = False
         if net.load_param(str(model_path)) != 0 or net.load_model(str(weights)) != 0:
-            raise AgentFailure("model_load_failed", f"ncnn cannot load {model_path} with its weights {weights} "
-                               "(a .param/.bin pair pnnx wrote)", EXIT_RUNTIME)
+            raise AgentFailure(
+                "model_load_failed",
+                f"ncnn cannot load {model_path} with its weights {weights} (a .param/.bin pair pnnx wrote)",
+                EXIT_RUNTIME,
+            )
         self.net = net
         self.input_names = sorted(net.input_names(), key=self._index)
         self.output_names = sorted(net.output_names(), key=self._index)

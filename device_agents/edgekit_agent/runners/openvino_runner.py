@@ -28,8 +28,11 @@ class OpenVINORunner(Runner):
     # - inference_precision: INFERENCE_PRECISION_HINT (overrides what the IR asks for)
     # - performance_hint: PERFORMANCE_HINT LATENCY (default here) or THROUGHPUT (streams by the plugin)
     # - num_streams: NUM_STREAMS (default 1: one request at a time is what the agent times)
-    OPTIONS = {"inference_precision": ("f32", "bf16", "f16"), "performance_hint": ("latency", "throughput"),
-               "num_streams": None}
+    OPTIONS = {
+        "inference_precision": ("f32", "bf16", "f16"),
+        "performance_hint": ("latency", "throughput"),
+        "num_streams": None,
+    }
 
     @classmethod
     def probe(cls) -> tuple[str | None, str | None]:
@@ -56,8 +59,11 @@ class OpenVINORunner(Runner):
         try:
             import openvino as ov
         except ImportError as exc:
-            raise AgentFailure("runtime_missing", f"openvino is not installed on this device ({exc}); "
-                               "pip install openvino", EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "runtime_missing",
+                f"openvino is not installed on this device ({exc}); pip install openvino",
+                EXIT_RUNTIME,
+            ) from exc
         self.version = dist_version("openvino") or ov.__version__
         core = ov.Core()
         # delivered by content hash, the .bin is not beside the .xml under its stem: the request says where
@@ -65,12 +71,19 @@ class OpenVINORunner(Runner):
         try:
             model = core.read_model(str(model_path), weights)
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"openvino cannot read {model_path} with its weights "
-                               f"{weights}: {exc}", EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "model_load_failed",
+                f"openvino cannot read {model_path} with its weights {weights}: {exc}",
+                EXIT_RUNTIME,
+            ) from exc
         precision = opts.get("inference_precision") or self.wanted_precision(model)
         hint = opts.get("performance_hint", "latency")
-        config: Doc = {"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False,
-                  "PERFORMANCE_HINT": hint.upper(), "NUM_STREAMS": str(opts.get("num_streams", 1))}
+        config: Doc = {
+            "INFERENCE_NUM_THREADS": threads,
+            "ENABLE_CPU_PINNING": False,
+            "PERFORMANCE_HINT": hint.upper(),
+            "NUM_STREAMS": str(opts.get("num_streams", 1)),
+        }
         if precision:
             config["INFERENCE_PRECISION_HINT"] = precision
         cache = os.environ.get("EDGEKIT_OPENVINO_CACHE_DIR")
@@ -79,15 +92,20 @@ class OpenVINORunner(Runner):
         try:
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"openvino's CPU plugin cannot compile {model_path}: {exc}",
-                               EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "model_load_failed", f"openvino's CPU plugin cannot compile {model_path}: {exc}", EXIT_RUNTIME
+            ) from exc
         self.request = self.compiled.create_infer_request()
         ran_at = self.compiled.get_property("INFERENCE_PRECISION_HINT")  # an openvino Type: bf16, f16, f32
-        self.options = {"inference_precision": ran_at.get_type_name() if hasattr(ran_at, "get_type_name") else
-                        str(ran_at), "performance_hint": hint, "num_streams": int(opts.get("num_streams", 1))}
+        self.options = {
+            "inference_precision": ran_at.get_type_name() if hasattr(ran_at, "get_type_name") else str(ran_at),
+            "performance_hint": hint,
+            "num_streams": int(opts.get("num_streams", 1)),
+        }
         self.threads = int(self.compiled.get_property("INFERENCE_NUM_THREADS")) or threads
-        self.input_shapes = [[d.get_length() if d.is_static else None for d in i.get_partial_shape()]
-                             for i in self.compiled.inputs]
+        self.input_shapes = [
+            [d.get_length() if d.is_static else None for d in i.get_partial_shape()] for i in self.compiled.inputs
+        ]
         self.model_path, self.weights_path = str(model_path), weights
         self.core = core
 
@@ -112,15 +130,23 @@ class OpenVINORunner(Runner):
         own mean is recovered from two readings: after the first run (left out) and after the last."""
         import time as _time
 
-        config = {"INFERENCE_NUM_THREADS": self.threads, "ENABLE_CPU_PINNING": False, "PERF_COUNT": True,
-                  "NUM_STREAMS": "1", "PERFORMANCE_HINT": "LATENCY",
-                  "INFERENCE_PRECISION_HINT": self.compiled.get_property("INFERENCE_PRECISION_HINT")}
+        config = {
+            "INFERENCE_NUM_THREADS": self.threads,
+            "ENABLE_CPU_PINNING": False,
+            "PERF_COUNT": True,
+            "NUM_STREAMS": "1",
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": self.compiled.get_property("INFERENCE_PRECISION_HINT"),
+        }
         compiled = self.core.compile_model(self.core.read_model(self.model_path, self.weights_path), "CPU", config)
         req = compiled.create_infer_request()
 
         def reading() -> dict[tuple[str, str, str], float]:
-            return {(p.node_name, p.node_type, p.exec_type): p.real_time.total_seconds() * 1e6
-                    for p in req.profiling_info if not str(p.status).endswith("NOT_RUN")}
+            return {
+                (p.node_name, p.node_type, p.exec_type): p.real_time.total_seconds() * 1e6
+                for p in req.profiling_info
+                if not str(p.status).endswith("NOT_RUN")
+            }
 
         req.infer(list(feeds))
         first = reading()
@@ -133,6 +159,12 @@ class OpenVINORunner(Runner):
         ops: dict[str, Doc] = {}
         for (node, op_type, kernel), mean_all in reading().items():
             total = max(0.0, mean_all * (runs + 1) - first.get((node, op_type, kernel), 0.0))  # the timed runs' sum
-            ops[node] = {"node": node, "op_type": op_type, "calls": runs, "total_us": total, "provider": kernel,
-                         "us": [total / runs] * runs}
+            ops[node] = {
+                "node": node,
+                "op_type": op_type,
+                "calls": runs,
+                "total_us": total,
+                "provider": kernel,
+                "us": [total / runs] * runs,
+            }
         return finish_op_profile("openvino", ops, runs_us)

@@ -25,16 +25,23 @@ class OnnxDecoder(Decoder, OnnxRunner):
         self.past_names = [n for n in self.input_names if n.startswith("past_key_values.")]
         missing = [n for n in ("input_ids", "position_ids") if n not in ins]
         if missing or not self.past_names:
-            raise AgentFailure("model_load_failed", f"{model_path} is not a decoder with a KV cache: it has no "
-                               f"{', '.join(missing) or 'past_key_values.* inputs'} (inputs: {self.input_names})",
-                               EXIT_RUNTIME)
+            raise AgentFailure(
+                "model_load_failed",
+                f"{model_path} is not a decoder with a KV cache: it has no "
+                f"{', '.join(missing) or 'past_key_values.* inputs'} (inputs: {self.input_names})",
+                EXIT_RUNTIME,
+            )
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.empty = []
         for n in self.past_names:
             shape = ins[n].shape  # [batch, kv heads, past, head dim]
             if len(shape) != 4 or not all(isinstance(d, int) for d in (shape[1], shape[3])):
-                raise AgentFailure("model_load_failed", f"{model_path}: past input {n} has shape {shape}; expected "
-                                   "[batch, kv_heads, past, head_dim] with fixed heads and head size", EXIT_RUNTIME)
+                raise AgentFailure(
+                    "model_load_failed",
+                    f"{model_path}: past input {n} has shape {shape}; expected "
+                    "[batch, kv_heads, past, head_dim] with fixed heads and head size",
+                    EXIT_RUNTIME,
+                )
             self.empty.append(np.zeros((1, shape[1], 0, shape[3]), _NP_OF_ORT.get(ins[n].type, "float32")))
         self.has_mask = "attention_mask" in ins
         self.past: list[Any] = list(self.empty)
@@ -46,8 +53,11 @@ class OnnxDecoder(Decoder, OnnxRunner):
         n = len(ids)
         self.check_position(n, start)
         past = self.empty if start == 0 else self.past
-        feed = {"input_ids": np.asarray(ids, np.int64)[None],
-                "position_ids": np.arange(start, start + n, dtype=np.int64)[None], **dict(zip(self.past_names, past))}
+        feed = {
+            "input_ids": np.asarray(ids, np.int64)[None],
+            "position_ids": np.arange(start, start + n, dtype=np.int64)[None],
+            **dict(zip(self.past_names, past)),
+        }
         if self.has_mask:
             feed["attention_mask"] = np.ones((1, start + n), np.int64)
         out = self.session.run(None, feed)

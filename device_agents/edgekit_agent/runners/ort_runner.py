@@ -29,8 +29,9 @@ class OnnxRunner(Runner):
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise AgentFailure("runtime_missing", f"onnxruntime is not installed on this device ({exc})",
-                               EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "runtime_missing", f"onnxruntime is not installed on this device ({exc})", EXIT_RUNTIME
+            ) from exc
         self.version = ort.__version__
         so = ort.SessionOptions()
         so.intra_op_num_threads = int(threads)
@@ -41,8 +42,9 @@ class OnnxRunner(Runner):
         try:
             self.session = ort.InferenceSession(model_path, sess_options=so, providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise AgentFailure("model_load_failed", f"onnxruntime cannot load {model_path}: {exc}",
-                               EXIT_RUNTIME) from exc
+            raise AgentFailure(
+                "model_load_failed", f"onnxruntime cannot load {model_path}: {exc}", EXIT_RUNTIME
+            ) from exc
         self.threads = int(threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.input_shapes = [list(i.shape) for i in self.session.get_inputs()]
@@ -76,8 +78,9 @@ class OnnxRunner(Runner):
         """Kernel times per node from an onnxruntime trace, the first run (allocations, kernel
         selection) left out; ``total_us`` is the profiled runs' own wall time (model_run events)."""
         events = trace if isinstance(trace, list) else trace.get("traceEvents", [])
-        model_runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
-                            key=lambda e: e["ts"])
+        model_runs = sorted(
+            (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+        )
         if not model_runs:
             return no_op_profile("onnxruntime's trace has no model_run events")
         start = model_runs[0]["ts"] + model_runs[0]["dur"] if len(model_runs) > 1 else 0
@@ -88,8 +91,17 @@ class OnnxRunner(Runner):
                 continue
             args = e.get("args") or {}
             node = name[: -len("_kernel_time")]
-            op = ops.setdefault(node, {"node": node, "op_type": args.get("op_name"), "calls": 0, "total_us": 0.0,
-                                       "provider": args.get("provider"), "us": []})
+            op = ops.setdefault(
+                node,
+                {
+                    "node": node,
+                    "op_type": args.get("op_name"),
+                    "calls": 0,
+                    "total_us": 0.0,
+                    "provider": args.get("provider"),
+                    "us": [],
+                },
+            )
             op["calls"] += 1
             op["total_us"] += float(e.get("dur", 0))
             op["us"].append(float(e.get("dur", 0)))
@@ -101,16 +113,21 @@ class OnnxRunner(Runner):
     # concurrently on an inter-op pool of inter_op_threads (default: the request's threads; the
     # intra-op pool keeps the request's threads); inter_op_threads means nothing in sequential mode
     # (one node at a time) and is refused there.
-    OPTIONS = {"graph_optimization_level": ("disable_all", "basic", "extended", "all"),
-               "execution_mode": ("sequential", "parallel"), "inter_op_threads": None}
+    OPTIONS = {
+        "graph_optimization_level": ("disable_all", "basic", "extended", "all"),
+        "execution_mode": ("sequential", "parallel"),
+        "inter_op_threads": None,
+    }
 
     def _apply_options(self, ort: Any, so: Any, opts: Doc | None, threads: int = 1) -> Doc:
         """Set the requested options on ``so``; returns them as applied (what the report carries)."""
         opts = self.check_options(opts)
-        levels = {"disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                  "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+        levels = {
+            "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }
         applied: Doc = {}
         if "graph_optimization_level" in opts:
             so.graph_optimization_level = levels[opts["graph_optimization_level"]]
@@ -121,8 +138,12 @@ class OnnxRunner(Runner):
             so.inter_op_num_threads = int(opts.get("inter_op_threads") or threads)
             applied.update(execution_mode="parallel", inter_op_threads=so.inter_op_num_threads)
         elif "inter_op_threads" in opts:
-            raise AgentFailure("bad_request", "onnxruntime option inter_op_threads only matters with execution_mode "
-                               "'parallel' (sequential mode runs one node at a time)", EXIT_BAD_REQUEST)
+            raise AgentFailure(
+                "bad_request",
+                "onnxruntime option inter_op_threads only matters with execution_mode "
+                "'parallel' (sequential mode runs one node at a time)",
+                EXIT_BAD_REQUEST,
+            )
         elif mode == "sequential":
             applied["execution_mode"] = "sequential"  # the default, asked for explicitly
         return applied
