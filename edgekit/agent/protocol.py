@@ -13,18 +13,22 @@ import json
 import math
 import shlex
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..artifact import Artifact
+from ..artifact import Artifact, IOSpec
 from ..errors import AgentError, DataError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
 from ..inputs.targets import MeasureDefaults
 from ..transport.base import Transport
 from .bundle import BundleDeployer
+
+if TYPE_CHECKING:
+    from ..inputs.stateful import Stream
 
 PROTOCOL = 2
 AGENT_TIMEOUT_MARGIN_S = 300.0  # on top of max_seconds: load, warmup and the eval pass
@@ -177,13 +181,13 @@ class MeasureOptions:
     """The measurement extras beyond the target's measure block (deploy's --warmup-mode,
     --sustained, --energy-command, max_seconds), checked once by :func:`measure_options`."""
 
-    warmup_mode: str | None = None
+    warmup_mode: Literal["fixed", "auto"] | None = None
     sustained_seconds: float | None = None
     energy_command: tuple[str, ...] | None = None
     max_seconds: float = 120.0
 
 
-def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]:
+def tensor_specs(artifact: Artifact, source_io: IOSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ins = []
     for spec, src in zip(artifact.io.inputs, source_io.inputs):
         d = spec.model_dump(mode="json")
@@ -193,7 +197,9 @@ def tensor_specs(artifact: Artifact, source_io) -> tuple[list[dict], list[dict]]
     return ins, outs
 
 
-def eval_request(eval_remote, x_keys, buckets=None) -> EvalRequest | None:
+def eval_request(
+    eval_remote: str | Sequence[Mapping[str, str]] | None, x_keys: Iterable[str], buckets: Iterable[int] | None = None
+) -> EvalRequest | None:
     """``eval_remote``: the remote .npz, or a list of shards (array name -> remote .npy); ``buckets``:
     the number of shards in each shape bucket (``Dataset.shards_per_bucket``), None for one shape."""
     if not eval_remote:
@@ -212,17 +218,17 @@ def build_request(
     variant: str,
     artifact: Artifact,
     model_remote: str | list[str],
-    source_io,
+    source_io: IOSpec,
     measure: MeasureDefaults,
-    eval_remote,
-    x_keys,
+    eval_remote: str | Sequence[Mapping[str, str]] | None,
+    x_keys: Iterable[str],
     outputs_remote: str | None,
-    energy_sources=(),
+    energy_sources: Iterable[str] = (),
     options: MeasureOptions | None = None,
     runtime: str | None = None,
-    runtime_options: dict | None = None,
-    stream=None,
-    eval_buckets=None,
+    runtime_options: dict[str, Any] | None = None,
+    stream: Stream | None = None,
+    eval_buckets: Iterable[int] | None = None,
 ) -> AgentRequest:
     """``stream``: the run's edgekit.inputs.stateful.Stream (constant and state inputs), or None."""
     from ..measure.sustained import request_fields
@@ -321,7 +327,7 @@ class AgentResult:
         return parse_result_doc(self.doc, self.variant)
 
 
-def parse_result_doc(doc: dict, variant: str) -> AgentDoc:
+def parse_result_doc(doc: dict[str, Any], variant: str) -> AgentDoc:
     from pydantic import ValidationError
 
     try:
@@ -375,12 +381,12 @@ def run_request(deployer: BundleDeployer, request: AgentRequest, *, timeout: flo
     return AgentResult(variant=request.variant, doc=doc, outputs=outputs)
 
 
-class BucketOutputs(list):
+class BucketOutputs(list[list[Any]]):
     """The outputs of an eval set at several sample shapes: per shape bucket, the list of the model's
     outputs (edgekit.metrics.evaluate.EvalPlan scores them bucket by bucket)."""
 
 
-def save_outputs(path: Path, outputs) -> None:
+def save_outputs(path: Path, outputs: Sequence[Any]) -> None:
     """Write outputs as the agent does (what :func:`load_outputs` reads back): ``output_K``, or
     ``bucket_J_output_K`` for a BucketOutputs."""
     import numpy as np
@@ -389,10 +395,10 @@ def save_outputs(path: Path, outputs) -> None:
         named = {f"bucket_{j}_output_{i}": np.asarray(o) for j, b in enumerate(outputs) for i, o in enumerate(b)}
     else:
         named = {f"output_{i}": np.asarray(o) for i, o in enumerate(outputs)}
-    np.savez(path, **named)
+    np.savez(path, **cast(dict[str, Any], named))
 
 
-def load_outputs(path: Path) -> list:
+def load_outputs(path: Path) -> list[Any]:
     """The agent's outputs file (``output_0``, ``output_1``...) as a list of arrays, in output order."""
     import numpy as np
 
@@ -410,7 +416,7 @@ def load_outputs(path: Path) -> list:
         raise AgentError(f"the agent's outputs file {path.name} is not readable ({exc})") from exc
 
 
-def parse_agent_stdout(stdout: str, stderr: str, returncode: int) -> dict:
+def parse_agent_stdout(stdout: str, stderr: str, returncode: int) -> dict[str, Any]:
     text = stdout.strip()
     try:
         doc = json.loads(text)

@@ -11,12 +11,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import BadInputError, ConfigError
 from ..paths import INVENTORY_FILE, edgekit_home, inventory_path, known_hosts_path
+
+if TYPE_CHECKING:
+    from ..inputs.targets import TargetSpec
+    from ..transport.base import Transport
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # edgekit_home (and the other folders) live in the leaf paths.py; re-exported here for compatibility
@@ -208,7 +212,8 @@ def transport_for(entry: DeviceEntry, target_python: str = "python3"):
     raise ConfigError(f"device '{entry.name}': unknown kind {entry.kind!r}")
 
 
-def open_device_transport(device_name: str, target_spec, *, wait: bool = True, lock_timeout: float | None = None):
+def open_device_transport(device_name: str, target_spec: TargetSpec, *, wait: bool = True,
+                          lock_timeout: float | None = None) -> Transport:
     """The transport the pipeline measures on: the device's lock is held until ``close()``."""
     from .lock import DeviceLock
 

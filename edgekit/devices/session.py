@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..agent.bundle import BundleDeployer
 from ..agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
-from ..artifact import Artifact
+from ..artifact import Artifact, IOSpec
 from ..errors import AgentError, BadInputError, DeviceError, EdgekitError
 from ..formats import Format
 from ..inputs.data import Dataset
@@ -27,6 +29,12 @@ from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..measure.stats import latency_stats
 from ..report.model import VariantResult
 from ..transport.base import Transport
+
+if TYPE_CHECKING:
+    from ..agent.bundle import DeliveryStats
+    from ..inputs.stateful import Stream
+    from ..metrics.evaluate import EvalPlan
+    from ..orchestration.timeline import Clock
 
 Progress = Callable[[str], None]
 
@@ -42,7 +50,7 @@ class RunSettings:
     with_eval: bool = True
     benchmark_binary: str | Path | None = None  # also run TFLite's benchmark_model on .tflite variants
     cached: bool = True  # False: always measure (the A/B blocks of the release gate)
-    runtime_options: dict | None = None  # e.g. {"graph_optimization_level": "basic"} (onnxruntime)
+    runtime_options: dict[str, Any] | None = None  # e.g. {"graph_optimization_level": "basic"} (onnxruntime)
     # seconds one agent run may take (None: the request's own, max_seconds + AGENT_TIMEOUT_MARGIN_S); the
     # search's runtime tuning gives each row its share of the remaining budget
     timeout_s: float | None = None
@@ -59,8 +67,8 @@ class Measured:
 
     result: VariantResult
     artifact: Artifact
-    outputs: list | None
-    doc: dict  # the agent's document (warnings, device facts)
+    outputs: list[Any] | None
+    doc: dict[str, Any]  # the agent's document (warnings, device facts)
     score_warnings: list[str] = field(default_factory=list)  # from its paired statistics, computed once
 
     @property
@@ -77,7 +85,7 @@ class MeasureFailure:
     message: str
     hint: str | None = None
 
-    def error(self, measured: list[str] = (), pending: list[str] = ()) -> DeviceError:
+    def error(self, measured: Sequence[str] = (), pending: Sequence[str] = ()) -> DeviceError:
         msg = self.message
         if measured or pending:
             msg += (
@@ -113,6 +121,7 @@ def open_transport(
             # each other's figures
             lock = DeviceLock(LOCAL_LOCK)
             lock.acquire(wait=lock_wait, timeout=lock_timeout)
+            t: Transport
             try:
                 if target.transport == "browser":
                     from ..transport.browser import BrowserTransport
@@ -173,14 +182,14 @@ class DeviceSession:
         target: TargetSpec,
         device: str | None,
         *,
-        source_io,
-        plan,
+        source_io: IOSpec,
+        plan: EvalPlan,
         transport: Transport | None = None,
         lock_wait: bool = True,
         lock_timeout: float | None = None,
         remeasure: bool = False,
         progress: Progress | None = None,
-        clock=None,
+        clock: Clock | None = None,
     ):
         self.target, self.device = target, device
         # edgekit.orchestration.timeline.Clock: the lock wait is its own span, outside the time budget
@@ -192,16 +201,16 @@ class DeviceSession:
         self.remeasure = remeasure
         self.progress = progress or (lambda _m: None)
         self.transport: Transport | None = None
-        self.facts_before: dict | None = None
-        self.facts_after: dict | None = None
+        self.facts_before: dict[str, Any] | None = None
+        self.facts_after: dict[str, Any] | None = None
         self.emulation = emulation_of(device) or (
             target.browser.describe() if target.browser is not None and target.browser.emulated else None
         )
         self._remotes: dict[Path, str] = {}
-        self._eval_bundle = None
+        self._eval_bundle: Path | list[dict[str, Path]] | None = None
         self._eval_keys: tuple[str, ...] = ()
-        self._eval_buckets = None
-        self._stream = None
+        self._eval_buckets: list[int] | None = None
+        self._stream: Stream | None = None
 
     # --- lifetime --------------------------------------------------------------------------------
     def __enter__(self) -> "DeviceSession":
@@ -243,10 +252,12 @@ class DeviceSession:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             if exc_type is None and self.facts_before is not None:
-                self.facts_after = self.transport.device_facts()
+                self.facts_after = self._t.device_facts()  # type: ignore[attr-defined]  # set only where it has them
         finally:
             self._close()
 
@@ -261,6 +272,13 @@ class DeviceSession:
         if self._given is None and self.transport is not None:
             self.transport.close()  # releases the device's lock
 
+    @property
+    def _t(self) -> Transport:
+        """The open transport (inside ``with DeviceSession(...)``)."""
+        if self.transport is None:
+            raise RuntimeError("the device session is not open: use it inside `with DeviceSession(...)`")
+        return self.transport
+
     # --- delivery --------------------------------------------------------------------------------
     def use_eval(self, ds: Dataset, art_dir: Path) -> None:
         """Deliver the eval set (by content) that every measurement with ``with_eval`` reads."""
@@ -272,7 +290,7 @@ class DeviceSession:
         self._stream = ds.stream  # constant/state inputs (edgekit/inputs/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
-    def deliver(self, artifacts) -> None:
+    def deliver(self, artifacts: Iterable[Artifact]) -> None:
         self._deliver([f for a in artifacts for f in a.files])  # every file of each model
 
     def deliver_files(self, files: list[Path], kind: str = "model") -> dict[Path, str]:
@@ -294,7 +312,7 @@ class DeviceSession:
         b = self._eval_bundle
         return [] if b is None else ([b] if isinstance(b, Path) else [f for sh in b for f in sh.values()])
 
-    def _eval_remote(self):
+    def _eval_remote(self) -> str | list[dict[str, str]] | None:
         b = self._eval_bundle
         if b is None:
             return None
@@ -303,13 +321,13 @@ class DeviceSession:
         return [{k: self._remotes[f] for k, f in sh.items()} for sh in b]
 
     @property
-    def delivery(self):
+    def delivery(self) -> DeliveryStats:
         return self.deployer.stats
 
     # --- measuring -------------------------------------------------------------------------------
     def request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
         self.deliver([art])
-        t = self.transport
+        t = self._t
         with_eval = settings.with_eval and self._eval_bundle is not None
         return build_request(
             variant=name,
@@ -431,7 +449,7 @@ class DeviceSession:
             warnings=list(res.doc.get("warnings") or []),
         )
 
-    def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict | None:
+    def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict[str, Any] | None:
         """The agent's per-op profile of ``art`` (a separate short run, so profiling never touches
         the timed figures): its ``op_profile`` document, or None when the agent returned none."""
         m = settings.measure.model_copy(update={"runs": runs, "min_seconds": 0.0, "max_runs": runs})
@@ -440,16 +458,19 @@ class DeviceSession:
         res = self.run(req, s)
         if isinstance(res, MeasureFailure):
             return {"source": None, "reason": f"the profiling run failed ({res.kind}): {res.message}", "ops": []}
-        return res.doc.get("op_profile")
+        profile = res.doc.get("op_profile")
+        return profile if isinstance(profile, dict) else None
 
-    def _benchmark_model(self, art: Artifact, settings: RunSettings) -> dict:
+    def _benchmark_model(self, art: Artifact, settings: RunSettings) -> dict[str, Any]:
         from ..agent.benchmark_model import run_benchmark_model
 
         m = settings.measure
         binary = settings.benchmark_binary
+        if binary is None:
+            raise ValueError("benchmark_model needs settings.benchmark_binary (a binary, or 'device')")
         exe = None if str(binary) == "device" else Path(binary)
         r = run_benchmark_model(
-            self.transport,
+            self._t,
             self._remotes[Path(art.path)],
             binary=exe,
             threads=m.threads,
@@ -460,9 +481,9 @@ class DeviceSession:
         return r.to_report()
 
     # --- facts -----------------------------------------------------------------------------------
-    def device_info(self, first_doc: dict, results: list[VariantResult]) -> dict:
+    def device_info(self, first_doc: dict[str, Any], results: list[VariantResult]) -> dict[str, Any]:
         return platform_facts(self.facts_before, self.facts_after) | device_info(
-            first_doc, self.transport, self.device, self.target, results, self.emulation
+            first_doc, self._t, self.device, self.target, results, self.emulation
         )
 
     def warnings(self) -> list[str]:
@@ -471,8 +492,9 @@ class DeviceSession:
             if getattr(self, "lease_lost", None)
             else []
         )
-        if self.measurements.warning():
-            out.append(self.measurements.warning())
+        reused = self.measurements.warning()
+        if reused:
+            out.append(reused)
         if self.emulation:
             out.append(
                 f"device {self.device} is emulated ({self.emulation}): latency and memory figures are NOT "
@@ -492,7 +514,7 @@ def _failure_kind(exc: DeviceError) -> str:
     return "agent_died"
 
 
-def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantResult:
+def variant_result(name: str, art: Artifact, res: AgentResult, plan: EvalPlan) -> VariantResult:
     """The agent's document, parsed once, as the report's VariantResult (statistics, parity and
     the metric computed here, on the host)."""
     doc = res.parsed
@@ -505,41 +527,44 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan) -> VariantR
         accuracy = plan.accuracy_dict(plan.score(res.outputs))
     from ..measure.sustained import analyze
 
-    return VariantResult(
-        name=name,
-        format=art.format.value,
-        precision=art.precision,
-        runtime=doc.runtime.model_dump(),
-        size_bytes=art.size_bytes,
-        sha256=art.sha256,
-        artifact_path=str(art.path),
-        lineage=art.lineage_dicts(),
-        load_ms=doc.load_ms,
-        latency_ms={
-            "warmup": lat.warmup,
-            "runs": lat.runs,
-            "raw": lat.raw,
-            **stats.to_dict(),
-            **doc.warmup_fields(),
-            **weighted_latency(lat.model_extra or {}),
-            **doc.timer_fields(),
-            **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {}),
-        },
-        peak_memory_mb=doc.memory.get("peak_rss_mb"),
-        memory=doc.memory,
-        energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"),
-        energy_source=doc.energy.get("source"),
-        energy_reason=doc.energy.get("reason"),
-        energy=doc.energy,
-        sustained=analyze(doc.sustained),
-        accuracy=accuracy,
-        parity=parity,
-        parity_outputs=parity_outputs if parity_outputs and len(parity_outputs) > 1 else None,
-        device_state=doc.device_state,
+    # validated from plain dicts (the agent's sections, the artifact's lineage) into the report's types
+    return VariantResult.model_validate(
+        dict(
+            name=name,
+            format=art.format.value,
+            precision=art.precision,
+            runtime=doc.runtime.model_dump(),
+            size_bytes=art.size_bytes,
+            sha256=art.sha256,
+            artifact_path=str(art.path),
+            lineage=art.lineage_dicts(),
+            load_ms=doc.load_ms,
+            latency_ms={
+                "warmup": lat.warmup,
+                "runs": lat.runs,
+                "raw": lat.raw,
+                **stats.to_dict(),
+                **doc.warmup_fields(),
+                **weighted_latency(lat.model_extra or {}),
+                **doc.timer_fields(),
+                **({"raw_decimation": lat.raw_decimation} if (lat.raw_decimation or 1) > 1 else {}),
+            },
+            peak_memory_mb=doc.memory.get("peak_rss_mb"),
+            memory=doc.memory,
+            energy_mj_per_inference=doc.energy.get("energy_mj_per_inference"),
+            energy_source=doc.energy.get("source"),
+            energy_reason=doc.energy.get("reason"),
+            energy=doc.energy,
+            sustained=analyze(doc.sustained),
+            accuracy=accuracy,
+            parity=parity,
+            parity_outputs=parity_outputs if parity_outputs and len(parity_outputs) > 1 else None,
+            device_state=doc.device_state,
+        )
     )
 
 
-def weighted_latency(extra: dict) -> dict:
+def weighted_latency(extra: dict[str, Any]) -> dict[str, Any]:
     """An eval set at several sample shapes: the agent timed one chunk per shape bucket (bucket 0's are
     the main timed runs, which the statistics above describe); the sample-weighted mean and p50 say
     what a sample of the set costs on average."""
@@ -554,7 +579,7 @@ def weighted_latency(extra: dict) -> dict:
     }
 
 
-def platform_facts(before: dict | None, after: dict | None) -> dict:
+def platform_facts(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
     """An Android device's facts (model, SoC, version, clocks, battery) from the adb transport."""
     if before is None:
         return {}
@@ -568,8 +593,13 @@ def platform_facts(before: dict | None, after: dict | None) -> dict:
 
 
 def device_info(
-    doc: dict, t: Transport, device: str | None, spec: TargetSpec, vresults, emulation: str | None = None
-) -> dict:
+    doc: dict[str, Any],
+    t: Transport,
+    device: str | None,
+    spec: TargetSpec,
+    vresults: Sequence[VariantResult],
+    emulation: str | None = None,
+) -> dict[str, Any]:
     facts = dict(doc.get("device") or {})
     states = [v.device_state for v in vresults if v.device_state]
     before = states[0].get("before", {}) if states else {}

@@ -22,9 +22,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import AgentError
+
+if TYPE_CHECKING:
+    from ..agent.protocol import AgentRequest, AgentResult
 
 DEFAULT_MAX_AGE_S = 24 * 3600.0  # a day: long enough for a re-run, short enough to see a new OS image
 FORMAT = 2  # 2: outputs are a list of arrays (every model output)
@@ -156,8 +159,8 @@ class DeviceMeasurements:
         agent = {"version": probe.get("agent_version"), "sha256": self._agent_sha}
         return measurement_key(request, runtime_version=runtime_version, identity=identity, agent=agent)
 
-    def measure(self, request, run: Callable[[], Any]):
-        """``run()`` (-> AgentResult) unless a valid cached result exists; returns an AgentResult."""
+    def measure(self, request: AgentRequest, run: Callable[[], AgentResult]) -> AgentResult:
+        """``run()`` unless a valid cached result exists."""
         from ..agent.protocol import AgentResult
 
         name = request.variant

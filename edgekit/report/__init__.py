@@ -1,6 +1,9 @@
 """The report: versioned JSON that the gate decides on; Markdown, HTML and JUnit are views (write.py
 renders and writes all four)."""
 
+# they hand Report.diff and Report.write their functions (model.py imports no view): imported with
+# the package, so before any of its modules is used
+from . import diff, write  # noqa: F401
 from .model import (
     SCHEMA_VERSION,
     Check,
@@ -14,10 +17,6 @@ from .model import (
     SearchSection,
     VariantResult,
 )
-
-# they hand Report.diff and Report.write their functions (model.py imports no view): imported with
-# the package, so before any of its modules is used
-from . import diff, write  # noqa: F401
 
 __all__ = [
     "SCHEMA_VERSION",

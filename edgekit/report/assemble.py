@@ -9,9 +9,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..metrics.evaluate import score_drops
+from ..inputs.recipe import GateConfig
+from ..metrics.evaluate import EvalPlan, score_drops
 from .gate import evaluate_gate, slower_warnings
-from .model import Gate, Report, SearchSection, VariantResult
+from .model import DeviceInfo, Gate, Report, SearchSection, VariantResult
 from .release import compare_reports
 
 if TYPE_CHECKING:
@@ -20,14 +21,16 @@ if TYPE_CHECKING:
     from .release import ReleaseJudgement
 
 
-def tolerance(cfg, base: VariantResult) -> float | None:
+def tolerance(cfg: GateConfig, base: VariantResult) -> float | None:
     """The accuracy tolerance in the metric's units (relative: percent of the baseline's value)."""
     if base.accuracy is None:
         return None
-    return cfg.max_accuracy_drop * (abs(base.accuracy.value) / 100.0 if cfg.relative_accuracy_drop else 1.0)
+    return float(cfg.max_accuracy_drop * (abs(base.accuracy.value) / 100.0 if cfg.relative_accuracy_drop else 1.0))
 
 
-def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: bool = True) -> list[str]:
+def score(
+    measured: dict[str, "Measured"], plan: EvalPlan, baseline: str, cfg: GateConfig, *, stats: bool = True
+) -> list[str]:
     """Fill accuracy drops and speed-ups of every measured variant in place. The paired statistics
     (a bootstrap: thousands of metric evaluations for a non-decomposable metric such as mAP) are
     computed once per measured variant, however often a search asks; ``stats=False`` gives the point
@@ -50,13 +53,13 @@ def score(measured: dict[str, "Measured"], plan, baseline: str, cfg, *, stats: b
             v.accuracy_drop = round(plan.metric.worse_by(base.accuracy.value, v.accuracy.value), 6) + 0.0
         if v.latency_ms and base.latency_ms and v.latency_ms.p50 > 0:
             v.speedup_vs_baseline = round(base.latency_ms.p50 / v.latency_ms.p50, 3)
-            w, bw = (getattr(x.latency_ms, "weighted_p50", None) for x in (v, base))
-            if w and bw:  # eval data at several shapes: the speed-up of an average sample of the set
-                v.speedup_weighted = round(bw / w, 3)
+            wp50, bwp50 = (getattr(x.latency_ms, "weighted_p50", None) for x in (v, base))
+            if wp50 and bwp50:  # eval data at several shapes: the speed-up of an average sample of the set
+                v.speedup_weighted = round(bwp50 / wp50, 3)
     return [w for m in measured.values() for w in m.score_warnings]
 
 
-def metric_settings(plan) -> dict:
+def metric_settings(plan: EvalPlan) -> dict[str, Any]:
     return {
         "name": plan.metric.label(),
         "direction": plan.metric.direction,
@@ -114,7 +117,7 @@ def assemble_report(
         edgekit_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         target=run.target.name,
-        device=session.device_info(measured[baseline].doc, results),
+        device=DeviceInfo.model_validate(session.device_info(measured[baseline].doc, results)),
         model=run.model_facts(),
         settings={
             "measure": run.measure.model_dump(),
@@ -150,7 +153,7 @@ def assemble_report(
         variants=results,
         gate=gate or Gate(passed=False),
         warnings=warnings,
-        **({"search": search} if search is not None else {}),
+        search=search,
     )
     diff = None
     if run.previous is not None:

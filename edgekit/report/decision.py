@@ -7,15 +7,27 @@ smaller)" is an honest answer, "int8 is faster" would not be."""
 
 from __future__ import annotations
 
+from ..inputs.recipe import GateConfig
 from .gate import evaluate_gate
-from .model import Decision, VariantResult
+from .model import Decision, LatencyMs, VariantResult
+
+
+def _lat(v: VariantResult) -> LatencyMs:
+    """The latency of a variant the decision compares (decide() keeps only measured ones)."""
+    if v.latency_ms is None:
+        raise ValueError(f"variant {v.name}: latency was not measured, so it cannot be compared")
+    return v.latency_ms
 
 
 def _overlap(a: VariantResult, b: VariantResult) -> bool:
-    return a.latency_ms.ci95[0] <= b.latency_ms.ci95[1] and b.latency_ms.ci95[0] <= a.latency_ms.ci95[1]
+    """The p50 95% CIs overlap (a tie); an unmeasured latency overlaps nothing."""
+    if a.latency_ms is None or b.latency_ms is None:
+        return False
+    la, lb = a.latency_ms, b.latency_ms
+    return la.ci95[0] <= lb.ci95[1] and lb.ci95[0] <= la.ci95[1]
 
 
-def decide(variants: list[VariantResult], baseline: str, cfg, *, representative: bool = True) -> Decision:
+def decide(variants: list[VariantResult], baseline: str, cfg: GateConfig, *, representative: bool = True) -> Decision:
     base = next(v for v in variants if v.name == baseline)
     lost: dict[str, str] = {}
     ok: list[VariantResult] = []
@@ -32,7 +44,7 @@ def decide(variants: list[VariantResult], baseline: str, cfg, *, representative:
         return Decision(
             ship=None, reason="no variant passes the gate's checks on its own (the baseline included)", lost=lost
         )
-    fastest = min(ok, key=lambda v: (v.latency_ms.p50, v.name))
+    fastest = min(ok, key=lambda v: (_lat(v).p50, v.name))
     ties = [v for v in ok if _overlap(v, fastest)]
     ship = min(ties, key=lambda v: (v.size_bytes, v.name))
     for v in ok:
@@ -40,13 +52,14 @@ def decide(variants: list[VariantResult], baseline: str, cfg, *, representative:
             continue
         if v in ties:
             lost[v.name] = (
-                f"tied with {ship.name} on speed (p50 {v.latency_ms.p50:.4g} vs {ship.latency_ms.p50:.4g} ms, "
-                f"95% CIs overlap) and larger ({v.size_bytes / 1024:.0f} vs {ship.size_bytes / 1024:.0f} KB)"
+                f"tied with {ship.name} on speed (p50 {_lat(v).p50:.4g} vs {_lat(ship).p50:.4g} ms, "
+                f"95% CIs overlap) and larger ({v.size_bytes / 1024:.0f} vs "
+                f"{ship.size_bytes / 1024:.0f} KB)"
             )
         else:
             lost[v.name] = (
-                f"slower than {fastest.name} on the device: p50 {v.latency_ms.p50:.4g} vs "
-                f"{fastest.latency_ms.p50:.4g} ms (95% CIs separated)"
+                f"slower than {fastest.name} on the device: p50 {_lat(v).p50:.4g} vs "
+                f"{_lat(fastest).p50:.4g} ms (95% CIs separated)"
             )
     return ship_decision(ship, base, lost)
 
@@ -54,28 +67,33 @@ def decide(variants: list[VariantResult], baseline: str, cfg, *, representative:
 def ship_decision(ship: VariantResult, base: VariantResult, lost: dict[str, str]) -> Decision:
     """The decision to ship ``ship`` (chosen by deploy's rule above or by the search), in words
     that claim a speed-up only when the device proved it (95% CIs of p50 separated)."""
-    faster = (
-        ship is not base
-        and ship.name != base.name
-        and not _overlap(ship, base)
-        and ship.latency_ms.p50 < base.latency_ms.p50
-    )
-    if ship is base or ship.name == base.name:
+    s_lat, b_lat = ship.latency_ms, base.latency_ms
+    same = ship is base or ship.name == base.name
+    faster = not same and s_lat is not None and b_lat is not None and not _overlap(ship, base) and s_lat.p50 < b_lat.p50
+    if same:
         reason = f"{ship.name} (the baseline): no compressed variant passes and is faster"
-    elif faster:
+    elif faster and s_lat is not None and b_lat is not None:
         reason = (
-            f"{ship.name}: {base.latency_ms.p50 / ship.latency_ms.p50:.2f}x faster than {base.name} on the device "
+            f"{ship.name}: {b_lat.p50 / s_lat.p50:.2f}x faster than {base.name} on the device "
             f"(95% CIs separated), inside the gate"
+        )
+    elif s_lat is None or b_lat is None:
+        reason = (
+            f"{ship.name}: inside the gate, not proved faster than {base.name} (latency not measured on "
+            f"{ship.name if s_lat is None else base.name}), "
+            f"{base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller"
         )
     else:
         reason = (
-            f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {ship.latency_ms.p50:.4g} vs "
-            f"{base.latency_ms.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller"
+            f"{ship.name}: inside the gate, not proved faster than {base.name} (p50 {s_lat.p50:.4g} vs "
+            f"{b_lat.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller"
         )
     return Decision(ship=ship.name, reason=reason + busy_note(ship, base), lost=lost, proved_faster=faster)
 
 
-BUSY_OTHER_CPU = 0.15  # the agent's threshold (device_agents/edgekit_agent/device.py BUSY_OTHER_CPU): other processes' share of the CPU
+# other processes' share of the CPU above which a run was busy: the agent's threshold
+# (device_agents/edgekit_agent/device.py BUSY_OTHER_CPU)
+BUSY_OTHER_CPU = 0.15
 
 
 def busy_note(*variants: VariantResult) -> str:

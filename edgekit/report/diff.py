@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 import numpy as np
 
 from ..measure.compare import (
@@ -58,8 +59,8 @@ def _latency_change(a: VariantResult, b: VariantResult, alpha: float, min_effect
     if a.latency_ms is None or b.latency_ms is None:
         return MetricChange(
             metric="latency_p50_ms",
-            before=a.latency_ms and a.latency_ms.p50,
-            after=b.latency_ms and b.latency_ms.p50,
+            before=a.latency_ms.p50 if a.latency_ms else None,
+            after=b.latency_ms.p50 if b.latency_ms else None,
             verdict="not measured",
             message="latency missing in one of the reports",
         )
@@ -67,13 +68,9 @@ def _latency_change(a: VariantResult, b: VariantResult, alpha: float, min_effect
     if ra is not None and rb is not None:
         cmp = compare_timings(ra, rb, alpha=alpha, min_effect=min_effect)
     else:
+        (a_lo, a_hi), (b_lo, b_hi) = a.latency_ms.ci95[:2], b.latency_ms.ci95[:2]
         cmp = compare_summaries(
-            a.latency_ms.p50,
-            tuple(a.latency_ms.ci95),
-            b.latency_ms.p50,
-            tuple(b.latency_ms.ci95),
-            alpha=alpha,
-            min_effect=min_effect,
+            a.latency_ms.p50, (a_lo, a_hi), b.latency_ms.p50, (b_lo, b_hi), alpha=alpha, min_effect=min_effect
         )
     before, after = a.latency_ms.p50, b.latency_ms.p50
     return MetricChange(
@@ -127,8 +124,8 @@ def _accuracy_change(a: VariantResult, b: VariantResult) -> MetricChange:
     if a.accuracy is None or b.accuracy is None:
         return MetricChange(
             metric="accuracy",
-            before=a.accuracy and a.accuracy.value,
-            after=b.accuracy and b.accuracy.value,
+            before=a.accuracy.value if a.accuracy else None,
+            after=b.accuracy.value if b.accuracy else None,
             verdict="not measured",
             message="accuracy missing in one of the reports",
         )
@@ -175,8 +172,8 @@ def diff_variant(
         changes.append(
             _plain(
                 f"latency_{q}_ms",
-                a.latency_ms and getattr(a.latency_ms, q),
-                b.latency_ms and getattr(b.latency_ms, q),
+                getattr(a.latency_ms, q) if a.latency_ms else None,
+                getattr(b.latency_ms, q) if b.latency_ms else None,
                 unit="ms",
                 up="slower",
                 down="faster",
@@ -257,10 +254,11 @@ def diff_reports(
         removed=[n for n in old if n not in new and n not in paired_old],
     )
     for name, v in new.items():
-        if pairs[name] is not None:
-            vd = diff_variant(pairs[name], v, alpha=alpha, min_effect=min_effect)
-            if pairs[name].name != name:
-                vd.baseline_variant = pairs[name].name
+        was = pairs[name]
+        if was is not None:
+            vd = diff_variant(was, v, alpha=alpha, min_effect=min_effect)
+            if was.name != name:
+                vd.baseline_variant = was.name
             d.variants.append(vd)
     if baseline.target != current.target:
         d.warnings.append(f"targets differ ({baseline.target} vs {current.target}): latency is not comparable")
@@ -271,13 +269,8 @@ def diff_reports(
         )
     for name, v in new.items():
         reused = v.measurement.get("reused")
-        if (
-            name in old
-            and reused
-            and v.latency_ms
-            and old[name].latency_ms
-            and v.latency_ms.raw == old[name].latency_ms.raw
-        ):
+        old_lat = old[name].latency_ms if name in old else None
+        if reused and v.latency_ms and old_lat and v.latency_ms.raw == old_lat.raw:
             d.warnings.append(
                 f"{name}: this run reused the baseline's own measurement from the measurement cache, so "
                 "latency cannot have changed; pass --remeasure to measure again"

@@ -14,10 +14,12 @@ noise on a busy device does not fail a release.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..inputs.recipe import GateConfig
 from ..measure.profile import is_slower, measured_p50s, profile_diff
 from .diff import ReportDiff
-from .model import Check, Gate, VariantResult
+from .model import Check, Gate, Report, VariantResult
 from .release import compare_reports, release_checks
 
 
@@ -40,10 +42,9 @@ def evaluate_gate(
         judged_v = [v for v in variants if v.name in set(judged)]
     else:
         judged_v = [v for v in variants if v.name != baseline] or ([base] if base else [])
-    judged = judged_v
 
     if cfg.check_parity:
-        seen: set[tuple] = set()
+        seen: set[tuple[str, str | None, str]] = set()
         for v in variants:
             for step in v.lineage:
                 violations = step.parity_violations
@@ -60,7 +61,7 @@ def evaluate_gate(
                         )
                     )
 
-    for v in judged:
+    for v in judged_v:
         if base is not None and v is not base:
             checks.append(_accuracy_check(v, base, cfg))
         for name, q, lim in (
@@ -86,7 +87,7 @@ def evaluate_gate(
         _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
         _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
     if diff is not None:
-        for v in judged:
+        for v in judged_v:
             checks.extend(release_checks(v.name, diff, cfg))
     return Gate(passed=all(c.passed for c in checks), checks=checks)
 
@@ -114,10 +115,14 @@ def _accuracy_check(v: VariantResult, base: VariantResult, cfg: GateConfig) -> C
     if over and cfg.strict_stats:
         ok = not st.get("significant", True)  # no statistics: judged on the point estimate
     units = "pts" if a.units == "%" else (a.units or "")
-    fmt = (lambda x: f"{x:.2f}{'%' if a.units == '%' else ''}") if a.units in ("%", "dB") else (lambda x: f"{x:.4g}")
+
+    def fmt(x: float) -> str:
+        return f"{x:.2f}{'%' if a.units == '%' else ''}" if a.units in ("%", "dB") else f"{x:.4g}"
+
     msg = (
         f"{a.metric} {fmt(a.value)} vs baseline {fmt(b.value)} ({'lower' if lower else 'higher'} is better): "
-        f"{('worse' if drop > 0 else 'better') + f' by {abs(drop):.4g} {units}' if drop else 'no change'}{stat_txt} {'>' if over else '<='} "
+        f"{('worse' if drop > 0 else 'better') + f' by {abs(drop):.4g} {units}' if drop else 'no change'}"
+        f"{stat_txt} {'>' if over else '<='} "
         f"{limit:.4g}" + (" (relative)" if cfg.relative_accuracy_drop else "")
     )
     if over and cfg.strict_stats:
@@ -175,11 +180,11 @@ def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
     p50 95% CIs separated (the variant's lower bound above the baseline's upper bound), with the
     per-op profiles' reason when both were profiled."""
     base = next((v for v in variants if v.name == baseline), None)
-    out = []
+    out: list[str] = []
     if base is None or base.latency_ms is None:
         return out
     for v in variants:
-        if is_slower(v, base):
+        if is_slower(v, base) and v.latency_ms is not None:
             why = ""
             if v.op_profile is not None and base.op_profile is not None:
                 why = (
@@ -194,7 +199,9 @@ def slower_warnings(variants: list[VariantResult], baseline: str) -> list[str]:
     return out
 
 
-def _budget(checks: list[Check], v: VariantResult, name: str, value: float | None, limit: float | None, unit: str):
+def _budget(
+    checks: list[Check], v: VariantResult, name: str, value: float | None, limit: float | None, unit: str
+) -> None:
     if limit is None:
         return
     if value is None:
@@ -221,7 +228,7 @@ def _budget(checks: list[Check], v: VariantResult, name: str, value: float | Non
     )
 
 
-def compare_with_baseline(report, baseline_report, baseline_path, cfg: GateConfig) -> None:
+def compare_with_baseline(report: Report, baseline_report: Report, baseline_path: str | Path, cfg: GateConfig) -> None:
     """Compare ``report`` with a previous report (direct method), record which one, and re-judge
     the gate with the release checks, on the variants the gate judged before."""
     d = compare_reports(report, baseline_report, baseline_path, cfg)

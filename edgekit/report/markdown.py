@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from ..orchestration.timeline import timeline_line
 from .diff import render_diff_markdown
-from .model import Report
+from .model import Report, SearchSection, VariantResult
 
 
-def _f(x, fmt="{:.3f}", none="n/a"):
+def _f(x: object, fmt: str = "{:.3f}", none: str = "n/a") -> str:
     return none if x is None else fmt.format(x)
 
 
-def _drop(v) -> str:
+def _drop(v: VariantResult) -> str:
     if v.accuracy_drop is None:
         return "n/a"
     ci = (v.accuracy_stats or {}).get("ci95")
@@ -91,7 +91,8 @@ def _generation_table(r: Report) -> list[str]:
         g, q = v.generation, v.quality
         if g is None or q is None:
             continue
-        ci, kci = g.decode_tokens_per_s_ci95 or [None, None], q.kld_ci95 or [None, None]
+        none2: list[float | None] = [None, None]
+        ci, kci = g.decode_tokens_per_s_ci95 or none2, q.kld_ci95 or none2
         pre = ", ".join(f"{p['tokens']}: {p['tokens_per_s']:.0f}" for p in g.prefill)
         div = (q.greedy or {}).get("first_divergence")
         lines.append(
@@ -151,7 +152,8 @@ def _quantization_accounts(r: Report) -> list[str]:
 
 def _fixed_table(r: Report) -> list[str]:
     lines = [
-        f"| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | energy mJ | {r.metric_label()} | drop (95% CI) | parity max abs | top-1 agree |",
+        "| variant | format | precision | runtime | size KB | p50 ms | p90 ms | p99 ms | p50 95% CI | peak MB | "
+        f"energy mJ | {r.metric_label()} | drop (95% CI) | parity max abs | top-1 agree |",
         "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for v in r.variants:
@@ -173,12 +175,11 @@ def _fixed_table(r: Report) -> list[str]:
 def _profile_section(r: Report, top: int = 10) -> list[str]:
     """Per-op profiles (the runtime's own profiler): the top ops of each profiled variant with their
     PyTorch module, then each diff against the baseline with its one-line reason."""
-    profiled = [v for v in r.variants if v.op_profile is not None]
+    profiled = [(v, v.op_profile) for v in r.variants if v.op_profile is not None]
     if not profiled:
         return []
     out = ["", "## Per-op profile on the device"]
-    for v in profiled:
-        p = v.op_profile
+    for v, p in profiled:
         if not p.available:
             out += ["", f"**{v.name}**: no per-op profile: {p.reason}"]
             continue
@@ -192,10 +193,8 @@ def _profile_section(r: Report, top: int = 10) -> list[str]:
         ]
         for o in p.top(top):
             module = "(model)" if o.module == "" else (o.module or "n/a")
-            out.append(
-                f"| `{o.node}` | {o.op_type or ''} | {module}{f' ({o.module_class})' if o.module_class else ''} | "
-                f"{o.ms:.4f} | {_f(o.share, '{:.1%}')} |"
-            )
+            cls = f" ({o.module_class})" if o.module_class else ""
+            out.append(f"| `{o.node}` | {o.op_type or ''} | {module}{cls} | {o.ms:.4f} | {_f(o.share, '{:.1%}')} |")
     for d in r.profile_diffs:
         out += ["", f"**{d.other} vs {d.base}**: {d.summary}"]
         if d.rows:
@@ -238,7 +237,7 @@ def _search_section(r: Report) -> list[str]:
     return out
 
 
-def _timeline_text(srch) -> str:
+def _timeline_text(srch: SearchSection) -> str:
     host = (srch.host or {}).get("summary")
     return timeline_line(srch.timeline) + (f" ({host})" if host else "")
 
@@ -262,9 +261,7 @@ def _fleet_section(r: Report) -> list[str]:
     ]
     for u in fl.units:
         p50s = " | ".join(_f((u.latency_ms.get(n) or {}).get("p50")) for n in names)
-        gate = (
-            "n/a" if u.gate_passed is None else ("pass" if u.gate_passed else "**FAIL** " + ", ".join(u.failed_checks))
-        )
+        gate = "n/a" if u.gate_passed is None else "pass" if u.gate_passed else "**FAIL** " + ", ".join(u.failed_checks)
         shard = f"{u.shard[0]}-{u.shard[1]}" if u.shard else "all"
         out.append(
             f"| {u.name}{' (judged)' if u.name == fl.judged_unit else ''} | {u.state} | {shard} | {p50s} | "

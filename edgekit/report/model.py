@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -322,7 +322,8 @@ class VariantResult(_Open):
     energy_mj_per_inference: float | None = None  # None when no energy source could read (energy_reason says why)
     energy_source: str | None = None  # the sensor or method that read the energy
     energy_reason: str | None = None  # why no energy figure, when there is none
-    # The agent's full energy record: source, sample rate, baseline, uncertainty (see device_agents/edgekit_agent/energy.py).
+    # The agent's full energy record: source, sample rate, baseline, uncertainty
+    # (see device_agents/edgekit_agent/energy.py).
     energy: dict[str, Any] = Field(default_factory=dict)
     # Sustained mode: latency bins over time and first vs last segment (edgekit.measure.sustained).
     sustained: dict[str, Any] | None = None
@@ -350,6 +351,10 @@ class VariantResult(_Open):
     # device's own log-probabilities; latency_ms then holds the inter-token times of the decode
     generation: Generation | None = None
     quality: LMQuality | None = None  # a language model's: its quality against the float model; None otherwise
+    # TFLite's own benchmark_model run of the same .tflite file on the device (--benchmark-binary): its figures
+    # under the report's names (latency_ms, peak memory), what that tool does not print null with the reason
+    # (edgekit/agent/benchmark_model.py); None when not asked for or not a .tflite file
+    benchmark_model: dict[str, Any] | None = None
 
 
 class Check(_Open):
@@ -590,7 +595,7 @@ class VariantDiff(_Open):
     # energy_mj (where either report has energy)
     changes: list[MetricChange] = Field(default_factory=list)
 
-    def get(self, metric: str, default: Any = None) -> MetricChange | None:  # type: ignore[override]
+    def get(self, metric: str, default: Any = None) -> MetricChange | None:
         """The change of ``metric`` (e.g. "latency_p50_ms"), or ``default``."""
         return next((c for c in self.changes if c.metric == metric), default)
 
@@ -742,7 +747,7 @@ class Report(_Open):
             f"{'the labels' if against == 'labels' else 'the float model outputs (no labels)'}"
             + (f", reading output(s) {', '.join(outs)}" if outs else "")
             + (
-                f"; model inputs {', '.join(self.settings.get('eval_inputs'))}"
+                f"; model inputs {', '.join(map(str, self.settings['eval_inputs']))}"
                 if self.settings.get("eval_inputs")
                 else ""
             )
@@ -792,7 +797,8 @@ class Report(_Open):
     def diff(self, other: "Report", *, alpha: float = 0.05, min_effect: float = 0.10) -> ReportDiff:
         """What changed in this report relative to ``other`` (e.g. the last release): a ReportDiff
         (``diff.diff_reports(other, self)``)."""
-        return _provided("diff_reports")(other, self, alpha=alpha, min_effect=min_effect)
+        diff: ReportDiff = _provided("diff_reports")(other, self, alpha=alpha, min_effect=min_effect)
+        return diff
 
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> str:
@@ -825,7 +831,8 @@ class Report(_Open):
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """Write report.json, report.md, report.html and junit.xml into ``out_dir`` (``write.write_report``)."""
-        return _provided("write_report")(self, out_dir)
+        written: dict[str, Path] = _provided("write_report")(self, out_dir)
+        return written
 
 
 # The views import this module and never the reverse, so the schema is in no import cycle. The two
@@ -835,7 +842,10 @@ class Report(_Open):
 _PROVIDED: dict[str, Callable[..., Any]] = {}
 
 
-def provides(fn: Callable[..., Any]) -> Callable[..., Any]:
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def provides(fn: _Fn) -> _Fn:
     """Decorator: ``fn`` (``diff_reports``, ``write_report``) is what the Report method of the same
     job calls."""
     _PROVIDED[fn.__name__] = fn

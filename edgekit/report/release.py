@@ -8,7 +8,8 @@ failed 1 run in 3 here). So the latency check is judged, in this order of prefer
   beside the report, in ``--baseline-artifacts``, or in the pass cache, always checked by sha256) is
   re-measured in this device session, in alternating short blocks with the new one inside one agent
   process (A B, B A, A B ...);
-  the ratio is the median of the per-block ratios of medians, with a bootstrap CI over the blocks. Drift hits both sides alike and cancels.
+  the ratio is the median of the per-block ratios of medians, with a bootstrap CI over the blocks. Drift hits both
+  sides alike and cancels.
 * ``normalized``: each variant's p50 divided by the reference variant (the baseline, e.g. fp32)
   measured in the same run, compared with the same ratio in the previous report. Valid only when the
   reference is the same file in both runs (same sha256), else the ratio would hide a change in it.
@@ -21,9 +22,10 @@ A regression fails only when it is significant (the CI excludes 1) and above
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,10 +38,14 @@ from ..measure.compare import format_p
 from ..measure.stats import BOOTSTRAP_SEED
 from ..orchestration.cache import find_by_sha256
 from .diff import MetricChange, ReportDiff, counterpart, diff_reports
-from .model import Check, Report, VariantResult
+from .model import Check, ComparedWith, Report, VariantResult
 
 if TYPE_CHECKING:
-    from ..devices.session import ABBlocks
+    from ..devices.session import ABBlocks, DeviceSession, Measured, RunSettings
+    from ..orchestration.options import DeployOptions
+    from ..orchestration.prepare import PreparedRun
+
+Progress = Callable[[str], None]
 
 METHOD_TEXT = {
     "ab": "A/B interleaved re-measurement of the baseline report's model in this session",
@@ -54,7 +60,7 @@ class LatencyJudgement:
     ratio: float  # new / old (> 1: slower)
     ci95: tuple[float, float]
     significant: bool
-    detail: dict
+    detail: dict[str, Any]
     p_value: float | None = None
     test: str = ""
 
@@ -69,8 +75,15 @@ class LatencyJudgement:
 
 
 def release_judgement(
-    session, run, measured: dict, judged: list[str], settings, opts, progress=None, shipped: str | None = None
-):
+    session: DeviceSession,
+    run: PreparedRun,
+    measured: dict[str, Measured],
+    judged: list[str],
+    settings: RunSettings,
+    opts: DeployOptions,
+    progress: Progress | None = None,
+    shipped: str | None = None,
+) -> ReleaseJudgement | None:
     """The deploy options' release method for this run (None without --baseline); see judge_release.
     ``shipped``: the variant this run ships (a search's choice), judged against the previously shipped
     one when the baseline report has no variant of its name (``diff.counterpart``)."""
@@ -91,7 +104,10 @@ def release_judgement(
 
 
 def _bootstrap(
-    stat, arrays: list[np.ndarray], resamples: int = 2000, seed: int = BOOTSTRAP_SEED
+    stat: Callable[..., float],
+    arrays: list[np.ndarray[Any, np.dtype[np.float64]]],
+    resamples: int = 2000,
+    seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     vals = np.empty(resamples)
@@ -128,7 +144,7 @@ def judge_ab(blocks: "ABBlocks", alpha: float = 0.05) -> LatencyJudgement:
     )
 
 
-def _signed_rank_p(logs: np.ndarray) -> float | None:
+def _signed_rank_p(logs: np.ndarray[Any, np.dtype[np.float64]]) -> float | None:
     try:
         from scipy.stats import wilcoxon  # heavy (scipy, optional): keeps importing the report light
     except ImportError:
@@ -142,14 +158,17 @@ def judge_normalized(
     old_v: VariantResult, old_ref: VariantResult, new_v: VariantResult, new_ref: VariantResult
 ) -> LatencyJudgement | None:
     raws = [
-        np.asarray(r.latency_ms.raw, dtype=np.float64) if r.latency_ms and r.latency_ms.raw else None
+        np.asarray(r.latency_ms.raw, dtype=np.float64)
         for r in (old_v, old_ref, new_v, new_ref)
+        if r.latency_ms and r.latency_ms.raw
     ]
-    if any(r is None or r.size < 5 for r in raws):
+    if len(raws) < 4 or any(r.size < 5 for r in raws):
         return None
 
-    def stat(ov, oref, nv, nref):
-        return (np.median(nv) / np.median(nref)) / (np.median(ov) / np.median(oref))
+    def stat(
+        ov: np.ndarray[Any, Any], oref: np.ndarray[Any, Any], nv: np.ndarray[Any, Any], nref: np.ndarray[Any, Any]
+    ) -> float:
+        return float((np.median(nv) / np.median(nref)) / (np.median(ov) / np.median(oref)))
 
     ratio = float(stat(*raws))
     lo, hi = _bootstrap(stat, raws, resamples=1000)
@@ -251,32 +270,34 @@ def latency_change(j: LatencyJudgement, old: VariantResult, new: VariantResult, 
 class ReleaseJudgement:
     method: str
     judgements: dict[str, LatencyJudgement]
-    detail: dict
+    detail: dict[str, Any]
 
 
 def judge_release(
-    session,
-    run,
-    measured: dict,
+    session: DeviceSession,
+    run: PreparedRun,
+    measured: dict[str, Measured],
     judged: list[str],
-    settings,
+    settings: RunSettings,
     *,
     requested: str = "auto",
     blocks: int = 6,
     baseline_artifacts: Path | None = None,
-    progress=None,
+    progress: Progress | None = None,
     shipped: str | None = None,
 ) -> ReleaseJudgement:
     """Choose the method and, for ``ab``, re-measure the baseline report's models against the new
     ones in this (still open) device session."""
-    previous: Report = run.previous
-    progress = progress or (lambda _m: None)
+    previous = run.previous
+    if previous is None:
+        raise ValueError("judge_release needs the run's baseline report (run.previous)")
+    say: Progress = progress or (lambda _m: None)
     new = {n: m.result for n, m in measured.items()}
     judged_v = [new[n] for n in judged if n in new]
     # each judged variant's counterpart in the baseline report, under the new variant's name
     old = {v.name: o for v in judged_v if (o := counterpart(previous, v.name, shipped)) is not None}
     old.update({v.name: v for v in previous.variants if v.name not in old})
-    ab_files = {}
+    ab_files: dict[str, Path] = {}
     for v in judged_v:
         # A/B runs both files through one runtime: a counterpart of another format is judged otherwise
         if v.name in old and old[v.name].format == v.format:
@@ -286,12 +307,12 @@ def judge_release(
     reference = new.get(run.recipe.baseline) if run.recipe.baseline in new else None
     method = choose_method(requested, previous, judged_v, ab_files, reference, old)
     judgements: dict[str, LatencyJudgement] = {}
-    detail: dict = {"requested": requested}
+    detail: dict[str, Any] = {"requested": requested}
     if method == "ab":
         for v in judged_v:
             if v.name not in ab_files:
                 continue
-            progress(
+            say(
                 f"release gate: A/B re-measurement of {v.name} against the baseline report's model "
                 f"({blocks} blocks each)"
             )
@@ -312,14 +333,14 @@ def judge_release(
                 **({"ab_warnings": blocks_ab.warnings} if blocks_ab.warnings else {}),
                 **j.detail,
             }
-    elif method == "normalized":
+    elif method == "normalized" and reference is not None:  # choose_method gives it only with a reference
         old_ref = next(o for o in previous.variants if o.name == reference.name)
         for v in judged_v:
             if v.name in old and v.name != reference.name:
-                j = judge_normalized(old[v.name], old_ref, v, reference)
-                if j is not None:
-                    judgements[v.name] = j
-                    detail[v.name] = j.detail
+                jn = judge_normalized(old[v.name], old_ref, v, reference)
+                if jn is not None:
+                    judgements[v.name] = jn
+                    detail[v.name] = jn.detail
     return ReleaseJudgement(method=method, judgements=judgements, detail=detail)
 
 
@@ -395,13 +416,14 @@ def release_checks(variant: str, diff: ReportDiff, cfg: GateConfig) -> list[Chec
                     f"report: {acc.message}",
                 )
             )
-    for name, metric, limit in (
+    for name, metric, max_increase in (
         ("memory_increase", "peak_memory_mb", cfg.max_memory_increase),
         ("size_increase", "size_bytes", cfg.max_size_increase),
     ):
         ch = vd.get(metric)
-        if limit is None or ch is None:
+        if max_increase is None or ch is None:
             continue
+        limit = max_increase
         if ch.change_rel is None:
             # memory the device could not report in one of the runs: say so, do not guess
             checks.append(
@@ -431,12 +453,12 @@ def release_checks(variant: str, diff: ReportDiff, cfg: GateConfig) -> list[Chec
 def compare_reports(
     report: Report,
     previous: Report,
-    previous_path,
+    previous_path: str | Path | None,
     cfg: GateConfig,
     *,
     judgements: dict[str, LatencyJudgement] | None = None,
     method: str = "direct",
-    method_detail: dict | None = None,
+    method_detail: dict[str, Any] | None = None,
 ) -> ReportDiff:
     """Diff ``report`` against ``previous`` and record it (``compared_with``, ``comparison``); the
     latency change of each variant in ``judgements`` is the method's, not the raw cross-run one."""
@@ -467,14 +489,16 @@ def compare_reports(
             "no common reference variant): a busy device can make this a false alarm; pass "
             "--baseline-artifacts to re-measure the baseline A/B in the same session"
         )
-    report.compared_with = {
-        "path": str(previous_path) if previous_path else None,
-        "sha256": sha256_file(previous_path) if previous_path else None,
-        **d.baseline.model_dump(),
-        "method": method,
-        "method_text": METHOD_TEXT[method],
-        "method_detail": method_detail,
-    }
-    report.comparison = d.model_dump(mode="json")
+    report.compared_with = ComparedWith.model_validate(
+        {
+            "path": str(previous_path) if previous_path else None,
+            "sha256": sha256_file(Path(previous_path)) if previous_path else None,
+            **d.baseline.model_dump(),
+            "method": method,
+            "method_text": METHOD_TEXT[method],
+            "method_detail": method_detail,
+        }
+    )
+    report.comparison = ReportDiff.model_validate(d.model_dump(mode="json"))
     report.warnings.extend(f"baseline comparison: {w}" for w in d.warnings)
     return d
