@@ -45,3 +45,16 @@ def test_nothing_ships_when_nothing_meets_the_budgets():
     d = decide([fp32, int8], "fp32", GateConfig(peak_memory_mb=10))
     assert d.ship is None and set(d.lost) == {"fp32", "int8"}
     assert all("peak_memory_budget" in why for why in d.lost.values())
+
+
+def test_a_baseline_without_a_latency_gives_a_reason_not_a_crash():
+    """ship_decision (the search's words for its choice) with a baseline the device could not time: the
+    shipped file is not claimed faster, and the reason names which side was not measured (it raised
+    AttributeError on None.p50 before the report's types were checked)."""
+    from edgekit.report.decision import ship_decision
+
+    fp32 = variant("fp32", median=1.0, seed=1).model_copy(update={"latency_ms": None})
+    int8 = variant("int8", median=0.5, precision="int8", size=60_000, seed=2)
+    d = ship_decision(int8, fp32, {})
+    assert d.ship == "int8" and not d.proved_faster
+    assert "latency not measured on fp32" in d.reason
