@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from .agent.inprocess import load_agent
 from .errors import BadInputError
 
 ENV = "EDGEKIT_HOST_THREADS"
@@ -78,7 +79,6 @@ def cpu_flags() -> set[str]:
 def host_threads(override: int | None = None) -> HostThreads:
     """Threads for host-side work now: ``override`` (--host-threads), else $EDGEKIT_HOST_THREADS, else
     the free CPU (affinity and cgroup quota less the run queue, at least 1)."""
-    from .agent.inprocess import load_agent
 
     cpu = load_agent().device.cpu_budget()
     if override is not None:

@@ -17,6 +17,7 @@ import platform
 import uuid
 from pathlib import Path
 
+from ..sim.procs import descendants
 from .inprocess import load_agent
 
 RUNTIME = "onnxruntime-web"
@@ -163,7 +164,6 @@ def _static_batch(specs: list[dict]) -> int | None:
 
 def _browser_cpu_s(page) -> float:
     """CPU seconds the browser's processes have used (the page is the measured process, not "others")."""
-    from ..sim.procs import descendants
 
     hz, total = os.sysconf("SC_CLK_TCK"), 0
     for pid in [page.proc.pid, *descendants(page.proc.pid)] if page.proc else []:

@@ -24,6 +24,7 @@ from ..artifact import Artifact, IOSpec
 from ..errors import AgentError, DataError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
 from ..inputs.targets import MeasureDefaults
+from ..measure.sustained import request_fields
 from ..transport.base import Transport
 from .bundle import BundleDeployer
 
@@ -231,7 +232,6 @@ def build_request(
     eval_buckets: Iterable[int] | None = None,
 ) -> AgentRequest:
     """``stream``: the run's edgekit.inputs.stateful.Stream (constant and state inputs), or None."""
-    from ..measure.sustained import request_fields
 
     o = options or MeasureOptions()
     ins, outs = tensor_specs(artifact, source_io)

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 from ..artifact import Artifact
 from ..errors import BadInputError, DataError, OutputError
-from ..formats import all_options, format_spec
-from ..inputs.data import check_fits, load_npz
+from ..formats import FORMATS, all_options, convert_targets, format_spec
+from ..inputs.data import Dataset, check_fits, load_npz
+from ..inputs.source import load_source, synthetic_inputs, unbatched
 from .hops import check_parity, convert_to, hop_config, target_spec
 
 _DEFAULTS = {"io": "float", "quantization": "full"}
@@ -79,8 +80,6 @@ def _whole_inputs(pending, io):
     be exactly its input's static shape (one run of the model). Anything else: the data layer's error."""
     import numpy as np
 
-    from ..inputs.data import Dataset
-    from ..inputs.source import unbatched
 
     path, keys, err = pending
     shapes = [tuple(s.shape) for s in io.inputs]
@@ -129,8 +128,6 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
 
     work = Path(tempfile.mkdtemp(prefix=".edgekit-convert-", dir=out.parent))
     try:
-        from ..inputs.source import load_source
-
         progress("loading the model")
         source = load_source(model, example_inputs=example, arch=arch, workdir=work)
         if calib_whole is not None:
@@ -143,8 +140,6 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
         ev = (check_fits(ev, source.artifact.io, "eval", streams=False) or ev) if ev is not None else None
         data = ev or calib
         if data is None:
-            from ..inputs.source import synthetic_inputs
-
             xs = synthetic_inputs(source.artifact.io, input_shapes=input_shapes)  # DataError naming --input-shape
             kind = "synthetic"
             progress("no sample data given: checking parity on synthetic inputs (--eval-data is a stronger check)")
@@ -168,14 +163,10 @@ def convert(model: Any, *, to: str, precision: str = "fp32", out: str | Path, ca
 
 
 def _owners(options: list[str]):
-    from ..formats import FORMATS
-
     return [s for s in FORMATS if any(k in s.options for k in options)]
 
 
 def _targets() -> tuple[str, ...]:
-    from ..formats import convert_targets
-
     return convert_targets()
 
 

@@ -33,9 +33,12 @@ import numpy as np
 from ..artifact import Artifact
 from ..errors import BadInputError, ConversionError, DataError, MissingExtraError
 from ..inputs.data import Dataset
+from ..inputs.stateful import stream_of
 from .onnx2tf_errors import strip_ansi
 from .onnx_to_tflite import TfliteConfig, onnx_to_tflite
+from .opcheck import model_ops, require_static_shapes, sizes_from_samples
 from .tflite.host_harness import PSEUDO_OP_FIXES
+from .torch_to_tflite import available, torch_to_tflite
 
 HOP = "->tflite"
 
@@ -67,8 +70,6 @@ def tflite_routes(onnx_art: Artifact, cfg: TfliteConfig, *, source=None, calib: 
         routes.append(Route("onnx2tf(defaults)", o2t(cfg.model_copy(update={
             "plain_defaults": True, "keep_input_layout": False, "pseudo_ops": []}))))
     if source is not None and source.program is not None and cfg.precision == "fp32":
-        from .torch_to_tflite import available, torch_to_tflite
-
         if available():
             routes.append(Route("litert-torch", lambda p: torch_to_tflite(
                 source, p, precision=cfg.precision, parity_inputs=parity_inputs or list(calib.xs),  # type: ignore[union-attr]
@@ -96,7 +97,6 @@ def _keep_layout_skip(onnx_art: Artifact) -> str | None:
 def _pseudo_op_fixes(onnx_art: Artifact) -> list[str]:
     import onnx
 
-    from .opcheck import model_ops
 
     ops = model_ops(onnx.load(str(onnx_art.path), load_external_data=False))
     return [PSEUDO_OP_FIXES[o] for o in ops if o in PSEUDO_OP_FIXES]
@@ -174,7 +174,6 @@ def _remove(p: Path) -> None:
 
 def stream_fed(onnx_art: Artifact) -> list[str]:
     """The model inputs edgekit feeds itself (a stream's state and constants), not the data, in the model's order."""
-    from ..inputs.stateful import stream_of
 
     stream = stream_of(onnx_art)
     return [] if stream is None else [n for n in stream.inputs if n in stream.fed]
@@ -199,7 +198,6 @@ def convert_to_tflite(onnx_art: Artifact, out_path: str | Path, cfg: TfliteConfi
                       route: str = "auto") -> Artifact:
     import onnx
 
-    from .opcheck import require_static_shapes, sizes_from_samples
 
     cfg = cfg or TfliteConfig()
     # TFLite graphs are static: dynamic sizes the user did not give are the data's (the shapes the model is

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from ..inputs.stateful import Stream
+from ..logs import quiet
+from .onnx2tf_prepare import _SIMPLIFY_LOCK, SIMPLIFY_FOLD_LIMIT, SIMPLIFY_SKIP
 
 
 def _dims(v) -> list:
@@ -46,8 +48,6 @@ def fold_stream(src: Path, stream: Stream, data: list[np.ndarray], out: Path) ->
     import onnx
     from onnx import numpy_helper
 
-    from ..logs import quiet
-    from .onnx2tf_prepare import _SIMPLIFY_LOCK, SIMPLIFY_FOLD_LIMIT, SIMPLIFY_SKIP
 
     if importlib.util.find_spec("onnxslim") is None:
         return {"skipped": "onnxslim is not installed (pip install 'edgekit[tflite]')"}

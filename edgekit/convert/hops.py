@@ -19,9 +19,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..artifact import Artifact
-from ..errors import BadInputError, ConversionError
+from ..config import validate
+from ..errors import BadInputError, ConversionError, PassError
 from ..formats import Format, FormatSpec, convert_targets, format_spec
 from ..inputs.data import Dataset
+from .chain import convert_to_tflite
+from .torch_to_coreml import torch_to_coreml
+from .torch_to_onnx import export_onnx
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,6 @@ def hop_config(to: Format | str, precision: str = "fp32", options: dict | None =
     data = {"precision": precision, **(options or {})}
     if context is None:
         return cls(**data)
-    from ..config import validate
 
     return validate(cls, data, context, hint=hint)
 
@@ -111,8 +114,6 @@ def convert_to(artifact: Artifact, to: Format | str, out: str | Path, *, source=
 
 # --------------------------------------------------------------------------- the hops of the built-in rows
 def torch_to_onnx_hop(h: HopInput) -> Artifact:
-    from .torch_to_onnx import export_onnx
-
     if h.source is None or h.source.program is None:
         raise ConversionError("ONNX export needs the PyTorch model", hop="torch->onnx",
                               hint="give edgekit the .pt2 (or .pth with --arch)")
@@ -125,11 +126,7 @@ def torch_to_onnx_hop(h: HopInput) -> Artifact:
 
 
 def to_tflite_hop(h: HopInput) -> Artifact:
-    from .chain import convert_to_tflite
-
     if h.artifact.format != Format.ONNX:
-        from ..errors import PassError
-
         raise PassError("convert to tflite starts from the ONNX model", hint="the pipeline exports it first")
     h.progress(f"converting ONNX -> TFLite ({h.config.label})")
     return convert_to_tflite(h.artifact, h.out, h.config, source=h.source, calib=h.calib,
@@ -137,8 +134,6 @@ def to_tflite_hop(h: HopInput) -> Artifact:
 
 
 def torch_to_coreml_hop(h: HopInput) -> Artifact:
-    from .torch_to_coreml import torch_to_coreml
-
     if h.source is None:
         raise ConversionError("Core ML conversion needs the PyTorch model; this run started from ONNX",
                               hop="torch->coreml", hint="give edgekit the .pt2 (or .pth with --arch)")

@@ -28,10 +28,12 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from ..agent.inprocess import load_agent
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format, companion_clash
 from ..fsutil import publish_files
+from ..inputs.source import ort_reference_all, run_batched, synthetic_inputs
 from .parity import compare_outputs, parity_metrics
 
 HOP = "onnx->ncnn"
@@ -65,8 +67,6 @@ def _pnnx_binary() -> str:
 def run_ncnn_all(path: Path, io: IOSpec, xs: list[np.ndarray], fp16: str) -> list[np.ndarray]:
     """Every output of the NCNN model on ``xs`` in ``io.outputs`` order, one sample at a time, through the
     agent's NCNNRunner with ``fp16`` (its runtime option)."""
-    from ..agent.inprocess import load_agent
-    from ..inputs.source import run_batched
 
     agent = load_agent()
     ins = [s.model_dump(mode="json") for s in io.inputs]
@@ -150,7 +150,6 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
                                             dtype=s.dtype, layout=s.layout) for s in art.io.inputs),
                     outputs=art.io.outputs)
         fp16 = "on" if cfg.precision == "fp16" else "off"
-        from ..inputs.source import ort_reference_all
 
         gots = run_ncnn_all(param, io, probe, fp16)
         results = compare_outputs(ort_reference_all(art.path)(probe), gots, "onnxruntime (the ONNX model)",
@@ -172,7 +171,6 @@ def onnx_to_ncnn(art: Artifact, out_path: str | Path, cfg: NcnnConfig, *, parity
 
 def ncnn_hop(h) -> Artifact:
     """The registry's hop (``formats.FORMATS``' ncnn row): a ``convert.hops.HopInput`` in."""
-    from ..inputs.source import synthetic_inputs
 
     cfg = h.config if h.config is not None else NcnnConfig(precision=h.precision)
     xs = h.parity_inputs or (list(h.calib.xs) if h.calib is not None else None) or synthetic_inputs(h.artifact.io)

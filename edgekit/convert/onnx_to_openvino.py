@@ -30,10 +30,12 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..agent.inprocess import load_agent
 from ..artifact import Artifact, LineageStep
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format, companion_clash
 from ..fsutil import publish_files
+from ..inputs.source import model_batch, ort_once, ort_reference_all, run_batched, synthetic_inputs
 from ..inputs.stateful import Stream, feeds, stream_of
 from ..inputs.stateful import run as run_stream
 from ..logs import quiet
@@ -94,8 +96,6 @@ def _nncf_dataset(calib: list[np.ndarray], names: list[str], batch: int | None, 
     n = min(samples, len(calib[0]))
     size = batch or 1
     if stream is not None:
-        from ..inputs.source import ort_once
-
         once = ort_once(onnx_path)[0]
         items = [dict(zip(names, feed)) for feed in feeds(once, [np.asarray(x[:n]) for x in calib], stream)]
         return nncf.Dataset(items), len(items)
@@ -113,8 +113,6 @@ def run_ir_all(path: Path, io, xs: list[np.ndarray], threads: int = 1, *, stream
     """Every output of the IR on ``xs`` in ``io.outputs`` order, through the agent's OpenVINORunner (in
     chunks of its batch), and the precision the plugin ran at. With a ``stream``, ``xs`` are the data's
     inputs, fed beside the constants and the carried state as the agent feeds them."""
-    from ..agent.inprocess import load_agent
-    from ..inputs.source import run_batched
 
     agent = load_agent()
     ins = [s.model_dump(mode="json") for s in io.inputs]
@@ -155,7 +153,6 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
     no_telemetry()
     import openvino as ov
 
-    from ..inputs.source import model_batch, ort_once, ort_reference_all
 
     start = time.perf_counter()
     stream = stream_of(art)
@@ -220,7 +217,6 @@ def onnx_to_openvino(art: Artifact, out_path: str | Path, cfg: OpenvinoConfig, *
 def openvino_hop(h) -> Artifact:
     """The registry's hop (``formats.FORMATS``' openvino row): a ``convert.hops.HopInput`` in. Parity runs
     on the eval inputs, else the calibration inputs, else seeded synthetic ones."""
-    from ..inputs.source import synthetic_inputs
 
     cfg = h.config if h.config is not None else OpenvinoConfig(precision=h.precision)
     calib = list(h.calib.xs) if h.calib is not None else None

@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
-from ..errors import ConversionError, require
+from ..errors import ConversionError, DeviceError, require
 from ..formats import Format
 from ..logs import quiet
 from .parity import compare
@@ -223,8 +223,11 @@ def torch_to_coreml(source, out_path: str | Path, cfg: CoremlConfig | None = Non
             with quiet("coremltools"), contextlib.redirect_stderr(io.StringIO()):
                 mlmodel, decomposition = _convert_program(ct, ep, inputs, cfg)
                 if cfg.precision == "int8":
-                    from coremltools.optimize.coreml import (OpLinearQuantizerConfig, OptimizationConfig,
-                                                             linear_quantize_weights)
+                    from coremltools.optimize.coreml import (
+                        OpLinearQuantizerConfig,
+                        OptimizationConfig,
+                        linear_quantize_weights,
+                    )
 
                     opt = OptimizationConfig(global_config=OpLinearQuantizerConfig(mode="linear_symmetric",
                                                                                  dtype="int8"))
@@ -282,7 +285,6 @@ def set_aside_coreml(variants: dict, target) -> tuple[dict, list[str]]:
     """Core ML variants cannot be measured by this host's agent. On a Core ML target (iPhone) that
     is the whole run: raise a clear error after conversion and validation. Elsewhere, keep the
     other variants and say which Core ML ones were converted but not measured."""
-    from ..errors import DeviceError
 
     coreml = {n: a for n, a in variants.items() if a.format == Format.COREML}
     if not coreml:

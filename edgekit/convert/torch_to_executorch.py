@@ -23,12 +23,15 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..agent.inprocess import load_agent
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
 from ..errors import ConversionError, MissingExtraError
 from ..formats import Format
 from ..fsutil import atomic_path
+from ..inputs.source import model_batch, run_batched, synthetic_inputs
 from ..logs import quiet
 from .parity import compare_outputs, parity_metrics
+from .torch_to_onnx import example_batch
 
 HOP = "torch->executorch"
 PRECISIONS = ("fp32", "int8")
@@ -62,7 +65,6 @@ def available() -> bool:
 def _example(source, xs: list[np.ndarray]):
     import torch
 
-    from .torch_to_onnx import example_batch
 
     return tuple(torch.from_numpy(example_batch(np.asarray(x), source)) for x in xs)
 
@@ -101,7 +103,6 @@ def _quantized_program(ep, example, calib: list[np.ndarray] | None, samples: int
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from ..inputs.source import model_batch, run_batched
 
     class FloatOnlyQuantizer(XNNPACKQuantizer):
         """XNNPACK's quantizer turns the scalars of add/mul into float tensor constants before annotating,
@@ -153,8 +154,6 @@ def _delegation(edge) -> dict:
 def run_pte_all(path: Path, io: IOSpec, xs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
     """Every output of a .pte on ``xs`` (user layout and dtype), in ``io.outputs`` order, fed with the
     agent's own code (ExecuTorchRunner, tensors.prepare, tensors.restore_output) in chunks of its fixed batch."""
-    from ..agent.inprocess import load_agent
-    from ..inputs.source import run_batched
 
     agent = load_agent()
     ins = [s.model_dump(mode="json") for s in io.inputs]
@@ -250,7 +249,6 @@ def torch_to_executorch(source, out_path: str | Path, *, precision: str = "fp32"
 def executorch_hop(h) -> Artifact:
     """The registry's hop (``formats.FORMATS``' executorch row): a ``convert.hops.HopInput`` in. Parity
     runs on the eval inputs, else the calibration inputs, else seeded synthetic ones (static shapes)."""
-    from ..inputs.source import synthetic_inputs
 
     if h.source is None:
         raise ConversionError("ExecuTorch conversion needs the PyTorch model; this run started from ONNX", hop=HOP,

@@ -25,6 +25,7 @@ from ..logs import quiet
 from .parity import compare_outputs, parity_metrics
 from .tflite.host_harness import _tflite_details, run_tflite_all
 from .tflite.layout import _match, _signature_indices
+from .torch_to_onnx import example_batch
 
 HOP = "torch->tflite"
 
@@ -68,7 +69,6 @@ def torch_to_tflite(source, out_path: str | Path, *, precision: str = "fp32", pa
                     onnx_art: Artifact | None = None, parity_samples: int = 64) -> Artifact:
     """Convert ``source.program`` (a torch.export program) to ``out_path`` and check parity
     against the PyTorch reference on ``parity_inputs``."""
-    from .torch_to_onnx import example_batch
 
     if not available():
         raise MissingExtraError("litert-torch", "litert-torch", "the direct PyTorch -> TFLite route")

@@ -12,7 +12,12 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..inputs.targets import TargetSpec
+from ..errors import DeviceError
+from ..inputs.targets import TargetSpec, list_targets, load_target
+from ..llm.llama_cpp import CROSS  # the triplets edgekit cross-builds for
+from ..sim import arm64
+from ..transport.browser import chromium_path
+from ..transport.web_runtimes import find, install, versions
 
 Say = Callable[[str], None]
 TWIN = "arm64-twin"  # the emulated Raspberry Pi OS twin (`edgekit sim up NAME --arch arm64`), set up with --twin
@@ -55,8 +60,6 @@ def _which(name: str, sbin: bool = False) -> Callable[[], str | None]:
 
 
 def _web_runtimes_check() -> str | None:
-    from ..transport.web_runtimes import find, versions
-
     found = find()
     if found is None:
         return None
@@ -65,16 +68,11 @@ def _web_runtimes_check() -> str | None:
 
 
 def _web_runtimes_setup(say: Say) -> str:
-    from ..transport.web_runtimes import install
-
     found = install(say)
     return f"{found.node_modules} ({found.source})"
 
 
 def _chromium_check() -> str | None:
-    from ..errors import DeviceError
-    from ..transport.browser import chromium_path
-
     try:
         return chromium_path()
     except DeviceError:
@@ -94,17 +92,13 @@ def _module(name: str) -> Callable[[], str | None]:
 
 
 def _rootfs_check() -> str | None:
-    from ..sim.arm64 import STAMP, rootfs_dir
-
-    d = rootfs_dir()
-    return str(d) if (d / STAMP).is_file() else None
+    d = arm64.rootfs_dir()
+    return str(d) if (d / arm64.STAMP).is_file() else None
 
 
 def _rootfs_setup(say: Say) -> str:
-    from ..sim.arm64 import ensure_host, ensure_rootfs
-
-    ensure_host()  # root, the tools, qemu-aarch64 registered with binfmt_misc
-    rootfs = ensure_rootfs(say)
+    arm64.ensure_host()  # root, the tools, qemu-aarch64 registered with binfmt_misc
+    rootfs = arm64.ensure_rootfs(say)
     return f"{rootfs.path} ({'built' if rootfs.built else 'cached'} in {rootfs.seconds:.0f} s)"
 
 
@@ -132,8 +126,6 @@ TWIN_REQUIREMENTS = [
 def _host_built(spec: TargetSpec) -> list[Requirement]:
     """What building the target's host-built wheels needs (llama.cpp cross-compiled for a board: its cross compiler
     and cmake), for the runtimes that list one; provisioning them fails without these."""
-    from ..llm.llama_cpp import CROSS  # the triplets edgekit cross-builds for (a table: no heavy import)
-
     runtimes = sorted(rt for rt, w in (spec.wheels.runtime_packages if spec.wheels else {}).items() if w.host_built)
     if not runtimes:
         return []
@@ -165,7 +157,6 @@ def check(target: str, reqs: list[Requirement]) -> list[Status]:
 
 def all_statuses() -> tuple[list[Status], list[str]]:
     """Every listed target's requirements and the twin's (for `edgekit doctor`), and the targets that did not load."""
-    from ..inputs.targets import list_targets, load_target
 
     rows: list[Status] = []
     broken: list[str] = []

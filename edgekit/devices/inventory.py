@@ -15,8 +15,18 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..agent.bundle import BundleDeployer
+from ..agent.protocol import parse_agent_stdout
+from ..config import load_model_file
 from ..errors import BadInputError, ConfigError
+from ..formats import spec_for_runtime
+from ..fsutil import atomic_write_text
+from ..inputs.targets import load_target
 from ..paths import INVENTORY_FILE, edgekit_home, inventory_path, known_hosts_path
+from ..sim.state import find_state
+from ..transport.local import LocalTransport
+from ..transport.ssh import SSHConfig, SSHTransport, user_known_hosts
+from .lock import DeviceLock
 
 if TYPE_CHECKING:
     from ..inputs.targets import TargetSpec
@@ -85,7 +95,6 @@ def load_inventory() -> Inventory:
     p = inventory_path()
     if not p.is_file():
         return Inventory()
-    from ..config import load_model_file
 
     inv = load_model_file(Inventory, p, hint="fix it with `edgekit devices add/remove`, or delete the file")
     seen: set[str] = set()
@@ -99,7 +108,6 @@ def load_inventory() -> Inventory:
 def save_inventory(inv: Inventory) -> Path:
     import yaml
 
-    from ..fsutil import atomic_write_text
 
     p = inventory_path()
     doc = inv.model_dump(mode="json", exclude_defaults=False)
@@ -120,8 +128,6 @@ def get_device(name: str) -> DeviceEntry:
 
 
 def add_device(entry: DeviceEntry, *, replace: bool = False) -> DeviceEntry:
-    from ..inputs.targets import load_target
-
     load_target(entry.target)  # an unknown target class fails here, with the known ones
     inv = load_inventory()
     others = [d for d in inv.devices if d.name != entry.name]
@@ -165,7 +171,6 @@ def host_lock_holder(name: str) -> dict | None:
     """The lease record of the deploy on THIS host holding the device's flock, or None when free."""
     import fcntl
 
-    from .lock import DeviceLock
 
     lock = DeviceLock(name)
     if not lock.path.is_file():
@@ -181,8 +186,6 @@ def host_lock_holder(name: str) -> dict | None:
 
 
 def known_hosts_files(entry: DeviceEntry) -> tuple[str, ...]:
-    from ..transport.ssh import user_known_hosts
-
     files = [str(edgekit_known_hosts())]
     if entry.known_hosts:
         files.append(os.path.expanduser(entry.known_hosts))
@@ -194,14 +197,10 @@ def transport_for(entry: DeviceEntry, target_python: str = "python3"):
     """A transport to ``entry`` (not connected yet, no lock)."""
     python = entry.python or target_python
     if entry.kind == "ssh":
-        from ..transport.ssh import SSHConfig, SSHTransport
-
         cfg = SSHConfig(host=entry.host or "", port=entry.port, user=entry.user, key=entry.key,
                         known_hosts=known_hosts_files(entry), connect_timeout=entry.connect_timeout)
         return SSHTransport(cfg, workdir=entry.workdir, python=python)
     if entry.kind == "local":
-        from ..transport.local import LocalTransport
-
         return LocalTransport(entry.workdir, python=entry.python)
     if entry.kind == "adb":
         try:
@@ -215,7 +214,6 @@ def transport_for(entry: DeviceEntry, target_python: str = "python3"):
 def open_device_transport(device_name: str, target_spec: TargetSpec, *, wait: bool = True,
                           lock_timeout: float | None = None) -> Transport:
     """The transport the pipeline measures on: the device's lock is held until ``close()``."""
-    from .lock import DeviceLock
 
     entry = get_device(device_name)
     if entry.target != target_spec.name:
@@ -289,9 +287,6 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
     """Connect, install the agent if needed, and describe the device against its target class."""
     import json as _json
 
-    from ..agent.bundle import BundleDeployer
-    from ..agent.protocol import parse_agent_stdout
-    from ..inputs.targets import load_target
 
     spec = load_target(entry.target)
     t = transport_for(entry, spec.python)
@@ -316,7 +311,6 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
         problems.append(f"arch is {dev.get('arch')}, target {spec.name} is {spec.arch}")
     if dev.get("os") and dev.get("os") != spec.os:
         problems.append(f"os is {dev.get('os')}, target {spec.name} is {spec.os}")
-    from ..formats import spec_for_runtime
 
     # runtimes the agent drives (the registry's rows; Core ML is profiled from macOS, not by the agent)
     on_agent = [r for r in spec.runtimes if (row := spec_for_runtime(r)) is None or row.agent_runs]
@@ -335,7 +329,6 @@ def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
         else:
             notes.append("emulated (qemu user mode): the CPU model and core count it reports are this host's, "
                          "and its timings are not the board's")
-        from ..sim.state import find_state
 
         st = find_state(entry.name)
         if st is not None and (st.cpu_quota or st.memory_bytes):

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import DeviceError, TransportError
+from ..inputs.targets import load_target
+from .inventory import get_device, transport_for
 from .lock import DeviceLockedError
 
 LEASE_FILE = "device.lease"
@@ -225,7 +227,6 @@ def session_lease(transport, device: str, *, wait: bool, timeout: float | None) 
     ``EDGEKIT_DEVICE_LEASE=0``). The renewing thread gets its own connection to the device."""
     if os.environ.get("EDGEKIT_DEVICE_LEASE", "1") == "0":
         return None
-    from .inventory import get_device, transport_for
 
     entry = get_device(device)
     ttl = float(os.environ.get("EDGEKIT_LEASE_TTL_S", DEFAULT_TTL_S))
@@ -244,8 +245,6 @@ def _with_python(t, python: str):
 
 def device_lease_holder(entry, timeout: float = 15.0) -> str:
     """Who holds an inventory device's lease, in words (connects to the device; never raises)."""
-    from ..inputs.targets import load_target
-    from .inventory import transport_for
 
     try:
         t = transport_for(entry, load_target(entry.target).python)

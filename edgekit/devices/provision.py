@@ -27,8 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..agent.bundle import BundleDeployer
 from ..errors import BadInputError, DeviceError
+from ..formats import spec_for_runtime
 from ..inputs.targets import TargetSpec
+from ..llm import llama_cpp
 from ..paths import wheelhouse_root
 
 PIP_TIMEOUT_S = 1800.0
@@ -60,8 +63,6 @@ def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]
                                 hint=f"its runtimes: {', '.join(spec.runtimes)}")
         extra = table.get(r)
         if extra is None:
-            from ..formats import spec_for_runtime
-
             row = spec_for_runtime(r)
             names = {re.split(r"[<>=!~;\[ ]", p, maxsplit=1)[0].lower()
                      for p in (spec.wheels.packages if spec.wheels else ())}
@@ -85,7 +86,6 @@ def host_built_wheels(spec: TargetSpec, runtimes=()) -> list[str]:
 def build_host_wheel(spec: TargetSpec, pin: str, dest: Path, progress: Callable[[str], None]) -> Path:
     """Build the wheel ``pin`` names for the device into ``dest`` (edgekit knows how for llama-cpp-python: the
     binding with llama.cpp cross-compiled for the target's ``march``; edgekit/llm/llama_cpp.py)."""
-    from ..llm import llama_cpp
 
     name, _, version = pin.partition("==")
     if re.sub(r"[-_.]+", "-", name.strip().lower()) != "llama-cpp-python":
@@ -202,7 +202,6 @@ def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[s
               runtimes=()) -> ProvisionResult:
     """Install ``packages`` (default: the target's) and the named ``runtimes``' extra wheels
     (``wheels.runtime_packages``) on the device from ``wheelhouse``."""
-    from ..agent.bundle import BundleDeployer
 
     extra, pins = runtime_wheels(spec, runtimes)
     want = list(packages or (spec.wheels.packages if spec.wheels else ()))

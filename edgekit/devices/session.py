@@ -19,16 +19,25 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..agent.benchmark_model import run_benchmark_model
 from ..agent.bundle import BundleDeployer
 from ..agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
 from ..artifact import Artifact, IOSpec
 from ..errors import AgentError, BadInputError, DeviceError, EdgekitError
-from ..formats import Format
-from ..inputs.data import Dataset
+from ..formats import Format, format_spec, spec_for_runtime
+from ..inputs.data import Dataset, eval_bundle
 from ..inputs.targets import MeasureDefaults, TargetSpec
+from ..lab.coordinator import session_place
+from ..measure.cache import open_device_measurements
 from ..measure.stats import latency_stats
+from ..measure.sustained import analyze
 from ..report.model import VariantResult
 from ..transport.base import Transport
+from ..transport.browser import BrowserTransport
+from ..transport.local import LocalTransport
+from .inventory import _attach_lock, get_device, open_device_transport
+from .lease import session_lease
+from .lock import DeviceLock
 
 if TYPE_CHECKING:
     from ..agent.bundle import DeliveryStats
@@ -113,10 +122,6 @@ def open_transport(
 ) -> Transport:
     if device is None:
         if target.transport in ("local", "browser"):
-            from ..transport.local import LocalTransport
-            from .inventory import _attach_lock
-            from .lock import DeviceLock
-
             # this host's CPU is the device (the browser's too): two deploys measuring on it at once inflate
             # each other's figures
             lock = DeviceLock(LOCAL_LOCK)
@@ -124,8 +129,6 @@ def open_transport(
             t: Transport
             try:
                 if target.transport == "browser":
-                    from ..transport.browser import BrowserTransport
-
                     t = BrowserTransport(profile=target.browser)
                 else:
                     t = LocalTransport()
@@ -138,7 +141,6 @@ def open_transport(
             f"target '{target.name}' is reached over {target.transport}: name the device",
             hint="pass --device NAME (see `edgekit devices list`), or use --target local",
         )
-    from .inventory import open_device_transport
 
     return open_device_transport(device, target, wait=lock_wait, lock_timeout=lock_timeout)
 
@@ -153,7 +155,6 @@ def provision_hint(target: TargetSpec, device: str | None, runtime: str) -> str:
         return f"install it with `edgekit devices provision {where} --runtime {runtime}`"
     if wheels is not None:
         return f"install the target's runtimes with `edgekit devices provision {where}`"
-    from ..formats import spec_for_runtime
 
     row = spec_for_runtime(runtime)
     if target.transport == "local" and row is not None and row.extra:
@@ -167,7 +168,6 @@ def emulation_of(device: str | None) -> str | None:
     """How the device is emulated (an arm64 twin under qemu, from its inventory entry); None = real."""
     if device is None:
         return None
-    from .inventory import get_device
 
     try:
         entry = get_device(device)
@@ -224,9 +224,6 @@ class DeviceSession:
         try:
             waited = getattr(getattr(t, "lock", None), "waited_s", 0.0)
             if self._given is None and self.device is not None:  # the device-side lease (other hosts)
-                from ..lab.coordinator import session_place
-                from .lease import session_lease
-
                 # with EDGEKIT_COORDINATOR: the device's labgrid place first (None without it)
                 self.place = session_place(
                     self.device, wait=self._lock[0], timeout=self._lock[1], progress=self.progress
@@ -240,7 +237,6 @@ class DeviceSession:
             self.deployer = BundleDeployer(t)
             # transports that know the device beyond the agent (adb: getprop, battery) describe it before and after
             self.facts_before = t.device_facts() if hasattr(t, "device_facts") else None
-            from ..measure.cache import open_device_measurements
 
             self.measurements = open_device_measurements(
                 self.deployer, device_name=self.device, remeasure=self.remeasure
@@ -282,7 +278,6 @@ class DeviceSession:
     # --- delivery --------------------------------------------------------------------------------
     def use_eval(self, ds: Dataset, art_dir: Path) -> None:
         """Deliver the eval set (by content) that every measurement with ``with_eval`` reads."""
-        from ..inputs.data import eval_bundle
 
         self._eval_bundle = eval_bundle(ds, art_dir)
         self._eval_keys = ds.x_keys
@@ -375,7 +370,6 @@ class DeviceSession:
     def lacking_runtime(self, art: Artifact) -> str | None:
         """Why the device cannot run ``art``: its runtime is not among those the device's agent has (its
         ``--probe``), with the command that installs it; None when it has it or the probe cannot say."""
-        from ..formats import format_spec
 
         runtime = format_spec(art.format).runtime
         try:
@@ -462,8 +456,6 @@ class DeviceSession:
         return profile if isinstance(profile, dict) else None
 
     def _benchmark_model(self, art: Artifact, settings: RunSettings) -> dict[str, Any]:
-        from ..agent.benchmark_model import run_benchmark_model
-
         m = settings.measure
         binary = settings.benchmark_binary
         if binary is None:
@@ -525,7 +517,6 @@ def variant_result(name: str, art: Artifact, res: AgentResult, plan: EvalPlan) -
         parity_outputs = plan.parity(res.outputs)
         parity = next(iter(parity_outputs.values()), None)
         accuracy = plan.accuracy_dict(plan.score(res.outputs))
-    from ..measure.sustained import analyze
 
     # validated from plain dicts (the agent's sections, the artifact's lineage) into the report's types
     return VariantResult.model_validate(

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..artifact import IOSpec
 from ..errors import DataError
+from ..orchestration.ship import fixed_shapes
 from .stateful import missing_inputs_hint
 
 
@@ -360,7 +361,6 @@ def fixed_shape_misfit(art, ds: Dataset, source_io: IOSpec | None = None) -> str
     data when it was converted: a TFLite file from a dynamic ONNX) scores only one of them."""
     if not ds.buckets:
         return None
-    from ..orchestration.ship import fixed_shapes
 
     sized = fixed_shapes(art)
     src_io = source_io or art.io

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..config import load_model_file
 from ..errors import ConfigError
 from ..metrics.base import MetricSpec
+from ..passes.registry import known_passes
 
 
 class _Strict(BaseModel):
@@ -136,7 +137,6 @@ def load_recipe(path: str | Path) -> Recipe:
     r = load_model_file(Recipe, path, hint="see examples/digits/recipe.yaml for a valid recipe")
     if r.train_data and not Path(r.train_data).is_absolute():
         r.train_data = str(Path(path).parent / r.train_data)
-    from ..passes.registry import known_passes
 
     for v in r.variants:
         if v.name == r.baseline:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..artifact import Artifact, IOSpec, LineageStep, TensorSpec
-from ..errors import ModelLoadError
+from ..errors import DataError, ModelLoadError, require
 from ..formats import Format, detect_format, format_spec
 
 
@@ -226,8 +226,6 @@ def ort_once(path: Path, threads: int = 1, *, optimized: bool = True
 
 
 def _unfed(path: Path, names: list[str], fed: int):
-    from ..errors import DataError
-
     return DataError(f"{path.name} takes {len(names)} inputs ({', '.join(names)}) and this host-side run fed "
                      f"{fed}: inputs {', '.join(names[fed:])} are fed (--const/--state) only where edgekit carries them "
                      "(the reference outputs, the eval pass on the device and the host filter, static INT8 "
@@ -304,7 +302,6 @@ def load_onnx(path: Path) -> Source:
 
 def load_tflite(path: Path) -> Source:
     """A .tflite to profile as it is: its own I/O is the user's data layout, its host run the reference."""
-    from ..errors import require
 
     interp_mod = require("ai_edge_litert.interpreter", "tflite", "loading a .tflite model")
     try:
@@ -473,7 +470,6 @@ def synthetic_inputs(io: IOSpec, *, input_shapes: dict[str, tuple[int, ...] | li
     """Seeded stand-in inputs for a model whose input sizes are all known (from the model, or from
     ``input_shapes``): float inputs standard normal, integer inputs 0 or 1, bool inputs False/True.
     They prove the conversion reproduces the model's arithmetic; they say nothing about accuracy."""
-    from ..errors import DataError
 
     shapes = []
     for spec in io.inputs:

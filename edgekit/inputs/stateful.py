@@ -26,6 +26,7 @@ import numpy as np
 
 from ..artifact import Artifact, IOSpec, TensorSpec
 from ..errors import BadInputError, DataError
+from ..formats import Format
 from .source import model_batch, run_batched
 
 Once = Callable[[list[np.ndarray]], list[np.ndarray]]  # every model input in order -> every output
@@ -296,7 +297,6 @@ def for_source(source, constants: dict[str, Any] | None, state: list[tuple[str, 
     """:func:`resolve_stream` for a loaded model (``deploy`` and ``quantize``): an ONNX model only (the
     PyTorch export feeds batch-first inputs only), recorded in the source's lineage (:func:`recorded`:
     every artifact derived from it inherits it). None when the data feeds every input."""
-    from ..formats import Format
 
     stream = resolve_stream(source.artifact.io, constants, state, data_constants)
     if stream is None:

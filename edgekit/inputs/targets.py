@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..config import load_model_file
 from ..errors import TargetError
+from ..formats import RUNTIME_FOR_FORMAT, spec_for_runtime
 
 RuntimeName = str  # one of the format registry's runtimes (edgekit.formats.FORMATS), checked below
 EnergySource = Literal["rapl", "hwmon", "android_battery", "external_command"]
@@ -122,8 +123,6 @@ class TargetSpec(_Strict):
     @field_validator("runtimes")
     @classmethod
     def _known_runtimes(cls, v):
-        from ..formats import RUNTIME_FOR_FORMAT
-
         known = sorted(set(RUNTIME_FOR_FORMAT.values()))
         bad = [r for r in v if r not in known]
         if bad:
@@ -149,8 +148,6 @@ class TargetSpec(_Strict):
 
     @model_validator(mode="after")
     def _short_search_names_candidates_of_its_runtimes(self):
-        from ..formats import spec_for_runtime
-
         known = [c.name for r in self.runtimes if (row := spec_for_runtime(r)) is not None
                  for c in row.search_candidates]
         bad = [n for n in self.short_search if n not in known]

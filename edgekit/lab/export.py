@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from ..devices.inventory import DeviceEntry
+from ..fsutil import atomic_write_text
 from .coordinator import Address, Coordinator, CoordinatorRefused
 
 ADB_RESOURCE = "EdgekitADBDevice"
@@ -83,7 +84,6 @@ def exporter_config(entries: list[DeviceEntry]) -> dict:
 def write_exporter_config(entries: list[DeviceEntry], path: Path) -> Path:
     import yaml
 
-    from ..fsutil import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # labgrid renders the file with Jinja2 (a line starting with '#' is a statement): plain YAML, no comments

@@ -33,6 +33,7 @@ from typing import Any
 from ..artifact import LineageStep
 from ..errors import BadInputError, ConversionError
 from ..fsutil import atomic_path, sha256_file
+from ..host import current
 from .llama_cpp import LlamaCppTools, tools
 from .source import check_folder
 
@@ -339,8 +340,6 @@ def export_gguf(
 
 
 def _threads() -> int:
-    from ..host import current
-
     ht = current()
     return ht.threads if ht is not None else 1
 

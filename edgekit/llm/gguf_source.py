@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import EdgekitError, MissingExtraError, ModelLoadError, OutputError
+from ..errors import EdgekitError, MissingExtraError, ModelLoadError, OutputError, require
+from ..fsutil import sha256_file
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)  # v1 counted in 32 bits and is gone from the wild; v2 and v3 share a layout
@@ -289,8 +290,6 @@ def _walk(cur: _Cursor) -> _Scan:
     data_start = (cur.pos + alignment - 1) // alignment * alignment
     _check_tensor_data(cur, tensors, data_start)
 
-    from ..fsutil import sha256_file
-
     quant: dict[str, int] = {}
     for t in tensors:
         quant[t.ggml_type] = quant.get(t.ggml_type, 0) + 1
@@ -537,8 +536,6 @@ def _publish(tmp: Path, dest: Path) -> None:
 
 def _require_llm_stack() -> tuple[Any, Any]:
     import importlib.util
-
-    from ..errors import require
 
     purpose = "Converting a GGUF file to a transformers model"
     torch = require("torch", "llm", purpose)

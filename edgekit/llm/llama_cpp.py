@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import EdgekitError, MissingExtraError
+from ..inputs.targets import load_target
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendored llama.cpp is what gets built
 DIST = "llama-cpp-python"
@@ -649,8 +650,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_binding:
             install_binding(sdist=args.sdist)
         for name in args.board:
-            from ..inputs.targets import load_target
-
             spec = load_target(name)
             if not spec.march:
                 raise EdgekitError(f"target {name} has no `march`: llama.cpp is compiled for the device's cores")

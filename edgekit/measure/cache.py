@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..agent.bundle import agent_source
+from ..agent.protocol import AgentResult, load_outputs, parse_agent_stdout, save_outputs
 from ..errors import AgentError
+from ..fsutil import cache_dir, sha256_file
 
 if TYPE_CHECKING:
     from ..agent.protocol import AgentRequest, AgentResult
@@ -34,8 +37,6 @@ FORMAT = 2  # 2: outputs are a list of arrays (every model output)
 
 
 def measure_cache_root() -> Path:
-    from ..fsutil import cache_dir
-
     return cache_dir("measurements")
 
 
@@ -88,16 +89,12 @@ class MeasureCache:
             doc = json.loads((entry / "doc.json").read_text(encoding="utf-8"))
             outputs = None
             if meta.get("outputs"):
-                from ..agent.protocol import load_outputs
-
                 outputs = load_outputs(entry / "outputs.npz")
         except (OSError, ValueError, KeyError, AgentError):
             return None  # missing or damaged: a miss, never trusted
         return Cached(doc=doc, outputs=outputs, measured_at=meta["measured_at"], key=key)
 
     def put(self, key: str, doc: dict, outputs: Any) -> None:
-        from ..agent.protocol import save_outputs
-
         entry = self._entry(key)
         tmp = None
         try:
@@ -137,8 +134,6 @@ class DeviceMeasurements:
     def probe_doc(self) -> dict:
         """The device's ``--probe`` (runtime versions, identity), run once per session."""
         if self._probe is None:
-            from ..agent.protocol import parse_agent_stdout
-
             t = self.deployer.t
             res = t.run([t.python, self.deployer.agent, "--probe"], timeout=self.deployer.timeout)
             doc = parse_agent_stdout(res.stdout, res.stderr, res.returncode)
@@ -148,9 +143,6 @@ class DeviceMeasurements:
         return self._probe
 
     def key(self, request) -> str:
-        from ..agent.bundle import agent_source
-        from ..fsutil import sha256_file
-
         probe = self.probe_doc()
         runtime_version = (probe.get("runtimes") or {}).get(request.runtime)
         identity = device_identity(probe, self.device_name, self.deployer.t.kind)
@@ -161,7 +153,6 @@ class DeviceMeasurements:
 
     def measure(self, request: AgentRequest, run: Callable[[], AgentResult]) -> AgentResult:
         """``run()`` unless a valid cached result exists."""
-        from ..agent.protocol import AgentResult
 
         name = request.variant
         if self.cache is None:

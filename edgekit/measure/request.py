@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ..agent.protocol import MeasureOptions, split_command
 from ..errors import BadInputError
 
 WARMUP_MODES = ("fixed", "auto")
@@ -31,7 +32,6 @@ def check_measure_options(opts: Any) -> None:
 
 def measure_options(opts: Any):
     """The deploy options' measurement extras, checked once, as the request builder takes them."""
-    from ..agent.protocol import MeasureOptions, split_command
 
     check_measure_options(opts)
     return MeasureOptions(warmup_mode=getattr(opts, "warmup_mode", None),

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from ..agent.protocol import BucketOutputs
+from ..convert.parity import compare_outputs
 from ..inputs.stateful import run as run_stream
 from .base import Metric, MetricError, MetricSpec, Score
+from .paired import paired_drop
 from .registry import resolve_metric, select_outputs
 
 
@@ -83,7 +85,6 @@ class EvalPlan:
 
     def parity(self, outputs: list[np.ndarray]) -> dict[str, dict]:
         """Parity of every output vs the float reference, by output name (integer outputs: exact agreement)."""
-        from ..convert.parity import compare_outputs
 
         parts = [compare_outputs(p.reference, list(o)[: len(p.reference)], p.reference_name, p.output_names)
                  for p, o in self.per_bucket(outputs)]
@@ -184,7 +185,6 @@ def score_drops(variants: list, outputs: dict[str, list[np.ndarray]], plan: Eval
     """Fill each variant's ``accuracy_drop`` (in the metric's units, > 0 = worse) and
     ``accuracy_stats`` (paired bootstrap CI, p-value, resolution) against the baseline measured in
     the same run. Returns warnings (an eval set too small to resolve the tolerance)."""
-    from .paired import paired_drop
 
     base = next((v for v in variants if v.name == baseline), None)
     if base is None or base.accuracy is None or baseline not in outputs:

@@ -15,21 +15,22 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import ModelLoadError
+from ..inputs.source import import_object
 from .base import Metric, MetricError, MetricSpec
+from .classification import MultilabelF1, TopK
+from .ctc import CTCAccuracy, CTCCharAccuracy
+from .detection import MeanAP
+from .frames import FrameAccuracy
+from .mask import MaskF1, MaskIoU
+from .regression import MAE, MSE, PSNR, SNR, Cosine
+from .segmentation import MeanIoU, PixelAccuracy
 
 _BUILTIN: dict[str, Callable[..., Metric]] = {}
 
 
 def _builtins() -> dict[str, Callable[..., Metric]]:
     if not _BUILTIN:
-        from .classification import MultilabelF1, TopK
-        from .ctc import CTCAccuracy, CTCCharAccuracy
-        from .detection import MeanAP
-        from .frames import FrameAccuracy
-        from .mask import MaskF1, MaskIoU
-        from .regression import MAE, MSE, PSNR, SNR, Cosine
-        from .segmentation import MeanIoU, PixelAccuracy
-
         _BUILTIN.update({
             "top1": lambda **o: TopK(1, **o),
             "top5": lambda **o: TopK(5, **o),
@@ -91,9 +92,6 @@ class _UserMetric(Metric):
 
 
 def _import(spec: str) -> Any:
-    from ..errors import ModelLoadError
-    from ..inputs.source import import_object
-
     try:
         return import_object(spec)
     except ModelLoadError as exc:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel
 
+from ..agent.bundle import agent_source
 from ..artifact import Artifact, IOSpec, LineageStep
 from ..config import validate
 from ..formats import Format, model_files
@@ -99,7 +100,6 @@ def code_fingerprint(pass_file: Path) -> str:
     pkg = Path(__file__).resolve().parents[1]  # edgekit's own: a pass may live elsewhere (a user's, a test's)
     files = [*sorted(pass_file.parent.glob("*.py")), *sorted((pkg / "convert").rglob("*.py")),
              pkg / "inputs" / "source.py", pkg / "artifact.py"]
-    from ..agent.bundle import agent_source
 
     files.append(agent_source())
     for f in files:

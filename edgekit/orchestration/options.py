@@ -12,9 +12,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from ..config import validate
 from ..errors import BadInputError
 from ..inputs.recipe import GateConfig, Recipe
 from ..inputs.targets import MeasureDefaults, TargetSpec
+from ..metrics import MetricSpec, get_metric
 
 ReleaseMethod = Literal["auto", "ab", "normalized", "direct"]
 
@@ -169,14 +171,12 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
     for opt, key in _GATE_OVERRIDES:  # the command line wins over the recipe and the target
         if getattr(opts, opt) is not None:
             g[key] = getattr(opts, opt)
-    from ..config import validate
 
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
 
 
 def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
     """The recipe's metric section with --metric / --metric-option / --output / --postprocess on top."""
-    from ..metrics import MetricSpec, get_metric
 
     spec = recipe.metric.model_copy() if recipe.metric is not None else MetricSpec()
     if opts.metric is not None:

@@ -23,6 +23,7 @@ from ..formats import RUNTIME_FOR_FORMAT
 from ..host import host_compute, host_threads
 from ..inputs.recipe import Recipe
 from ..inputs.targets import TargetSpec
+from ..llm.source import is_lm_source
 from ..measure.profile import profile_diffs, profile_variants, profiled_names
 from ..report.assemble import assemble_report
 from ..report.decision import decide
@@ -112,8 +113,6 @@ def deploy(
 
 
 def _is_lm(model: Any) -> bool:
-    from ..llm.source import is_lm_source
-
     return isinstance(model, (str, Path)) and is_lm_source(model)
 
 

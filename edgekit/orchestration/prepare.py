@@ -10,15 +10,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..artifact import Artifact
+from ..convert.torch_to_onnx import export_onnx
 from ..errors import BadInputError
 from ..formats import Format
-from ..fsutil import ensure_writable_dir
+from ..fsutil import ensure_writable_dir, sha256_file
 from ..inputs.data import Dataset, check_fits, fixed_shape_misfit, load_npz, take_subset
-from ..inputs.recipe import GateConfig, Recipe
+from ..inputs.recipe import GateConfig, Recipe, default_recipe, load_recipe
 from ..inputs.source import Source, load_source
 from ..inputs.stateful import for_source
 from ..inputs.targets import MeasureDefaults, TargetSpec, load_target
+from ..measure.request import check_measure_options
+from ..metrics.evaluate import eval_plan
+from ..passes.convert import variants_for_target
 from ..report.model import Report
+from .cache import default_cache, key_for
 from .options import DeployOptions, check_release_options, resolve_gate, resolve_measure, resolve_metric_spec
 
 Progress = Callable[[str], None]
@@ -55,8 +60,6 @@ class PreparedRun:
 def resolve_recipe(recipe, spec: TargetSpec, has_calib: bool) -> Recipe:
     """The recipe (a Recipe, a YAML path, or None for the default), with the target's formats: litert
     targets (rpi4, Android) get TFLite variants, Core ML targets Core ML ones, unless the recipe converts."""
-    from ..inputs.recipe import default_recipe, load_recipe
-    from ..passes.convert import variants_for_target
 
     rec = recipe if isinstance(recipe, Recipe) else (load_recipe(recipe) if recipe else default_recipe(has_calib))
     return variants_for_target(rec, spec, has_calib)
@@ -70,7 +73,6 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
                 calib_data=None, out="edgekit-out", example_inputs: tuple | None = None, arch: str | None = None,
                 x_key="x", y_key="y", progress: Progress) -> PreparedRun:
     started = time.perf_counter()
-    from ..measure.request import check_measure_options
 
     measure = resolve_measure(target, recipe, opts)
     check_measure_options(opts)
@@ -96,11 +98,9 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
     eval_ds = _fed(check_fits(eval_ds, io, "eval"), stream)
     calib_ds = _fed(check_fits(calib_ds, io, "calib"), stream) if calib_ds is not None else None
     train_ds = _fed(check_fits(train_ds, io, "train"), stream) if train_ds is not None else None
-    from ..metrics.evaluate import eval_plan
 
     progress("computing reference outputs (and checking the metric fits them)")
     plan = eval_plan(metric_spec, source, eval_ds)
-    from .cache import default_cache
 
     cache = default_cache() if opts.use_cache else None
     fp32 = _fp32_onnx(source, eval_ds, art_dir, cache, progress)
@@ -137,14 +137,11 @@ def _fp32_onnx(source: Source, eval_ds: Dataset, art_dir: Path, cache, progress:
     if source.artifact.format != Format.TORCH:
         return source.artifact
     progress("exporting to ONNX (parity check on the eval inputs)")
-    from ..convert.torch_to_onnx import export_onnx
 
     xs = list(eval_ds.xs)
     if cache is None:
         return export_onnx(source, art_dir / "fp32.onnx", xs)
     # the dynamo export is seconds: reuse it when the model and the eval inputs are unchanged
-    from ..fsutil import sha256_file
-    from .cache import key_for
 
     key = key_for({"input": source.artifact.sha256, "convert": "torch->onnx", "eval": sha256_file(eval_ds.path),
                    "subset": eval_ds.sample})

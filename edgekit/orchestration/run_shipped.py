@@ -18,10 +18,13 @@ from typing import Mapping
 
 import numpy as np
 
+from ..agent.inprocess import load_agent
+from ..agent.protocol import build_request, load_outputs
 from ..artifact import Artifact, IOSpec, TensorSpec
 from ..errors import BadInputError, DataError, ModelLoadError
-from ..formats import Format
+from ..formats import Format, spec_for_runtime
 from ..inputs.stateful import from_interface
+from ..inputs.targets import MeasureDefaults
 
 
 def _read_json(path: Path) -> dict:
@@ -99,10 +102,6 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
                 threads: int | None = None) -> dict[str, np.ndarray]:
     """The shipped file's outputs (by the source model's output names) for ``inputs`` (arrays by the
     source model's input names, batch first, or an .npz of them), run as the device ran it."""
-    from ..agent.inprocess import load_agent
-    from ..agent.protocol import build_request, load_outputs
-    from ..formats import spec_for_runtime
-    from ..inputs.targets import MeasureDefaults
 
     rt = _read_json(Path(ship_dir) / "runtime.json")
     # a file shipped to a web page runs here on the same runtime's native build (the page's outputs were

@@ -17,11 +17,14 @@ import json
 import shutil
 from pathlib import Path
 
+from ..agent.browser_bridge import _WEB_LEVEL
 from ..artifact import Artifact, IOSpec
 from ..formats import load_named, spec_for_runtime
 from ..fsutil import atomic_path, atomic_write_text
+from ..inputs.source import model_batch
 from ..inputs.stateful import of_artifact
 from ..report.model import VariantResult
+from ..transport.browser import HEADERS, RUNTIME_PACKAGE, litert_version, runtime_version
 
 SHIP_SCHEMA = 2  # 2: ``interface`` (names, shapes, layouts, transposes, source names)
 
@@ -123,7 +126,6 @@ def _batch(art: Artifact, source_io: IOSpec, fixed: dict, fed: set[str] = frozen
     """The batch the file takes (None: any); a file with a static batch is fed that many samples a call.
     ``fixed`` is keyed by the source's input names (the file's may differ: 'serving_default_x:0');
     ``fed``: constant and state inputs, whose first axis is no batch."""
-    from ..inputs.source import model_batch
 
     return model_batch([fixed[src.name][0] if src.name in fixed else s.shape
                         for s, src in zip(art.io.inputs, source_io.inputs) if src.name not in fed])
@@ -160,8 +162,6 @@ def onnxruntime_apply(threads: int, options: dict) -> dict:
 
 def onnxruntime_web_apply(threads: int, options: dict) -> dict:
     """What a web page sets to run the file as the browser agent measured it (device_agents/browser/agent.js)."""
-    from ..agent.browser_bridge import _WEB_LEVEL
-    from ..transport.browser import HEADERS, RUNTIME_PACKAGE, runtime_version
 
     return {"package": f"{RUNTIME_PACKAGE}@{runtime_version()}", "script": "dist/ort.wasm.min.js",
             "env": {"ort.env.wasm.numThreads": threads, "ort.env.wasm.proxy": False},
@@ -175,7 +175,6 @@ def onnxruntime_web_apply(threads: int, options: dict) -> dict:
 
 def litertjs_apply(threads: int, options: dict) -> dict:
     """What a web page sets to run a .tflite as the browser agent measured it with LiteRT.js."""
-    from ..transport.browser import HEADERS, litert_version
 
     return {"package": f"@litertjs/core@{litert_version()}", "module": "dist/index.js",
             "import_map": {"@litertjs/wasm-utils": "<node_modules>/@litertjs/wasm-utils/dist/index.js"},

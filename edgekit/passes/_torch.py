@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..artifact import Artifact, IOSpec
+from ..convert.torch_to_onnx import export_onnx
 from ..errors import DataError, ModelLoadError, PassError
 from ..inputs.data import Dataset
 from ..inputs.source import _io_from_program, from_program, import_object
@@ -163,7 +164,6 @@ def accuracy(module: Any, ds: Dataset | None) -> float | None:
 def export_torch_artifact(art: Artifact, dest: Path, parity_xs: list[np.ndarray]) -> Artifact:
     """A torch artifact (output of a torch pass, maybe with a dynamic batch) as ONNX with a static
     batch of 1 like the baseline, keeping its lineage; parity is checked against the program."""
-    from ..convert.torch_to_onnx import export_onnx
 
     ep = load_program(art)
     gm = ep.module()

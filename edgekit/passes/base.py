@@ -87,7 +87,7 @@ class TorchPass(Pass):
     input_formats: ClassVar[tuple[Format, ...]] = (Format.TORCH,)
 
     def run(self, artifact: Artifact, config: Any, ctx: PassContext, stem: str) -> PassOutput:
-        from ._torch import torch_threads
+        from ._torch import torch_threads  # heavy: torch
 
         with torch_threads(getattr(config, "threads", None)):
             return self.run_torch(artifact, config, ctx, stem)

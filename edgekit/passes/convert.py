@@ -18,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..artifact import Artifact
 from ..config import validate
+from ..convert.hops import convert_to, hop_config
 from ..errors import PassError
 from ..formats import FORMATS, Format, all_options, all_precisions, convert_targets, format_spec, spec_for_runtime
+from ..inputs.recipe import PassStep, VariantSpec
 from .base import Pass, PassContext, PassOutput
 
 _TFLITE_ONLY = format_spec(Format.TFLITE).options  # kept for importers; every row names its own options
@@ -59,8 +61,6 @@ class ConvertConfig(BaseModel):
         return {k: getattr(self, k) for k in format_spec(self.to).options}
 
     def tflite(self):
-        from ..convert.hops import hop_config
-
         return hop_config(Format.TFLITE, self.precision, self.options())
 
 
@@ -72,7 +72,6 @@ class Convert(Pass):
     def __call__(self, artifact: Artifact, config: dict | BaseModel | None, ctx: PassContext,
                  *, out_name: str | None = None) -> Artifact:
         # A conversion records its own `convert` lineage step (hop name + parity), not a `pass` step.
-        from ..convert.hops import convert_to
 
         cfg = config if isinstance(config, ConvertConfig) else validate(
             ConvertConfig, config or {}, "config of pass 'convert'",
@@ -102,7 +101,6 @@ def variants_for_target(recipe, target, has_calib: bool):
     Android) get TFLite fp32 + INT8 (float I/O; full-integer with calibration data, else
     dynamic-range); Core ML targets get Core ML fp32/fp16/int8-weights. ONNX Runtime targets keep
     the recipe as it is."""
-    from ..inputs.recipe import PassStep, VariantSpec
 
     if has_convert_steps(recipe) or not target.runtimes:
         return recipe

@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..artifact import Artifact
 from ..errors import BadInputError, PassError
 from ..formats import Format
+from ..inputs.source import import_object, load_pt2
 from ..orchestration.timeline import check_deadline
+from ..train.config import lineage_path
 from .base import PassContext, PassOutput, TorchPass
 
 
@@ -49,8 +51,7 @@ class Distill(TorchPass):
         import torch
         import torch.nn.functional as F
 
-        from ..inputs.source import import_object
-        from . import _torch as T
+        from . import _torch as T  # heavy: torch
 
         train = T.require_train(ctx.train, "distillation")
         torch.manual_seed(config.seed)
@@ -146,7 +147,6 @@ def _teacher_training_lineage(teacher_path: Path) -> list | None:
     """The `teacher.pt2.lineage.json` sidecar written by `edgekit train` (None when absent or unreadable)."""
     import json
 
-    from ..train.config import lineage_path
 
     side = lineage_path(teacher_path)
     try:
@@ -158,8 +158,6 @@ def _teacher_training_lineage(teacher_path: Path) -> list | None:
 
 def _teacher_artifact(config: DistillConfig, ctx: PassContext, artifact: Artifact) -> Artifact:
     if config.teacher:
-        from ..inputs.source import load_pt2
-
         p = Path(config.teacher)
         if not p.is_file():
             raise BadInputError(f"teacher {p} not found", hint="teacher: path to the teacher's .pt2")

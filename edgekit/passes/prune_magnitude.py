@@ -41,7 +41,7 @@ class MagnitudePrune(TorchPass):
     def run_torch(self, artifact, config: MagnitudePruneConfig, ctx: PassContext, stem: str) -> PassOutput:
         import torch
 
-        from . import _torch as T
+        from . import _torch as T  # heavy: torch
 
         ep = T.load_program(artifact)
         # weights of convs and linears: 2-D or 4-D parameters

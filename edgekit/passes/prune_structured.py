@@ -40,7 +40,7 @@ class StructuredPrune(TorchPass):
         import torch
         import torch_pruning as tp
 
-        from . import _torch as T
+        from . import _torch as T  # heavy: torch
 
         arch = config.arch or ctx.arch
         if not arch:
@@ -94,7 +94,7 @@ def finetune(model, train, epochs: int, lr: float, batch_size: int, seed: int) -
     """Plain cross-entropy fine-tune; returns the mean loss of each epoch."""
     import torch
 
-    from . import _torch as T
+    from . import _torch as T  # heavy: torch
 
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)

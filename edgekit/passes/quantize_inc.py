@@ -17,10 +17,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..convert.torch_to_onnx import export_onnx
 from ..errors import DataError, MissingExtraError, PassError
 from ..formats import Format
+from ..inputs.source import from_program
 from ..logs import quiet
 from .base import PassContext, PassOutput, TorchPass
+from .quantize_accuracy_aware import tolerance_points
 
 ONNX_UNSUPPORTED = ("--backend inc takes PyTorch models (.pt2, or .pth with --arch) only: INC's ONNX package "
                     "onnx-neural-compressor 1.0 declares numpy<2, which conflicts with the rest of edgekit's "
@@ -45,8 +48,7 @@ class IncQuantize(TorchPass):
     def run_torch(self, artifact, config: IncQuantizeConfig, ctx: PassContext, stem: str) -> PassOutput:
         import torch
 
-        from . import _torch as T
-        from .quantize_accuracy_aware import tolerance_points
+        from . import _torch as T  # heavy: torch
 
         try:
             with quiet("neural_compressor"):
@@ -121,8 +123,6 @@ class IncQuantize(TorchPass):
         out = ctx.workdir / f"{stem}.onnx"
         # INC's result is a PT2E graph with quantize/dequantize ops: exported as an ONNX QDQ model
         static = torch.export.export(q, example)
-        from ..convert.torch_to_onnx import export_onnx
-        from ..inputs.source import from_program
 
         tmp_src = from_program(static, artifact.path)
         onnx_art = export_onnx(tmp_src, out, list(xs_eval))

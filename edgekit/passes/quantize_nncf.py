@@ -26,10 +26,13 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..convert.onnx_to_openvino import RT_KEY, _nncf_dataset, no_telemetry, run_ir_all
 from ..errors import DataError, PassError
 from ..formats import Format
 from ..fsutil import publish_files
+from ..inputs.source import model_batch
 from ..logs import quiet
+from .accuracy_ladder import _Scorer
 from .base import Pass, PassContext, PassOutput
 
 
@@ -64,14 +67,11 @@ class QuantizeNncf(Pass):
         if artifact.precision != "fp32":
             raise PassError(f"quantize_nncf starts from the fp32 IR, got a {artifact.precision} one",
                             hint="convert: {to: openvino, precision: fp32} before it")
-        from ..convert.onnx_to_openvino import RT_KEY, _nncf_dataset, no_telemetry, run_ir_all
 
         no_telemetry()
         import nncf
         import openvino as ov
 
-        from ..inputs.source import model_batch
-        from .accuracy_ladder import _Scorer
 
         xs = list(ctx.eval.xs)
         scorer = _Scorer(xs, ctx.eval.y, plan)

@@ -22,9 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DataError, PassError
 from ..formats import Format
+from ..fsutil import sha256_file
+from ..host import ort_threads
 from ..inputs.source import ort_once
 from ..inputs.stateful import feeds
 from ..logs import quiet
+from ..paths import cache_dir
 from .base import Pass, PassContext, PassOutput
 
 CalibrationMethodName = Literal["minmax", "entropy", "percentile"]
@@ -98,7 +101,6 @@ def calibration_feeds(names: list[str], xs: tuple[np.ndarray, ...], dtypes: list
 def _calibration_key(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuantizeConfig, stream=None) -> str:
     from importlib.metadata import version
 
-    from ..fsutil import sha256_file
 
     h = hashlib.sha256()
     h.update(sha256_file(model).encode())
@@ -118,7 +120,6 @@ def calibration_cache_path(model: Path, xs: tuple[np.ndarray, ...], cfg: OrtQuan
     """Where the calibration ranges of ``model`` on ``xs`` by ``cfg``'s method live (None: cache off)."""
     if not cfg.calibration_cache or os.environ.get("EDGEKIT_NO_CACHE") == "1":
         return None
-    from ..paths import cache_dir
 
     return cache_dir("calibration") / f"{_calibration_key(model, xs, cfg, stream)}.json"
 
@@ -155,7 +156,6 @@ def _size_session(calibrator) -> None:
     for cores other processes hold: reopen it with the host's threads (edgekit/host.py)."""
     import onnxruntime as ort
 
-    from ..host import ort_threads
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as onnxruntime's own

@@ -45,9 +45,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..artifact import Artifact, IOSpec
+from ..convert.torch_to_onnx import export_onnx
 from ..errors import DataError, PassError
 from ..formats import Format
 from ..inputs.data import Dataset
+from ..inputs.source import from_program, load_onnx, ort_reference
+from ..logs import quiet
 from ..orchestration.timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 from .qat_simulation import (
@@ -143,8 +146,7 @@ def finetune(program, io: IOSpec, train: Dataset, calib: Dataset, settings: QatS
     import torch
     import torch.nn.functional as F
 
-    from ..logs import quiet
-    from ._torch import example_input
+    from ._torch import example_input  # heavy: torch
 
     started = time.perf_counter()
     deadline = min(deadline or float("inf"), started + settings.seconds)
@@ -321,9 +323,7 @@ def finetune(program, io: IOSpec, train: Dataset, calib: Dataset, settings: QatS
 
 def finetuned_onnx(result: FinetuneResult, dest: Path, parity_xs: list[np.ndarray]) -> Artifact:
     """The fine-tuned float model as ONNX (batch 1, the source's input names), parity checked."""
-    from ..convert.torch_to_onnx import export_onnx
-    from ..inputs.source import from_program
-    from ._torch import save_ep
+    from ._torch import save_ep  # heavy: torch
 
     pt2 = dest.with_suffix(".pt2")
     save_ep(result.program, pt2)
@@ -350,8 +350,7 @@ class QatQuantize(TorchPass):
         import shutil
         import tempfile
 
-        from ..inputs.source import load_onnx
-        from ._torch import load_program
+        from ._torch import load_program  # heavy: torch
 
         train = require_qat_data(ctx.train, ctx.calib)
         program = load_program(artifact)
@@ -383,12 +382,11 @@ class QatQuantize(TorchPass):
 
 def _top1(path: Path, ds: Dataset, torch_program=None) -> float | None:
     """Top-1 (percent) of the first output on ``ds``, when its labels are class indices."""
-    from ..inputs.source import ort_reference
 
     if ds.y is None or ds.y.dtype.kind not in "iu" or ds.y.ndim != 1:
         return None
     if torch_program is not None:
-        from ._torch import predict
+        from ._torch import predict  # heavy: torch
 
         out = predict(torch_program.module(), ds.xs)
     else:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..inputs.source import model_batch, run_batched
+from ..inputs.stateful import run as run_stream
 from ..orchestration.timeline import budget_exceeded, check_deadline, seconds_left
 
 MIN_SAMPLES = 4  # below this a tensor's error is noise: the step is not started
@@ -228,8 +230,6 @@ def measure(float_path: Path, qdq_path: Path, xs: list[np.ndarray], candidates: 
     every run (PP-OCRv4's recognizer, 552 units: 118 ms a sample against 25 ms in float)."""
     import onnxruntime as ort
 
-    from ..inputs.source import model_batch, run_batched
-    from ..inputs.stateful import run as run_stream
 
     started = time.perf_counter()
     path = workdir / "sensitivity.onnx"

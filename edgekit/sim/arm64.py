@@ -37,7 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..devices.inventory import DeviceEntry, add_device, transport_for
+from ..devices.provision import ensure_wheelhouse, provision
 from ..errors import BadInputError, DeviceError
+from ..fsutil import atomic_write_text, cache_dir
+from . import cgroup as _cg
+from . import netns as _netns
+from .device import SimState, _state_file, check_new_sim, create_netns, load_states, sim_root
+from .procs import kill_tree
+from .sshd import keygen
 
 SUITE = "bookworm"
 DEB_ARCH = "arm64"
@@ -91,7 +99,6 @@ def rootfs_cache_root() -> Path:
     env = os.environ.get("EDGEKIT_ROOTFS_CACHE")
     if env:
         return Path(env)
-    from ..fsutil import cache_dir
 
     return cache_dir("rootfs")
 
@@ -240,7 +247,6 @@ def _finish_rootfs(root: Path) -> dict:
 
 def purge_rootfs(say: Say = _quiet) -> list[Path]:
     """Delete the cached rootfs (refused while a twin runs on it)."""
-    from .device import load_states
 
     users = [s.name for s in load_states() if getattr(s, "arch", None) == "arm64"]
     if users:
@@ -338,7 +344,6 @@ def prepare_twin(d: Path, name: str, host: str, port: int = 22, cores: int | Non
                  qemu_cpu: str = DEFAULT_QEMU_CPU) -> Twin:
     """The twin's own layer: host key, authorized client key, sshd_config, fake cpu topology,
     machine-id. Written into the (not yet mounted) overlay upper folder."""
-    from .sshd import keygen
 
     _check_path_chars(d)
     for sub in ("upper", "work", "root"):
@@ -412,7 +417,6 @@ def start_twin(twin: Twin, rootfs: Path, *, netns: str, preexec: Callable[[], No
                     return twin
         except OSError:
             time.sleep(0.2)
-    from .procs import kill_tree
 
     kill_tree(proc.pid)
     raise DeviceError(f"the arm64 twin's sshd did not answer on {twin.host}:{twin.port} within "
@@ -434,11 +438,6 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     """Build (once) and start an arm64 twin, register it as a ``target`` device (emulated), and
     install the target's runtimes on it from a host-side wheelhouse (plus the extra wheels of the
     named ``runtimes``, e.g. executorch). Returns (state, entry, timings)."""
-    from ..devices.inventory import DeviceEntry, add_device
-    from ..fsutil import atomic_write_text
-    from . import cgroup as _cg
-    from . import netns as _netns
-    from .device import SimState, _state_file, check_new_sim, create_netns, sim_root
 
     spec, mem_bytes = check_new_sim(name, target, cpu_quota, memory)
     if spec.arch not in ("aarch64", "arm64"):
@@ -486,8 +485,6 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
                               start_seconds=round(time.perf_counter() - t0, 1))
     except BaseException:
         if twin is not None and twin.pid:
-            from .procs import kill_tree
-
             kill_tree(twin.pid)
         if cgs is not None:
             cgs.remove()
@@ -511,8 +508,6 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
 def provision_runtimes(entry, spec, wheelhouse: Path | None = None, say: Say = _quiet, runtimes=()):
     """Download the target's aarch64 wheels on this host (once, cached) and install them on the twin
     over SSH with ``pip install --no-index`` (edgekit/devices/provision.py). Updates the inventory entry."""
-    from ..devices.inventory import add_device, transport_for
-    from ..devices.provision import ensure_wheelhouse, provision
 
     # an unknown runtime, or one the target has no wheels for, is refused before any download
     wh, downloaded = ensure_wheelhouse(spec, wheelhouse, runtimes, say)

@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Literal
 
-from ..devices.inventory import DeviceEntry, add_device, get_device, load_inventory, remove_device
+from ..devices.inventory import NAME_RE, DeviceEntry, add_device, get_device, load_inventory, remove_device
 from ..errors import BadInputError, DeviceError
+from ..fsutil import atomic_write_text
+from ..inputs.targets import load_target
 from ..paths import locks_dir, sim_root
 from . import cgroup as _cg
 from . import netns as _netns
@@ -61,8 +63,6 @@ def _is_our_sshd(pid: int, config: str) -> bool:
 def check_new_sim(name: str, target: str, cpu_quota: float | None, memory: str | None):
     """The input checks every `sim up` (plain or arm64) makes before touching anything:
     returns (target spec, memory limit in bytes or None)."""
-    from ..devices.inventory import NAME_RE
-    from ..inputs.targets import load_target
 
     if not NAME_RE.match(name):
         raise BadInputError(f"device name {name!r} must be letters, digits, '.', '_' or '-' (max 63)")
@@ -122,7 +122,6 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
                             workdir=str(d / "device"), python=sys.executable, sim=True,
                             notes=f"simulated {spec.name}-class device ({mode})")
         add_device(entry)
-        from ..fsutil import atomic_write_text
 
         atomic_write_text(_state_file(name), state.model_dump_json(indent=2))
         return state, entry

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, require
 
 
 @dataclass
@@ -123,8 +123,6 @@ def _load_shards(d: Path, x_key: str, y_key: str, input_shape) -> TrainData:
 
 
 def _load_parquet(p: Path, files: list[Path], x_key: str, y_key: str, input_shape) -> TrainData:
-    from ..errors import require
-
     pl = require("polars", "train", "reading Parquet training data")
     try:
         df = pl.read_parquet([str(f) for f in files])

@@ -31,7 +31,11 @@ from typing import Any, Callable, Optional
 from .. import errors
 from ..errors import BadInputError, ConfigError, DeviceError, OutputError, TransportError
 from ..fsutil import atomic_write_text
+from . import checkpoint
 from .config import TrainConfig
+from .data import load_train_data
+from .model import build_model, check_fits
+from .plan import advise_for_run
 
 
 class TrainFailedError(DeviceError):
@@ -201,9 +205,6 @@ def _check_devices(cfg: TrainConfig) -> None:
 def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check: bool = True,
         force: bool = False) -> TrainResult:
     """Validate, then train with torchrun; returns where the teacher and its metrics were written."""
-    from .data import load_train_data
-    from .model import build_model, check_fits
-    from . import checkpoint
 
     cfg = _absolute(cfg)
     _check_devices(cfg)
@@ -215,8 +216,6 @@ def run(cfg: TrainConfig, *, echo: Optional[Callable[[str], None]] = None, check
         model = build_model(cfg.factory)
         check_fits(model, data, cfg.factory)
         if cfg.world_size > 1 and not force:
-            from .plan import advise_for_run
-
             advice = advise_for_run(model, data, cfg)
             if advice.recommend.processes == 1:
                 warnings.append(f"this data set does not need distributed training: {advice.recommend.why} "

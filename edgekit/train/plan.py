@@ -36,7 +36,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BadInputError
+from ..errors import BadInputError, ConfigError
 
 SINGLE_MACHINE_ROWS = 100_000_000  # the field's rule of thumb for preprocessing on one machine
 OPT_BYTES_PER_PARAM = {"adam": 8, "sgd": 4}
@@ -303,7 +303,6 @@ def plan_for(model=None, data=None, *, rows: Optional[int] = None, sample_shape:
     fields.update({k: v for k, v in overrides.items() if v is not None})
     from pydantic import ValidationError
 
-    from ..errors import ConfigError
 
     try:
         inputs = PlanInputs(**fields)

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..artifact import LineageStep
 from ..errors import ConfigError, EdgekitError
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_write_text, sha256_file
 from . import checkpoint
 from .config import TrainConfig
 from .data import load_train_data
@@ -219,9 +220,6 @@ def _train(cfg, rank, world, device, backend, torch, dist, DDP, DistributedSampl
 
 def _finish(cfg, model, data, classes, history, world, backend, precision, steps_per_epoch, global_step,
             steps_run, seconds, resumed_from, torch) -> None:
-    from ..artifact import LineageStep
-    from ..fsutil import sha256_file
-
     model = model.to("cpu").float().eval()
     eval_acc = None
     if cfg.eval_data is not None:

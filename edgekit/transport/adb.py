@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..errors import TransportError
 from ..fsutil import sha256_file
+from ..inputs.targets import load_target
 from .base import CommandResult, Transport
 
 DEFAULT_WORKDIR = "/data/local/tmp/edgekit"  # writable by the shell user on every Android
@@ -439,8 +440,6 @@ def transport_for_device(entry, python: str) -> AdbTransport:
     """The inventory's adb device -> a connected AdbTransport (devices.py holds the lock)."""
     mask = None
     if getattr(entry, "pin_big_cores", False):
-        from ..inputs.targets import load_target
-
         mask = load_target(entry.target).big_cores_mask
         if not mask:
             raise TransportError(f"device '{entry.name}' asks for big-core pinning, and target '{entry.target}' "

@@ -29,7 +29,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from ..agent.browser_bridge import measure_in_page, probe_page
 from ..errors import DeviceError, TransportError
+from ..fsutil import sha256_file
+from ..sim.procs import descendants, kill_tree
 from .base import CommandResult
 from .local import LocalTransport, default_local_workdir
 from .web_runtimes import find, node_modules, page_dir
@@ -214,7 +217,6 @@ class BrowserPage:
         self.dist = runtime_dist()
         self.exe = chromium_path()
         self.version = chromium_version(self.exe)
-        from ..fsutil import sha256_file
 
         self.agent_sha256 = "".join(sha256_file(page_dir() / f)[:16] for f in PAGE_FILES)
         self.jobs: queue.Queue = queue.Queue()
@@ -323,7 +325,6 @@ class BrowserPage:
 
     def renderer_pids(self) -> list[int]:
         """The page's renderer processes (children of this Chromium started with --type=renderer)."""
-        from ..sim.procs import descendants
 
         out = []
         for pid in descendants(self.proc.pid) if self.proc else []:
@@ -357,8 +358,6 @@ class BrowserPage:
 
     def close(self) -> None:
         if self.proc is not None:
-            from ..sim.procs import kill_tree
-
             if self.proc.poll() is None:
                 kill_tree(self.proc.pid)
             try:  # the helpers of a browser that died on its own are orphans, still in its process group
@@ -402,7 +401,6 @@ class BrowserTransport(LocalTransport):
         what = self._agent_call(argv)
         if what is None:  # hashing and the rest: the served folder is on this host
             return super().run(argv, timeout=timeout, cwd=cwd)
-        from ..agent.browser_bridge import measure_in_page, probe_page
 
         start = time.perf_counter()
         doc, code = probe_page(self.page) if what == "--probe" else measure_in_page(self.page, what, timeout)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import BadInputError, TransportError, require
+from ..fsutil import atomic_path
 from .base import CommandResult, Transport
 
 T = TypeVar("T")
@@ -120,7 +121,6 @@ def trust_host_key(host: str, port: int, key, known_hosts: str | Path) -> None:
             hint="if the device was really re-installed, remove its line from that file first")
     hk.add(name, key.get_name(), key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ..fsutil import atomic_path
 
     with atomic_path(path) as tmp:
         hk.save(str(tmp))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DeviceError, TransportError
+from ..paths import cache_dir
 
 ENV = "EDGEKIT_BROWSER_RUNTIMES"
 LOCK_FILES = ("package.json", "package-lock.json")
@@ -81,8 +82,6 @@ def lock_key(folder: Path | None = None) -> str:
 
 
 def cache_root() -> Path:
-    from ..paths import cache_dir
-
     return cache_dir("web-runtimes")
 
 

@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from ..agent.browser_bridge import PAGE_OPTIONS
 from ..devices.session import MeasureFailure
 from ..formats import FORMATS
 from ..inputs.recipe import VariantSpec
@@ -183,7 +184,6 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
     base_threads = settings.measure.threads
     allowed = None
     if getattr(session.transport, "kind", None) == "browser":  # a page's runtime takes fewer options
-        from ..agent.browser_bridge import PAGE_OPTIONS
 
         allowed = PAGE_OPTIONS.get(runtime, {})
     grid, capped = tuning_grid(runtime, m.doc, run.target.cores, opts.threads, allowed)
