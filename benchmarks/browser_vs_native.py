@@ -8,13 +8,16 @@ this process (``measure``), the browser side the page agent (edgekit/agent/brows
 digits CNN (examples/digits, `bash examples/digits/run.sh` makes it) and the perf-style MobileNetV2 at 64x64
 (random weights: latency only).
 
-    .venv/bin/python benchmarks/browser_vs_native.py [--rounds 3]
+    .venv/bin/python benchmarks/browser_vs_native.py [--rounds 3] [--docs]
+
+``--docs`` writes the table into docs/benchmarks/browser-and-fleet.md (its ``browser_vs_native`` section).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -28,9 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _cpu import isa  # noqa: E402
 
 
-def _onnx_models(d: Path) -> dict[str, Path]:
+def _onnx_models(d: Path, skipped: list[str]) -> dict[str, Path]:
     import torch
-
     from mobilenet import MobileNetV2
 
     out = {}
@@ -40,8 +42,11 @@ def _onnx_models(d: Path) -> dict[str, Path]:
 
         if edgekit(["convert", str(digits), "--to", "onnx", "--out", str(d / "digits.onnx")]) == 0:
             out["digits CNN 8x8"] = d / "digits.onnx"
+        else:
+            skipped.append("digits CNN 8x8 (`edgekit convert --to onnx` failed)")
     else:
         print(f"(digits CNN skipped: {digits} is missing; bash examples/digits/run.sh makes it)")
+        skipped.append("digits CNN 8x8 (examples/digits/artifacts/model.pt2 missing)")
     m = MobileNetV2(num_classes=10).eval()
     torch.onnx.export(m, (torch.randn(1, 3, 64, 64),), str(d / "mobilenet.onnx"), input_names=["x"],
                       output_names=["y"], dynamo=False)
@@ -82,26 +87,31 @@ def _request(model: Path, d: Path, threads: int) -> Path:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--docs", action="store_true",
+                    help="write the table into docs/benchmarks/browser-and-fleet.md (its browser_vs_native section)")
     args = ap.parse_args(argv)
     from edgekit.agent.browser_bridge import measure_in_page
     from edgekit.agent.inprocess import load_agent
     from edgekit.transport.browser import BrowserTransport
 
     agent = load_agent()
+    load = [os.getloadavg()[0]]  # the host's 1-minute load average at the start and the end (a shared host)
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-browser-") as td:
         t = BrowserTransport(Path(td) / "device")
         try:
             models = {}  # (model, format) -> the file in the served folder: the page fetches it
-            for name, made in _onnx_models(Path(td)).items():
+            skipped: list[str] = []  # what the table cannot show, and why
+            for name, made in _onnx_models(Path(td), skipped).items():
                 for f in (made, _tflite(made)):
                     if f is None:
                         print(f"({name}: no .tflite, `edgekit convert` failed)")
+                        skipped.append(f"{name} .tflite (`edgekit convert --to tflite` failed)")
                         continue
                     models[(name, f.suffix[1:])] = Path(t.workdir) / f.name
                     shutil.copyfile(f, models[(name, f.suffix[1:])])
             sides = {"onnx": ("native onnxruntime", "ONNX Runtime Web"), "tflite": ("native LiteRT", "LiteRT.js")}
             p50, versions = {}, {}
-            for r in range(args.rounds):
+            for _r in range(args.rounds):
                 for (name, fmt), model in models.items():
                     for threads in (1, 2):
                         req = _request(model, Path(td), threads)
@@ -114,19 +124,47 @@ def main(argv=None) -> None:
                                 statistics.median(doc["latency_ms"]["raw"]))
                             versions[side] = doc["runtime"]["version"]
                         feats = web["runtime"]["features"]
-            print(f"CPU: {isa()}; browser: Chromium {t.page.version} (WASM SIMD {feats['wasm_simd']}, threads "
-                  f"{feats['wasm_threads']}); " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
-                  + f"; median of {args.rounds} rounds' p50")
+            load.append(os.getloadavg()[0])
+            setup = (f"browser: Chromium {t.page.version} (WASM SIMD {feats['wasm_simd']}, threads "
+                     f"{feats['wasm_threads']}); " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+                     + f"; median of {args.rounds} rounds' p50; {os.cpu_count()} CPUs, load average "
+                     f"{load[0]:.2f} at the start, {load[1]:.2f} at the end")
+            print(f"CPU: {isa()}; {setup}")
             print(f"{'model':22} {'thr':>3} {'native':>18} {'p50 ms':>8} {'in the page':>16} {'p50 ms':>8} "
                   f"{'page/native':>11}")
+            rows = []
             for (name, fmt) in models:
                 for threads in (1, 2):
                     nat, page = sides[fmt]
                     n = statistics.median(p50[(name, fmt, threads, nat)])
                     w = statistics.median(p50[(name, fmt, threads, page)])
+                    rows.append((name, fmt, threads, nat, n, page, w, p50[(name, fmt, threads, nat)],
+                                 p50[(name, fmt, threads, page)]))
                     print(f"{name:22} {threads:>3} {nat:>18} {n:8.4f} {page:>16} {w:8.4f} {w / n:10.2f}x")
         finally:
             t.close()
+    if args.docs:
+        from _docs import write_section
+
+        write_section(ROOT / "docs" / "benchmarks" / "browser-and-fleet.md", "browser_vs_native",
+                      docs_table(setup, rows, skipped))
+
+
+def docs_table(setup: str, rows: list[tuple], skipped: list[str]) -> str:
+    """The printed table as markdown (the docs page's section)."""
+    lines = [setup[0].upper() + setup[1:] + ". The p50 cells: the median of the rounds' p50, then the rounds' "
+             "lowest and highest.", "",
+             "| model | file | threads | native | native p50 ms | in the page | page p50 ms | page / native |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def cell(med: float, seen: list[float]) -> str:
+        return f"{med:.4f} ({min(seen):.4f}-{max(seen):.4f})" if len(seen) > 1 else f"{med:.4f}"
+
+    for name, fmt, threads, nat, n, page, w, ns, ws in rows:
+        lines.append(f"| {name} | .{fmt} | {threads} | {nat} | {cell(n, ns)} | {page} | {cell(w, ws)} "
+                     f"| {w / n:.2f}x |")
+    lines += [f"| {s} | | | | not measured | | not measured | |" for s in skipped]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@ on the local device, twice: a cold run (empty pass cache) and a re-run with noth
 Prints every variant's accuracy, drop, size and device-measured p50 with its speedup over fp32,
 and the time both runs spent building variants (passes) and in total.
 
-    python benchmarks/compression_recipe.py [--runs 300] [--json out.json]
+    python benchmarks/compression_recipe.py [--runs 300] [--json out.json] [--docs]
 
-Both runs measure on the device (--remeasure), so the re-run's saving is the passes' alone.
+Both runs measure on the device (--remeasure), so the re-run's saving is the passes' alone. ``--docs`` writes the
+table and the re-run's saving into docs/benchmarks/compression.md (its ``compression_recipe`` section).
+Needs examples/digits/artifacts/ (`python examples/digits/train.py` makes it, seeded, in seconds).
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=300, help="minimum timed runs per variant")
     ap.add_argument("--recipe", type=Path, default=ROOT / "examples" / "digits" / "recipe-compress.yaml")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--docs", action="store_true",
+                    help="write the table into docs/benchmarks/compression.md (its compression_recipe section)")
     args = ap.parse_args(argv)
+    if not (ART / "model.pt2").is_file():
+        raise SystemExit(f"{ART} has no model.pt2: `python examples/digits/train.py` makes the digits artifacts")
     from edgekit.orchestration.pipeline import deploy
 
     results = []
@@ -54,12 +60,16 @@ def main(argv=None) -> None:
     print()
     for label, wall, rep in results:
         p = rep.settings["passes"]
-        print(f"{label:7}: passes {p['seconds']:8.2f} s (cache hits {p['cache']['hits']}, misses {p['cache']['misses']}), "
-              f"whole deploy {wall:7.2f} s")
+        print(f"{label:7}: passes {p['seconds']:8.2f} s (cache hits {p['cache']['hits']}, "
+              f"misses {p['cache']['misses']}), whole deploy {wall:7.2f} s")
     (c_label, c_wall, c_rep), (r_label, r_wall, r_rep) = results
     print(f"re-run / cold: passes {r_rep.settings['passes']['seconds'] / c_rep.settings['passes']['seconds']:.3f}, "
           f"whole deploy {r_wall / c_wall:.3f} (the device measurements are repeated in both)")
     print(f"gate: {'PASSED' if cold.gate.passed else 'FAILED'}")
+    if args.docs:
+        from _docs import write_section
+
+        write_section(ROOT / "docs" / "benchmarks" / "compression.md", "compression_recipe", docs_table(results))
     if args.json:
         args.json.write_text(json.dumps({
             "variants": [{"name": v.name, "accuracy": v.accuracy.value, "drop": v.accuracy_drop,
@@ -67,6 +77,43 @@ def main(argv=None) -> None:
                           "speedup_vs_baseline": v.speedup_vs_baseline} for v in cold.variants],
             "runs": [{"label": lbl, "wall_s": w, "passes": r.settings["passes"]} for lbl, w, r in results],
         }, indent=1))
+
+
+def _int8(v) -> str:
+    """The accuracy-aware pass's choice in a variant's lineage: its encoding and the ops it kept in float."""
+    for step in v.lineage:
+        m = step.metrics
+        if step.kind == "pass" and "encoding" in m and "float_ops" in m:
+            return f"{m['encoding']}, {len(m['float_ops'])} of {m.get('quantizable_ops', '?')} ops in float"
+    return "-"
+
+
+def docs_table(results) -> str:
+    """The printed table and the re-run's saving as markdown (the docs page's section)."""
+    (_, c_wall, cold), (_, r_wall, rerun) = results
+    rts = sorted({(v.runtime.name, v.runtime.version, v.runtime.threads) for v in cold.variants},
+                 key=lambda r: tuple(str(x) for x in r))
+    runs = sorted({v.latency_ms.runs for v in cold.variants})
+    rt = "; ".join(f"{n} {ver or '(version not read)'}, {th or '?'} thread{'' if th == 1 else 's'}"
+                   for n, ver, th in rts)
+    lines = [f"Local device, {rt}, batch 1, {'-'.join(map(str, runs[::max(len(runs) - 1, 1)]))} timed "
+             "runs a variant (the cold run's measurements). vs fp32: fp32's p50 over the variant's. INT8: the "
+             "encoding the accuracy-aware pass chose and the ops it kept in float.", "",
+             "| variant (digits CNN) | acc % | drop (pts) | size KB | device p50 µs | 95% CI of p50, µs | vs fp32 "
+             "| INT8 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for v in cold.variants:
+        lat = v.latency_ms
+        lines.append(f"| {v.name} | {v.accuracy.value:.2f} | {v.accuracy_drop or 0:.2f} | {v.size_bytes / 1024:.1f} "
+                     f"| {lat.p50 * 1e3:.2f} | {lat.ci95[0] * 1e3:.2f}-{lat.ci95[1] * 1e3:.2f} "
+                     f"| {v.speedup_vs_baseline or 1:.2f}x | {_int8(v)} |")
+    cp, rp = cold.settings["passes"], rerun.settings["passes"]
+    lines += ["", f"Re-running the unchanged recipe: passes {cp['seconds']:.1f} s ({cp['cache']['hits']} cache hits, "
+              f"{cp['cache']['misses']} misses) -> {rp['seconds']:.2f} s ({rp['cache']['hits']} cache hits, "
+              f"{rp['cache']['misses']} misses), whole deploy {c_wall:.1f} s -> "
+              f"{r_wall:.1f} s (the device measurements are repeated in both). Gate: "
+              f"{'passed' if cold.gate.passed else 'FAILED'}."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,12 @@
 Prints (1) the eval throughput of a sharded fleet run on 3 SSH devices against the same run on one of
 them (eval samples per second of the eval pass, which the agent times on each unit; the fleet's is set by
 its slowest shard; target >= 2.5x on units with their own CPUs), the device-stage wall time of each (which
-also holds what every unit does in full: agent start, warmup, the latency runs) and the whole deploy's wall time of each, and (2) how often two processes acting as
-two hosts (separate EDGEKIT_HOMEs, so their host locks never meet) measured one device at the same time
-over N rounds (each busy interval logged ON the device; target 0): through the device-side lease, and
-through a real labgrid coordinator on loopback (each round a DeviceSession with EDGEKIT_COORDINATOR set
-and the device-side lease off, so the coordinator alone keeps them apart; needs `edgekit[lab]`).
+also holds what every unit does in full: agent start, warmup, the latency runs) and the whole deploy's wall
+time of each, and (2) how often two processes acting as two hosts (separate EDGEKIT_HOMEs, so their host
+locks never meet) measured one device at the same time over N rounds (each busy interval logged ON the device;
+target 0): through the device-side lease, and through a real labgrid coordinator on loopback (each round a
+DeviceSession with EDGEKIT_COORDINATOR set and the device-side lease off, so the coordinator alone keeps them
+apart; needs `edgekit[lab]`).
 The CPU's ISA is printed beside the figures.
 
 The simulated devices are real sshd servers on loopback (or in network namespaces as root) sharing this
@@ -15,18 +16,13 @@ machine's cores: with fewer cores than units the fleet's speed-up is capped by t
 the core count is printed beside the ratio.
 
     sudo .venv/bin/python benchmarks/fleet.py [--samples 24000] [--width 1024] [--rounds 20] [--cpu-quota 0.25]
-                                             [--contention-only]
+                                             [--contention-only] [--docs]
 
-Seen on the 2-core dev VM (AVX-512 VNNI, as root: netns units at 0.25 core, 24000 samples, width 1024):
-eval pass 1 unit 23.35 s, 3 units sharded 7.84 s = 2.98x eval throughput; device stage 32.08 s vs 14.11 s =
-2.27x (both runs remeasured, never from the cache); the same metric.
-Earlier (load ~4 from other work), 24000 samples, 0.25 core per unit: device stage 1 unit
-31.5 s vs 3 units sharded 15.4 s = 2.05x (the eval part alone ~3x: ~7 s per unit is fixed cost, agent start
-and latency runs at a quarter core); same metric; 20 rounds x 2 processes: 0 double bookings. Loopback units
-sharing the 2 cores: 1.3x (3000-40000 samples). Contention (`--contention-only --rounds 20`, same VM, AVX-512
-VNNI, netns units at 0.25 core): device-side lease 40 measurements, 0 double bookings (102 s); labgrid 26.0.1
-coordinator 40 measurements, 0 double bookings, 4 rounds queued behind the other host (40 s); the control
-without any reservation 3 double bookings in 40 (27 s).
+``--docs`` writes the two tables into docs/benchmarks/browser-and-fleet.md (its ``fleet`` section, the sharded
+eval, and its ``fleet contention`` section; with --contention-only only the latter).
+
+The last run's figures, with the host's CPU and ISA and the commit, are in docs/benchmarks/browser-and-fleet.md
+(written by ``--docs``).
 """
 
 from __future__ import annotations
@@ -68,7 +64,8 @@ CONTENDER = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from edgekit.devices.inventory import get_device, transport_for
     from edgekit.devices.lease import DeviceLease
-    busy = "import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.1); f.write('%r %r\\\\n' % (s, time.time()))"
+    busy = ("import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.1); "
+            "f.write('%r %r\\\\n' % (s, time.time()))")
     t = transport_for(get_device("u0"))  # a simulated device: its inventory entry names this venv's Python
     for i in range({rounds}):
         lease = DeviceLease(t, "u0", ttl_s=20).acquire(wait=True, timeout=300)
@@ -85,7 +82,8 @@ COORDINATED = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from edgekit.devices.session import DeviceSession
     from edgekit.inputs.targets import load_target
-    busy = "import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.3); f.write('%r %r\\\\n' % (s, time.time()))"
+    busy = ("import sys, time; f = open(sys.argv[1], 'a'); s = time.time(); time.sleep(0.3); "
+            "f.write('%r %r\\\\n' % (s, time.time()))")
     waited = 0
     for i in range({rounds}):
         with DeviceSession(load_target("local"), "u0", source_io=None, plan=None, lock_timeout=300) as s:
@@ -126,6 +124,8 @@ def main(argv=None) -> int:
                          "their own CPU budget as real boards do (0 = loopback sshd, all sharing the host)")
     ap.add_argument("--contention-only", action="store_true", help="skip the fleet timing; only the two "
                     "contention counts")
+    ap.add_argument("--docs", action="store_true", help="write the tables into docs/benchmarks/browser-and-fleet.md "
+                    "(its fleet and fleet contention sections)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="edgekit-fleet-bench-"))
     os.environ["EDGEKIT_HOME"] = str(work / "home")
@@ -151,8 +151,10 @@ def main(argv=None) -> int:
                 register(s, f"u{i}", target="local", workdir=work / f"dev{i}")
         where = (f"3 simulated devices (netns), {args.cpu_quota:g} core each (cgroup)" if rooted else
                  "3 loopback sshd devices sharing the host's cores")
+        machine = f"{os.cpu_count()} cores; {where}; {args.samples} eval samples, MLP width {args.width}"
         print(f"machine: {os.cpu_count()} cores, CPU ISA {isa()}; {where}; {args.samples} eval samples, "
               f"MLP width {args.width}")
+        guards: list[tuple] = []  # (guard, measurements, double bookings, queued rounds, exit codes, seconds)
         if not args.contention_only:
             common = dict(eval_data=data, target="local", recipe=Recipe(baseline="fp32", variants=[]), runs=10,
                           min_seconds=0.0, warmup=1, shard_eval=True)
@@ -176,16 +178,29 @@ def main(argv=None) -> int:
                   + ("" if rooted else f" (capped near {os.cpu_count()}x by this host's cores)"))
             print(f"whole deploy: 1 unit {t1 - t0:.2f} s, 3 units {t2 - t1:.2f} s; same metric: {same} "
                   f"({three.variants[0].accuracy.value})")
+            if args.docs:
+                _write_docs("fleet", fleet_table(machine, rooted, [
+                    ("eval pass (the agent's timing; 3 units: the slowest shard)", one_eval, three_eval,
+                     "eval throughput"),
+                    ("device stage (agent start, warmup, latency runs, eval)", one_s, three_s, "device stage"),
+                    ("whole deploy", t1 - t0, t2 - t1, "whole deploy")],
+                    f"{one.variants[0].accuracy.value} and {three.variants[0].accuracy.value}"
+                    f" ({'the same' if same else 'DIFFERENT'})"))
 
         n, double, rcs, secs, _ = contend(work, CONTENDER, "lease", args.rounds, {})
         print(f"contention: 2 processes x {args.rounds} rounds on one device through the device-side lease: "
               f"{n} measurements, {double} double bookings (target 0), exit codes {rcs}, {secs:.1f} s")
+        guards.append(("device-side lease", n, double, None, rcs, secs))
         ok = double == 0 and rcs == [0, 0]
         try:
             import labgrid.remote.client  # noqa: F401
         except ImportError:
             print("contention through a labgrid coordinator: skipped (labgrid is not installed: "
                   "pip install 'edgekit[lab]')")
+            if args.docs:
+                guards.append(("labgrid coordinator", None, "not measured: labgrid is not installed "
+                               "(`pip install 'edgekit[lab]'`)", None, None, None))
+                _write_docs("fleet contention", contention_table(machine, args.rounds, guards))
             return 0 if ok else 1
         from lab_coordinator import start_coordinator
 
@@ -201,11 +216,16 @@ def main(argv=None) -> int:
         print(f"contention: 2 processes x {args.rounds} rounds on one device through a labgrid coordinator "
               f"(labgrid {_labgrid_version()}, device-side lease off): {n} measurements, {double} double bookings "
               f"(target 0), rounds that queued behind the other host: {waits}, exit codes {rcs}, {secs:.1f} s")
+        guards.append((f"labgrid {_labgrid_version()} coordinator (device-side lease off)", n, double, waits, rcs,
+                       secs))
         ok = ok and double == 0 and rcs == [0, 0]
         # the control: the same two processes with no reservation at all (the check must see overlaps)
         n, double, rcs, secs, _ = contend(work, COORDINATED, "none", args.rounds, {"EDGEKIT_DEVICE_LEASE": "0"})
         print(f"control: the same without any reservation (no coordinator, no device-side lease): {n} measurements, "
               f"{double} double bookings, {secs:.1f} s")
+        guards.append(("none (the control: no coordinator, no device-side lease)", n, double, None, rcs, secs))
+        if args.docs:
+            _write_docs("fleet contention", contention_table(machine, args.rounds, guards))
         return 0 if ok else 1
     finally:
         if coord is not None:
@@ -218,6 +238,39 @@ def main(argv=None) -> int:
             for n in sims:
                 down(n)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_docs(section: str, body: str) -> None:
+    from _docs import write_section
+
+    write_section(ROOT / "docs" / "benchmarks" / "browser-and-fleet.md", section, body)
+
+
+def fleet_table(machine: str, rooted: bool, rows: list[tuple], metric: str) -> str:
+    """The sharded-eval figures as markdown: seconds on 1 unit and on 3, and the ratio."""
+    lines = [f"{machine[0].upper()}{machine[1:]}; both runs remeasured (never from the cache).", "",
+             "| seconds | 1 unit | 3 units, sharded | 1 unit / 3 units |", "|---|---|---|---|"]
+    for what, one, three, _ in rows:
+        lines.append(f"| {what} | {one:.2f} | {three:.2f} | {one / three:.2f}x |")
+    lines += ["", f"The metric on 1 unit and on 3: {metric}."
+              + ("" if rooted else " The units share this host's cores: the ratios are capped by the host.")]
+    return "\n".join(lines)
+
+
+def contention_table(machine: str, rounds: int, guards: list[tuple]) -> str:
+    """Double bookings per guard as markdown: two processes acting as two hosts, each ``rounds`` rounds."""
+    lines = [f"{machine.split(';')[0]}; {machine.split(';')[1].strip()}; two processes acting as two hosts "
+             f"(separate EDGEKIT_HOMEs), {rounds} rounds each, every busy interval logged on the device.", "",
+             "| guard | measurements | double bookings | rounds queued behind the other host | seconds |",
+             "|---|---|---|---|---|"]
+    for guard, n, double, waits, rcs, secs in guards:
+        if n is None:
+            lines.append(f"| {guard} | {double} | | | |")
+            continue
+        queued = "-" if waits is None else str(sum(int(w) for w in waits.split(" + ") if w.strip().isdigit()))
+        failed = "" if rcs == [0, 0] else f" (exit codes {rcs})"
+        lines.append(f"| {guard} | {n}{failed} | {double} | {queued} | {secs:.1f} |")
+    return "\n".join(lines)
 
 
 def _labgrid_version() -> str:

@@ -5,15 +5,17 @@ this host, 1 thread, batch 1, the variants measured interleaved in rounds so tha
 all of them alike), for the digits CNN and for the same CNN with a built-in activation outlier
 (the textbook case where plain INT8 collapses).
 
-    python benchmarks/quantization_compare.py [--tolerance 0.5] [--rounds 5] [--json out.json]
+    python benchmarks/quantization_compare.py [--tolerance 0.5] [--rounds 5] [--json out.json] [--docs]
 
-Needs examples/digits/artifacts (python examples/digits/train.py writes them).
+Needs examples/digits/artifacts (python examples/digits/train.py writes them). ``--docs`` writes the table into
+docs/benchmarks/compression.md (its ``quantization_compare`` section).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -133,8 +135,9 @@ def run_case(name: str, pt2: Path, calib, ev, tol: float, work: Path, rounds: in
         r = {"case": name, "method": method, **rows.get(method, {})}
         if method in paths:
             acc = accuracy(paths[method], ev)
-            r.update(accuracy=round(acc, 2), drop=round(base_acc - acc, 2), size_kb=round(paths[method].stat().st_size / 1024, 1),
-                     p50_ms=round(lat[method], 4), speedup=round(lat["fp32"] / lat[method], 2),
+            r.update(accuracy=round(acc, 2), drop=round(base_acc - acc, 2),
+                     size_kb=round(paths[method].stat().st_size / 1024, 1),
+                     p50_ms=round(lat[method], 6), speedup=round(lat["fp32"] / lat[method], 2),
                      within_tolerance=base_acc - acc <= tol)
         out.append(r)
     return out
@@ -146,7 +149,11 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=300, help="timed runs per variant per round")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--docs", action="store_true",
+                    help="write the table into docs/benchmarks/compression.md (its quantization_compare section)")
     args = ap.parse_args(argv)
+    if not (ART / "model.pt2").is_file():
+        raise SystemExit(f"{ART} has no model.pt2: `python examples/digits/train.py` makes the digits artifacts")
     import torch
 
     from edgekit.inputs.data import load_npz
@@ -158,7 +165,9 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        rows += run_case("digits CNN", ART / "model.pt2", calib, ev, args.tolerance, tmp / "digits", args.rounds, args.runs)
+        os.environ["EDGEKIT_HOME"] = str(tmp / "home")  # cold caches (calibration ranges...): the build times
+        rows += run_case("digits CNN", ART / "model.pt2", calib, ev, args.tolerance, tmp / "digits", args.rounds,
+                         args.runs)
         om = outlier_model(ART / "model.pth")
         ep = torch.export.export(om, (torch.from_numpy(ev.xs[0][:1]),))
         torch.export.save(ep, str(tmp / "outlier.pt2"))
@@ -181,6 +190,35 @@ def main(argv=None) -> None:
                   f"{r['error'][:110]}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
+    if args.docs:
+        from _docs import write_section
+
+        write_section(ROOT / "docs" / "benchmarks" / "compression.md", "quantization_compare",
+                      docs_table(rows, args.tolerance, args.rounds, args.runs))
+
+
+def docs_table(rows: list[dict], tolerance: float, rounds: int, runs: int) -> str:
+    """The printed table as markdown (the docs page's section), with each method's build time."""
+    lines = [f"Tolerance {tolerance:g} accuracy points; latency: onnxruntime on this host, 1 thread, batch 1, the "
+             f"median of {rounds} interleaved rounds' p50 ({runs} runs each). Build s: the method's own time to "
+             "make the file, with cold caches (a fresh EDGEKIT_HOME).", "",
+             "| case | method | acc % | drop (pts) | size KB | p50 µs | vs fp32 | build s | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        built = f"{r['seconds']:.2f}" if "seconds" in r else "-"
+        trials = r.get("trials")  # INC: the accuracy of each configuration it tried
+        if trials:
+            n = len(trials) if isinstance(trials, list) else trials
+            built += f" ({n} trial{'' if n == 1 else 's'})"
+        if "accuracy" in r:
+            note = ("kept in float: " + ", ".join(f"`{op}`" for op in r["float_ops"])) if r.get("float_ops") else (
+                "" if r["within_tolerance"] else "outside the tolerance")
+            lines.append(f"| {r['case']} | {r['method']} | {r['accuracy']:.2f} | {r['drop']:.2f} | {r['size_kb']:.1f} "
+                         f"| {r['p50_ms'] * 1e3:.2f} | {r['speedup']:.2f}x | {built} | {note} |")
+        else:
+            why = " ".join(r["error"].split()).replace("|", "/")[:200]
+            lines.append(f"| {r['case']} | {r['method']} | - | - | - | - | - | {built} | refused: {why} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
