@@ -54,8 +54,10 @@ class Candidate:
     # precision: bf16 on x86 with AVX-512 BF16/AMX, ~1.8-2x ORT fp32 here; fp16 on ARMv8.2)
     fallback: bool = False
     # /proc/cpuinfo flags that put it in the short search from the start where the device is this host (the local
-    # target): OpenVINO's default precision on AMX runs bf16 matrix tiles (measured on a Xeon with AMX, 1 thread:
-    # PP-OCRv4's detector 2.31x fp32 against the short search's best, tflite-dynamic, at 1.49x; its recognizer 5.2x)
+    # target): OpenVINO's default precision is bf16 where the CPU computes it natively, AMX tiles or AVX-512 BF16
+    # dot products (PP-OCRv4's detector, 1 thread for the baseline: on a Xeon with AMX 2.31x fp32 against the short
+    # search's best, tflite-dynamic, at 1.49x, its recognizer 5.2x; on an AMD EPYC with AVX-512 BF16 and no AMX,
+    # openvino-auto@t2 2.77x against tflite-dynamic@t2's 1.94x, benchmarks/pretrained_zoo.py)
     quick_on_cpu: tuple[str, ...] = ()
 
 
@@ -239,7 +241,7 @@ FORMATS: tuple[FormatSpec, ...] = (
         # parity bar only (onnx_to_openvino.OpenvinoConfig.parity_bar)
         search_candidates=(Candidate("openvino-fp32", _convert(to="openvino", precision="fp32")),
                            Candidate("openvino-auto", _convert(to="openvino", precision="auto", parity_bar="breakage"),
-                                     fallback=True, quick_on_cpu=("amx_bf16",)),
+                                     fallback=True, quick_on_cpu=("amx_bf16", "avx512_bf16")),
                            # NNCF's accuracy control (passes/quantize_nncf.py) is a recipe pass, not a candidate:
                            # 54 s on the perf-style MobileNetV2 where plain NNCF INT8 takes 5 s
                            Candidate("openvino-int8", _convert(to="openvino", precision="int8", parity_bar="breakage"),

@@ -18,8 +18,8 @@ FAST = ("--runs", "10", "--min-seconds", "0", "--warmup", "2")
 
 @pytest.fixture(autouse=True)
 def _no_amx(monkeypatch):
-    """On a CPU with AMX openvino-auto is in the local short search from the start (candidates.quick_here); these
-    tests are about the fallback, so the host reads as one without it."""
+    """On a CPU with native bf16 (AMX, AVX-512 BF16) openvino-auto is in the local short search from the start
+    (candidates.quick_here); these tests are about the fallback, so the host reads as one without it."""
     from edgekit.variant_search import candidates
 
     monkeypatch.setattr(candidates, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
