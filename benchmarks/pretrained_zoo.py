@@ -17,7 +17,10 @@ final p50; candidates dropped at racing at their screening p50 against fp32's sc
 runtime, and the default deploy's choice as a fraction of the fastest file of any runtime (target: >= 0.9x on
 a VNNI host), each run's speed-up taken over the fp32 it measured itself.
 
-    .venv/bin/python benchmarks/pretrained_zoo.py [--models ocr_cls,vad] [--searches quick,full] [--keep DIR]
+    .venv/bin/python benchmarks/pretrained_zoo.py [--models ocr_cls,vad] [--searches quick,full] [--keep DIR] [--docs]
+
+``--docs`` writes the table, each run's best file per runtime and what did not ship (with the reason the deploy
+gave) into docs/benchmarks/pretrained.md (its ``pretrained_zoo`` section; every model only).
 """
 
 from __future__ import annotations
@@ -102,14 +105,17 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
     ap.add_argument("--searches", default="quick", help="quick (the default deploy), full (deploy --search on the "
                     "target with every installed runtime)")
+    ap.add_argument("--docs", action="store_true", help="write the tables into docs/benchmarks/pretrained.md")
     a = ap.parse_args()
+    if a.docs and a.models != ",".join(pretrained.MODELS):
+        ap.error("--docs writes the whole table: leave out --models")
     work = a.keep or Path(tempfile.mkdtemp(prefix="edgekit-pretrained-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     modes = [x for x in a.searches.split(",") if x]
     full_target = target_file("local", work) if "full" in modes else None
     print(f"ISA: {isa()}; target: the default (local){f', for --search {full_target}' if full_target else ''}; "
           f"measured afresh (--remeasure); work: {work}")
-    rows, bars = {}, {}
+    rows, bars, per_runtime = {}, {}, {}
     for name, mode in [(n, m) for n in a.models.split(",") for m in modes]:
         m = pretrained.MODELS[name]
         if mode == modes[0]:  # afresh, also in a kept folder of an earlier run
@@ -143,11 +149,11 @@ def main() -> int:
         best = {}
         for r in ok:  # fastest first: the first of each runtime is its best
             best.setdefault(r["format"], r)
-        print("   fastest in tolerance, per runtime: " + "; ".join(
-            f"{RUNTIME.get(f, f)} {r['name']} {r['speedup']:.2f}x ({r['how']})" for f, r in best.items()))
-    print("\n| model | search | metric | fp32 | ships | speed-up | drop | fastest in tolerance | ships / fastest "
-          "| deploy s | exit |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+        per_runtime[(name, mode)] = "; ".join(
+            f"{RUNTIME.get(f, f)} {r['name']} {r['speedup']:.2f}x ({r['how']})" for f, r in best.items())
+        print("   fastest in tolerance, per runtime: " + per_runtime[(name, mode)])
+    table = ["| model | search | metric | fp32 | ships | speed-up | drop | fastest in tolerance | ships / fastest "
+             "| deploy s | exit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, mode), s in rows.items():
         sp = f"{s['speedup']:.2f}x" if s["speedup"] else "n/a"
         drop = f"{s['drop']:+.2f}" if s["drop"] is not None else "n/a"
@@ -156,12 +162,30 @@ def main() -> int:
         top = ok[0] if ok else None
         ratio = f"{s['speedup'] / top['speedup']:.2f}" if s["speedup"] and top else "n/a"
         fastest = f"{top['name']} {top['speedup']:.2f}x" if top else "n/a"
-        print(f"| {name} | {mode} | {s['metric']} | {s['fp32']:.2f} | {s['ship']} | {sp} | {drop} | "
-              f"{fastest} | {ratio} | {s['wall_s']:.0f} "
-              f"| {s['exit']} |")
+        table.append(f"| {name} | {mode} | {s['metric']} | {s['fp32']:.2f} | {s['ship']} | {sp} | {drop} | "
+                     f"{fastest} | {ratio} | {s['wall_s']:.0f} | {s['exit']} |")
+    print("\n" + "\n".join(table))
+    if a.docs:
+        _write_docs(table, rows, per_runtime)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if len(rows) == len(a.models.split(",")) * len(modes) else 1
+
+
+def _write_docs(table: list[str], rows: dict, per_runtime: dict) -> None:
+    from _docs import write_section
+
+    body = ["Speed-ups over the fp32 file's p50 (onnxruntime, the target's threads) measured in the same run "
+            "(`--remeasure`); `quick`: the default deploy, `full`: `deploy --search` on the local target with every "
+            "installed runtime. ships / fastest: the shipped file's speed-up over the fastest file inside the "
+            "tolerance that the full search measured (#24's bar: >= 0.9).", "", *table, "",
+            "The fastest file inside the tolerance, per runtime:", ""]
+    body += [f"- {name} {mode}: {txt}" for (name, mode), txt in per_runtime.items()]
+    body += ["", "What did not ship, and the reason each deploy gave:", ""]
+    for (name, mode), s in rows.items():
+        body += [f"- **{name} {mode}**: " + ("nothing else was built" if not s["lost"] else "")]
+        body += [f"    - {ln.replace('|', '/')}" for ln in s["lost"]]
+    write_section(ROOT / "docs" / "benchmarks" / "pretrained.md", "pretrained_zoo", "\n".join(body))
 
 
 if __name__ == "__main__":
