@@ -275,12 +275,12 @@ def test_deploy_refuses_a_device_leased_from_another_host(home, tmp_path, mlp):
 
 
 # --- slow: real namespaces, a throttled unit, two edgekit deploy processes -----------------------------
-def _mlp_onnx(path: Path, width: int = 2048, n: int = 24) -> tuple[Path, Path]:
+def _mlp_onnx(path: Path, width: int = 2048, n: int = 24, hidden: int = 1) -> tuple[Path, Path]:
     import torch
 
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-                            torch.nn.ReLU(), torch.nn.Linear(width, 10)).eval()
+    inner = [layer for _ in range(hidden) for layer in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    m = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), *inner, torch.nn.Linear(width, 10)).eval()
     x = np.random.default_rng(0).standard_normal((n, 64)).astype("float32")
     with torch.no_grad():
         y = m(torch.from_numpy(x)).argmax(1).numpy()
@@ -295,13 +295,14 @@ def _mlp_onnx(path: Path, width: int = 2048, n: int = 24) -> tuple[Path, Path]:
 def test_throttled_unit_fails_the_worst_unit_gate_by_name(home, tmp_path):
     from edgekit.sim.device import down, up
 
-    # ~4 ms an inference, longer than the throttled unit's 2 ms CPU slice per 20 ms period: each inference
-    # waits out whole periods there (a shorter one would fit in a slice and only the tail would show it)
-    model, data = _mlp_onnx(tmp_path / "mlp.onnx", width=4096)
+    # Two 4096x4096 layers: 3-6 ms an inference on the CPUs CI has seen, well over the throttled unit's 1 ms CPU
+    # slice per 20 ms period (quota 0.05 core), so every inference there waits out whole periods. With one layer
+    # and a 2 ms slice (quota 0.1) an EPYC's 1.8 ms inference fit in a slice, and a rerun measured slow-c as fast.
+    model, data = _mlp_onnx(tmp_path / "mlp.onnx", width=4096, hidden=2)
     names = ["fast-a", "fast-b", "slow-c"]
     try:
         for n in names:
-            up(n, target="local", cpu_quota=0.1 if n == "slow-c" else None)
+            up(n, target="local", cpu_quota=0.05 if n == "slow-c" else None)
             _label(n, "lab")
         opts = dict(eval_data=data, target="local", pool="local:lab", recipe=FP32, runs=10, min_seconds=0.0, warmup=2)
         probe = edgekit.deploy(model, out=tmp_path / "probe", **opts)
