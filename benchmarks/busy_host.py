@@ -115,6 +115,20 @@ def quantize_row(m, work: Path) -> dict:
     return {"exit": code, "wall_s": round(wall, 1), **({"error": err.strip().splitlines()[-1:]} if code else {})}
 
 
+def took(r: dict) -> str:
+    """A deploy's wall time and budget, or why there is none."""
+    if not r:
+        return "not run"
+    return f"{r['wall_s']} ({r['budget_s']:g})" if "budget_s" in r else f"failed ({r.get('error')})"
+
+
+def ships(r: dict) -> str:
+    if not r.get("shipped"):
+        return ""
+    speed = f"{r['speedup']}x" if r.get("speedup") else "speed-up not measured"
+    return f"{r['shipped']} {r['class']} {speed}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="mbv2,hybrid")
@@ -125,6 +139,9 @@ def main() -> int:
     ap.add_argument("--old-threads", type=int, default=None,
                     help="also time preparation with EDGEKIT_HOST_THREADS=N (the old default: every core)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--docs", action="store_true",
+                    help="write the table and the targets into docs/benchmarks/busy-host.md (its `benchmark busy_host` "
+                    "section)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgekit-busy-host-"))
     os.environ.setdefault("EDGEKIT_LOCAL_DEVICE_DIR", str(work / "device"))
@@ -148,37 +165,46 @@ def main() -> int:
                     row["full"] = deploy_row(m, work, a.full_budget, True)
             results.setdefault(name, {})[n] = row
             print(f"{name} hogs={n}: {json.dumps(row)}", flush=True)
+    lines: list[str] = []  # the table and the targets, printed and (with --docs) written into the page
+
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        lines.append(line)
+
     print()
-    print(f"| model | hogs | preparation s | (threads forced to {a.old_threads}) | quantize s | default deploy s "
+    say(f"| model | hogs | preparation s | (threads forced to {a.old_threads}) | quantize s | default deploy s "
           "(budget) | shipped | deploy --search s (budget) | shipped | host |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|---|---|")
+    say("|---|---:|---:|---:|---:|---:|---|---:|---|---|")
     for name, rows in results.items():
         for n, r in rows.items():
             p, po, q, d, f = (r.get(k, {}) for k in ("prep", "prep_old", "quantize", "quick", "full"))
-            print(f"| {name} | {n} | {p.get('preparation_s', '')} | {po.get('preparation_s', '')} | "
-                  f"{q.get('wall_s', '')} | {d.get('wall_s', '')} ({d.get('budget_s', '')}) | "
-                  f"{d.get('shipped', '')} {d.get('class', '')} {d.get('speedup') or ''}x | "
-                  f"{f.get('wall_s', '')} ({f.get('budget_s', '')}) | {f.get('shipped', '')} {f.get('class', '')} "
-                  f"{f.get('speedup') or ''}x | {(d or p).get('host', '')} |")
-    print()
+            say(f"| {name} | {n} | {p.get('preparation_s', 'not run')} | {po.get('preparation_s', 'not run')} | "
+                f"{q.get('wall_s', 'not run')} | {took(d)} | {ships(d)} | {took(f)} | {ships(f)} | "
+                f"{(d or p).get('host', '')} |")
+    say()
     for name, rows in results.items():  # the issue's targets
         quiet, busy = rows.get(0, {}), rows.get(max(rows))
         if quiet.get("prep") and busy.get("prep") and quiet["prep"].get("preparation_s"):
             r = busy["prep"]["preparation_s"] / quiet["prep"]["preparation_s"]
-            print(f"{name}: preparation {max(rows)} hogs / quiet = {r:.2f}x (target <= 3x): {'met' if r <= 3 else 'MISSED'}")
+            say(f"- {name}: preparation {max(rows)} hogs / quiet = {r:.2f}x (target <= 3x): "
+                f"{'met' if r <= 3 else 'MISSED'}")
         if busy.get("quantize"):
             w = busy["quantize"]["wall_s"]
-            print(f"{name}: quantize with {max(rows)} hogs {w} s (target <= 60 s): {'met' if w <= 60 else 'MISSED'}")
+            say(f"- {name}: quantize with {max(rows)} hogs {w} s (target <= 60 s): {'met' if w <= 60 else 'MISSED'}")
         for n, r in rows.items():
             d = r.get("quick")
             if d and d.get("budget_s"):
                 within = d["wall_s"] <= 1.1 * d["budget_s"]
                 same = d.get("class") == (quiet.get("quick") or {}).get("class")
-                print(f"{name} hogs={n}: default deploy {d['wall_s']} s of {d['budget_s']:g} s "
+                say(f"- {name} hogs={n}: default deploy {d['wall_s']} s of {d['budget_s']:g} s "
                       f"({'within +10%' if within else 'OVER +10%'}), ships {d.get('class')} "
                       f"({'same class as quiet' if same else 'NOT the quiet class'})")
     if a.json:
         Path(a.json).write_text(json.dumps({"isa": isa(), "results": results}, indent=1))
+    if a.docs:
+        from _docs import write_section
+
+        write_section(ROOT / "docs" / "benchmarks" / "busy-host.md", "busy_host", "\n".join(lines))
     return 0
 
 
