@@ -5,7 +5,9 @@ runtime and its version on the device, the thread count and every other measurem
 whole request, whose remote paths are content hashes), the device's identity (inventory name,
 transport, hostname, machine id, CPU, kernel) and the agent (version and source hash). A re-run
 within ``max_age`` reuses the stored agent document and eval outputs unless ``remeasure`` is set;
-the report marks each reused variant (``measurement.reused``) and says when it was measured.
+the report marks each reused variant (``measurement.reused``) and says when it was measured. A result measured on
+a busy device (other processes above ``BUSY_OTHER_CPU`` of its CPU) is not stored: its figures carry that
+contention, and a later run on a quiet device must measure its own rather than inherit them.
 
 Location: ``$EDGEKIT_HOME/cache/measurements`` when EDGEKIT_HOME is set, else
 ``$XDG_CACHE_HOME/edgekit/measurements``. ``EDGEKIT_NO_CACHE=1`` or ``EDGEKIT_NO_MEASURE_CACHE=1``
@@ -28,6 +30,7 @@ from ..agent.bundle import agent_source
 from ..agent.protocol import AgentResult, load_outputs, parse_agent_stdout, save_outputs
 from ..errors import AgentError
 from ..fsutil import cache_dir, sha256_file
+from .stats import BUSY_OTHER_CPU
 
 if TYPE_CHECKING:
     from ..agent.protocol import AgentRequest, AgentResult
@@ -164,6 +167,11 @@ class DeviceMeasurements:
             self.info[name] = {"reused": True, "measured_at": hit.measured_at, "cache_key": key[:16]}
             return AgentResult(variant=name, doc={**hit.doc, "variant": name}, outputs=hit.outputs)
         res = run()
+        share = (res.doc.get("device_state") or {}).get("other_cpu_fraction")
+        if isinstance(share, (int, float)) and share > BUSY_OTHER_CPU:
+            self.info[name] = {"reused": False, "cache": f"not stored: measured on a busy device (other processes "
+                               f"used {share:.0%} of its CPU)"}
+            return res
         self.cache.put(key, res.doc, res.outputs)
         self.info[name] = {"reused": False, "cache_key": key[:16], **({"remeasured": True} if self.remeasure else {})}
         return res

@@ -14,6 +14,9 @@ import numpy as np
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261130
 STABLE_COV = 0.10  # coefficient of variation above which a measurement is flagged unstable
+# other processes' share of the device's CPU (the agent reads it during each run) above which the run was on a busy
+# device: the agent's threshold (device_agents/edgekit_agent/device.py BUSY_OTHER_CPU)
+BUSY_OTHER_CPU = 0.15
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ smaller)" is an honest answer, "int8 is faster" would not be."""
 from __future__ import annotations
 
 from ..inputs.recipe import GateConfig
+from ..measure.stats import BUSY_OTHER_CPU
 from .gate import evaluate_gate
 from .model import Decision, LatencyMs, VariantResult
 
@@ -89,11 +90,6 @@ def ship_decision(ship: VariantResult, base: VariantResult, lost: dict[str, str]
             f"{b_lat.p50:.4g} ms, CIs overlap), {base.size_bytes / max(ship.size_bytes, 1):.1f}x smaller"
         )
     return Decision(ship=ship.name, reason=reason + busy_note(ship, base), lost=lost, proved_faster=faster)
-
-
-# other processes' share of the CPU above which a run was busy: the agent's threshold
-# (device_agents/edgekit_agent/device.py BUSY_OTHER_CPU)
-BUSY_OTHER_CPU = 0.15
 
 
 def busy_note(*variants: VariantResult) -> str:

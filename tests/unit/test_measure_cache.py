@@ -80,3 +80,37 @@ def test_deploy_reuses_measurements_until_remeasure(cli, digits, tmp_path, monke
     assert c.variants[0].latency_ms.raw != a.variants[0].latency_ms.raw
     assert not any("measurement cache" in w for w in c.warnings)
     assert json.loads((tmp_path / "c" / "report.json").read_text())["variants"][0]["measurement"]["cache_key"]
+
+
+def test_a_result_measured_on_a_busy_device_is_not_stored(tmp_path, monkeypatch):
+    """A figure measured while other processes took the device's CPU carries that contention: a later run (perhaps
+    on a quiet device) measures its own instead of inheriting it. A quiet result is stored and reused."""
+    import types
+
+    from edgekit.agent.inprocess import load_agent
+    from edgekit.agent.protocol import AgentResult
+    from edgekit.measure.cache import DeviceMeasurements
+    from edgekit.measure.stats import BUSY_OTHER_CPU
+
+    # the host's threshold is the agent's: the device says "busy" where the host stops caching
+    assert load_agent().device.BUSY_OTHER_CPU == BUSY_OTHER_CPU
+    deployer = types.SimpleNamespace(t=types.SimpleNamespace(kind="ssh"))
+    m = DeviceMeasurements(deployer, device_name="lab-pi", cache=MeasureCache(root=tmp_path), remeasure=False)
+    monkeypatch.setattr(m, "probe_doc", lambda: {**PROBE, "runtimes": {"onnxruntime": "1.23"}})
+    runs: list[float] = []
+
+    def measured(share):
+        def run():
+            runs.append(share)
+            return AgentResult(variant="fp32", doc={"ok": True, "latency_ms": {"raw": [float(len(runs))]},
+                                                     "device_state": {"other_cpu_fraction": share}}, outputs=None)
+        return run
+
+    req = types.SimpleNamespace(variant="fp32", runtime="onnxruntime", wire=lambda: dict(REQ))
+    busy = m.measure(req, measured(0.6))
+    assert busy.doc["latency_ms"]["raw"] == [1.0]
+    assert m.info["fp32"]["reused"] is False and "busy device (other processes used 60%" in m.info["fp32"]["cache"]
+    quiet = m.measure(req, measured(0.02))  # the busy figure was not kept: measured again
+    assert runs == [0.6, 0.02] and quiet.doc["latency_ms"]["raw"] == [2.0] and m.info["fp32"].get("cache_key")
+    again = m.measure(req, measured(0.02))  # the quiet one was: reused
+    assert runs == [0.6, 0.02] and again.doc["latency_ms"]["raw"] == [2.0] and m.info["fp32"]["reused"] is True
