@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
         for key, n in now[kind].items():
             if n > base[kind].get(key, 0):
                 failures.append(f"{kind} {key}: {n} > baseline {base[kind].get(key, 0)} (fix the new ones)")
-    went_down = [f"{k} {key}: {n} < {now[k].get(key, 0)}" for k in ("ruff", "mypy_strict_errors")
+    went_down = [f"{k} {key}: {now[k].get(key, 0)} < baseline {n}" for k in ("ruff", "mypy_strict_errors")
                  for key, n in base[k].items() if now[k].get(key, 0) < n]
     print(f"lint: ruff {sum(counts.values())} findings (baseline {sum(base['ruff'].values())}); mypy --strict "
           f"{sum(per_file.values())} errors in {len(per_file)} files of edgekit/ (baseline "
