@@ -48,11 +48,14 @@ def _noop(_: str) -> None:
 
 
 def profile(model: Any, *, eval_data: str | Path, target: str | TargetSpec = "local", device: str | None = None,
-            out: str | Path = "edgekit-out", **kwargs: Unpack[DeployOverrides]) -> Report:
+            out: str | Path = "edgekit-out", x_key: str | tuple[str, ...] = "x", y_key: str = "y",
+            options: DeployOptions | None = None, progress: Progress | None = None,
+            **kwargs: Unpack[DeployOverrides]) -> Report:
     """Measure a model as it is (.pt2/.onnx/.tflite or an nn.Module), no compression: one variant,
-    the same agent, report and gate (budgets) as :func:`deploy`."""
-    return deploy(model, eval_data=eval_data, target=target, device=device, out=out,
-                  recipe=Recipe(baseline="model", variants=[]), **kwargs)
+    the same agent, report and gate (budgets) as :func:`deploy`; ``x_key``, ``y_key``, ``options``,
+    ``progress`` and the overrides are deploy's."""
+    return deploy(model, eval_data=eval_data, target=target, device=device, out=out, x_key=x_key, y_key=y_key,
+                  options=options, progress=progress, recipe=Recipe(baseline="model", variants=[]), **kwargs)
 
 
 def deploy(
