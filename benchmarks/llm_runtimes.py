@@ -221,7 +221,7 @@ def commit() -> str:
         return "unknown"
 
 
-def short_vs_search(report) -> None:
+def short_vs_search(report) -> str:
     """Issue #37's bar, read from one --search run: the fastest file inside the quality gate among the default
     deploy's short search (candidates.SHORT) against the fastest inside the gate among every row measured. "Inside"
     is the deploy's own per-file checks (judge.variant_checks) at the default gate, which is what this script's
@@ -232,15 +232,13 @@ def short_vs_search(report) -> None:
     inside = [v for v in report.variants if v.generation and v.generation.decode_tokens_per_s
               and all(c.passed for c in variant_checks(v, LMGate()))]
     if not inside:
-        print("- short search vs --search: no file inside the gate")
-        return
+        return "- short search vs --search: no file inside the gate"
     best = max(inside, key=lambda v: v.generation.decode_tokens_per_s)
     short = [v for v in inside if v.name.split("@")[0] in SHORT]
     if not short:
-        print(f"- short search vs --search: no short-search file inside the gate (--search's best {best.name})")
-        return
+        return f"- short search vs --search: no short-search file inside the gate (--search's best {best.name})"
     s = max(short, key=lambda v: v.generation.decode_tokens_per_s)
-    print(f"- the short search's best inside the gate, {s.name} ({s.generation.decode_tokens_per_s:.1f} tok/s), is "
+    return (f"- the short search's best inside the gate, {s.name} ({s.generation.decode_tokens_per_s:.1f} tok/s), is "
           f"{s.generation.decode_tokens_per_s / best.generation.decode_tokens_per_s:.2f}x --search's, {best.name} "
           f"({best.generation.decode_tokens_per_s:.1f} tok/s); {len(inside)} of {len(report.variants)} files inside")
 
@@ -256,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=32000,
                     help="the KLD's top-K (default: the whole vocabulary; random weights spread their mass)")
     ap.add_argument("--docs", action="store_true",
-                    help="with --peers-only: write the table into docs/benchmarks/language-models.md (its section "
-                    "between the `benchmark llm_runtimes --peers-only` markers)")
+                    help="write the tables into docs/benchmarks/language-models.md: each family's between the "
+                    "`benchmark llm_runtimes FAMILY` markers; with --peers-only, the `llm_runtimes --peers-only` one")
     ap.add_argument("--peers-only", action="store_true",
                     help="with --keep: only the GGUF files an earlier run kept, beside llama-bench and "
                     "llama-perplexity")
@@ -267,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from edgekit.llm.deploy import LMOptions, deploy_lm
 
+    if args.docs and not args.peers_only and not args.variants:
+        # the page's tables say "every runtime": a run here without one of them would say less than its heading
+        from edgekit.llm.candidates import CANDIDATES
+
+        lacking = sorted({c.exporter for c in CANDIDATES if c.missing()})
+        if lacking:
+            raise SystemExit(f"--docs: {', '.join(lacking)} not installed here, so the table would leave out its "
+                             "rows; install them (bash .ci/executorch.sh, bash .ci/llama_cpp.sh) or drop --docs")
     work = args.keep or Path(tempfile.mkdtemp(prefix="edgekit-llm-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     text = eval_text(work / "text")
@@ -282,7 +288,14 @@ def main(argv: list[str] | None = None) -> int:
                           + "\n".join(lines))
         return 0
     rows = []
+    section: list[str] = []  # what a family's docs section holds: every line it prints below
+
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        section.append(line)
+
     for family in args.families.split(","):
+        section.clear()
         t0 = time.perf_counter()
         folder = build_model(family, work / f"{family}-100m", args.context)
         report = deploy_lm(folder, eval_text=text, out=work / f"{family}-out", options=LMOptions(
@@ -291,12 +304,16 @@ def main(argv: list[str] | None = None) -> int:
             candidates=tuple(args.variants.split(",")) if args.variants else None),
             progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
         params = report.model["parameters"]
-        print(f"\n## {family} ({report.model['architecture']}, {params / 1e6:.0f}M parameters), deploy "
-              f"{time.perf_counter() - t0:.0f} s; shipped {report.decision.ship}: {report.decision.reason}")
-        print("| variant | size MB | TTFT ms cold/warm | prefill tok/s by prompt | decode tok/s [95% CI] | "
+        print()
+        say(f"**{family}** ({report.model['architecture']}, {params / 1e6:.0f}M parameters; threads {args.threads}, "
+            f"context {args.context}, KLD over the top {args.top_k} tokens, "
+            f"{'every candidate (--search)' if not args.variants else 'variants ' + args.variants}): deploy "
+            f"{time.perf_counter() - t0:.0f} s; shipped {report.decision.ship}: {report.decision.reason}")
+        say()
+        say("| variant | size MB | TTFT ms cold/warm | prefill tok/s by prompt | decode tok/s [95% CI] | "
               "itl p50/p95 ms | decode tok/s at a full cache | peak RSS MB | KV MB | ppl | KLD | top-1 | "
               "runtime's own tool: decode tok/s | edgekit / tool | llama-perplexity KLD |")
-        print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        say("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         prompt = text.read_text(encoding="utf-8")[:200]
         for v in report.variants:
             g, q = v.generation, v.quality
@@ -325,19 +342,27 @@ def main(argv: list[str] | None = None) -> int:
                    f"{ci[1]:.1f}] | {g.inter_token_ms['p50']:.2f}/{g.inter_token_ms['p95']:.2f} | "
                    f"{g.decode_filled.get('tokens_per_s') or 0:.1f} | {g.peak_rss_mb:.0f} | {g.kv_cache_mb:.1f} | "
                    f"{q.perplexity:.1f} | {q.kld_mean:.2e} | {q.top1_agreement:.1%} | {tool} | {ratio} | {peer_kld} |")
-            print(row, flush=True)
+            say(row)
             rows.append({"family": family, "variant": v.name, "decode_tokens_per_s": g.decode_tokens_per_s,
                          "tool": tool, "ratio": ratio, "kld": q.kld_mean, "peer_kld": peer_kld})
+        say()
+        for name, why in (report.settings.get("skipped") or {}).items():  # rows this host could not build
+            say(f"- not built: {name}: {why}")
         for name, why in report.decision.lost.items():
-            print(f"- not {name}: {why}")
-        short_vs_search(report)
+            say(f"- not {name}: {why}")
+        say(short_vs_search(report))
         for v in report.variants:  # the int4 files' layer accounts (edgekit/llm/layer_plan.py)
             acc = next((s.metrics["quantization"] for s in v.lineage if "layers" in s.metrics.get("quantization", {})),
                        None)
             if acc:
                 rungs = "; ".join(f"{len(r['int8_layers'])} kept at int8: host KLD {r['host_kld']:.2e}"
                                   for r in acc.get("ladder", []))
-                print(f"- {v.name} layers: {acc['counts']}; ladder: {rungs}")
+                say(f"- {v.name} layers: {acc['counts']}; ladder: {rungs}")
+        if args.docs:
+            from _docs import write_section
+
+            write_section(ROOT / "docs" / "benchmarks" / "language-models.md", f"llm_runtimes {family}",
+                          "\n".join(section))
     (work / "llm_runtimes.json").write_text(json.dumps(rows, indent=2))
     return 0
 
