@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cpu import isa  # noqa: E402
+from _docs import commit  # noqa: E402
 
 CONFIGS = {  # ~100M parameters each (embeddings included)
     "llama": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
@@ -211,14 +212,6 @@ def peers_only(work: Path, text: Path, threads: int, context: int) -> list[str]:
                          f"{ek.get('kld', nan) / pk.get('kld', nan):.3f} |")
             print(lines[-1], flush=True)
     return lines
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def short_vs_search(report) -> str:
