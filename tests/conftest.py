@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "examples" / "digits"
-
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_local_device(tmp_path_factory):
@@ -58,11 +55,8 @@ class DigitsArtifacts:
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory) -> DigitsArtifacts:
     """DigitsCNN trained for real on scikit-learn's digits (12 epochs, ~3 s on 2 cores)."""
-    sys.path.insert(0, str(DIGITS))
-    try:
-        import train as digits_train
-    finally:
-        sys.path.remove(str(DIGITS))
+    import train as digits_train  # examples/digits/train.py (pyproject.toml: pytest's pythonpath)
+
     out = tmp_path_factory.mktemp("digits")
     digits_train.main(["--out", str(out), "--epochs", "12"])
     return DigitsArtifacts(out, out / "model.pt2", out / "model.pth", out / "eval.npz", out / "calib.npz",

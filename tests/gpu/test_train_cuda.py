@@ -6,7 +6,6 @@ each test skips and says so."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from ddp_helpers import write_digits, write_factories  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,

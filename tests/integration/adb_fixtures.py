@@ -12,13 +12,10 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from adbd import AdbDaemon, Faults  # noqa: E402
+from adbd import AdbDaemon, Faults
 
 ADB = shutil.which("adb")
 needs_adb = pytest.mark.skipif(ADB is None, reason="the real adb client is not installed (apt-get install -y adb)")

@@ -79,11 +79,8 @@ def dies_once_on_rank1():
 
 
 def write_digits(dest: Path) -> tuple[Path, Path]:
-    sys.path.insert(0, str(DIGITS))
-    try:
-        import train as digits_train
-    finally:
-        sys.path.remove(str(DIGITS))
+    import train as digits_train  # examples/digits/train.py (pyproject.toml: pytest's pythonpath)
+
     xtr, xte, ytr, yte = digits_train.load_data(0)
     dest.mkdir(parents=True, exist_ok=True)
     np.savez(dest / "train.npz", x=xtr, y=ytr)

@@ -20,14 +20,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import run_edgekit_subprocess  # noqa: E402
+from conftest import run_edgekit_subprocess
 
 pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow]
 

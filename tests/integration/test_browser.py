@@ -22,9 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from edgekit.transport import browser  # noqa: E402
+from edgekit.transport import browser
 
 
 def _missing() -> str | None:

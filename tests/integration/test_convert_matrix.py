@@ -5,15 +5,11 @@ documented tolerances (edgekit/convert/parity.py). Heavy: marked slow, except on
 keeps a real conversion in the default run."""
 
 import platform
-import sys
-from pathlib import Path
 
+import models_zoo
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import models_zoo  # noqa: E402
-
-from edgekit.convert.parity import TOLERANCES  # noqa: E402
+from edgekit.convert.parity import TOLERANCES
 
 pytest.importorskip("onnx2tf")
 

@@ -14,16 +14,12 @@ wheelhouse (~214 MB) is cached in ~/.cache/edgekit/wheelhouse/rpi5-py3.11 (EDGEK
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_edgekit_subprocess  # noqa: E402
-from test_arm64_twin import ACCURACY_TOLERANCE, _missing, _ok, started_twin  # noqa: E402
+from conftest import run_edgekit_subprocess
+from test_arm64_twin import ACCURACY_TOLERANCE, _missing, _ok, started_twin
 
 pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow, pytest.mark.executorch]
 
@@ -130,7 +126,6 @@ def test_a_language_model_generates_on_the_twin_with_each_runtime(et_twin, tmp_p
     built on the host, proven at build, generating on the emulated Pi 5: every variant measured there
     (correctness: timings under emulation mean nothing) with the float model's quality."""
     VARIANTS = ("ort-fp32", "ort-int4", "et-fp32", "et-8da4w")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from lm_zoo import build_tiny_lm, eval_text
 
     folder, text = build_tiny_lm("llama"), eval_text(tmp_path / "text")

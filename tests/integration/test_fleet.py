@@ -22,14 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from device_log import AGENT_LOGGER, overlaps
+from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_log import AGENT_LOGGER, overlaps  # noqa: E402
-from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd  # noqa: E402
-
-import edgekit  # noqa: E402
-from edgekit.devices.inventory import add_device, get_device  # noqa: E402
-from edgekit.inputs.recipe import Recipe  # noqa: E402
+import edgekit
+from edgekit.devices.inventory import add_device, get_device
+from edgekit.inputs.recipe import Recipe
 
 pytestmark = needs_sshd
 FAST = dict(runs=5, min_seconds=0.0, warmup=1)

@@ -27,13 +27,11 @@ import time
 from pathlib import Path
 
 import pytest
+from device_log import AGENT_LOGGER, overlaps
+from lab_coordinator import LabNet, start_coordinator
+from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_log import AGENT_LOGGER, overlaps  # noqa: E402
-from lab_coordinator import LabNet, start_coordinator  # noqa: E402
-from sshd import IS_ROOT, needs_sshd, register, start_loopback_sshd  # noqa: E402
-
-from edgekit.devices.inventory import add_device, get_device  # noqa: E402
+from edgekit.devices.inventory import add_device, get_device
 
 pytest.importorskip("labgrid.remote.client", reason="labgrid not installed (pip install 'edgekit[lab]')")
 

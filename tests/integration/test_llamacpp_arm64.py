@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import run_edgekit_subprocess  # noqa: E402
-from test_arm64_twin import _missing, started_twin  # noqa: E402
+from conftest import run_edgekit_subprocess
+from test_arm64_twin import _missing, started_twin
 
 pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow, pytest.mark.llamacpp]
 

@@ -17,16 +17,12 @@ test_arm64_twin.py). The aarch64 wheelhouses are cached in ~/.cache/edgekit/whee
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_edgekit_subprocess  # noqa: E402
-from test_arm64_twin import ACCURACY_TOLERANCE, _missing, _ok, started_twin  # noqa: E402
+from conftest import run_edgekit_subprocess
+from test_arm64_twin import ACCURACY_TOLERANCE, _missing, _ok, started_twin
 
 pytestmark = [pytest.mark.emu, pytest.mark.root, pytest.mark.slow]
 

@@ -5,18 +5,12 @@ figures and the same choice or one statistically tied with it."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from sshd import needs_sshd, register, sshd_server  # noqa: F401  (pytest fixture)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from sshd import needs_sshd, register, sshd_server  # noqa: E402,F401  (pytest fixture)
-
-from edgekit.inputs.recipe import PassStep, VariantSpec  # noqa: E402
-from edgekit.inputs.targets import MeasureDefaults  # noqa: E402
-from edgekit.variant_search import SearchOptions, search  # noqa: E402
+from edgekit.inputs.recipe import PassStep, VariantSpec
+from edgekit.inputs.targets import MeasureDefaults
+from edgekit.variant_search import SearchOptions, search
 
 pytestmark = [needs_sshd, pytest.mark.slow]
 

@@ -11,16 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_edgekit_subprocess
+from sshd import needs_sshd, register, sshd_server  # noqa: F401  (pytest fixture)
 
 from edgekit.agent.bundle import BundleDeployer, agent_source
 from edgekit.errors import TransportError
 from edgekit.fsutil import sha256_file
 from edgekit.sim.procs import descendants
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import run_edgekit_subprocess  # noqa: E402
-from sshd import needs_sshd, register, sshd_server  # noqa: E402,F401  (pytest fixture)
 
 pytestmark = needs_sshd
 FAST = ["--runs", "5", "--min-seconds", "0", "--warmup", "1"]

@@ -6,16 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import run_edgekit_subprocess  # noqa: E402
-from sshd import (  # noqa: E402,F401
+from conftest import run_edgekit_subprocess
+from sshd import (  # noqa: F401
     delete_netns,
     make_netns,
     needs_root,

@@ -9,14 +9,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from sshd import needs_sshd, register, sshd_server  # noqa: F401  (pytest fixture)
 
 from edgekit.devices.inventory import get_device, transport_for
 from edgekit.devices.provision import provision
 from edgekit.errors import BadInputError
 from edgekit.inputs.targets import load_target
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sshd import needs_sshd, register, sshd_server  # noqa: E402,F401  (pytest fixture)
 
 pytestmark = needs_sshd
 

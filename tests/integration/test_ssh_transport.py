@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from sshd import needs_sshd, register, sshd_server  # noqa: F401  (pytest fixture)
 
 from edgekit.errors import BadInputError, TransportError
 from edgekit.sim import sshd as simsshd
 from edgekit.transport.ssh import SSHConfig, SSHTransport
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sshd import needs_sshd, register, sshd_server  # noqa: E402,F401  (pytest fixture)
 
 pytestmark = needs_sshd
 

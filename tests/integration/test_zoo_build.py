@@ -6,7 +6,6 @@ tests that need them are slow; the cache's own behaviour is tested fast with a s
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,12 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tests import zoo  # noqa: E402
-from tests.zoo import cache, metrics  # noqa: E402
+from tests import zoo
+from tests.zoo import cache, metrics
 
 # Floors on the fp32 metric, each far above what a model that ignores its input scores (that
 # baseline is also computed from the data in test_builds_and_scores):

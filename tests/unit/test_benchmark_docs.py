@@ -1,13 +1,9 @@
 """benchmarks/_docs.py: a benchmark writes its table into its docs page between markers, headed by where and how
 it was measured; a page without the markers is refused (nothing appended silently)."""
 
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _docs import markers, write_section  # noqa: E402
+from _docs import markers, write_section
 
 
 def test_the_section_between_the_markers_is_replaced_with_its_provenance(tmp_path):

@@ -1,20 +1,17 @@
 """ONNX -> TFLite with the real onnx2tf / TensorFlow / LiteRT interpreter, on tiny models."""
 
 import socket
-import sys
 from pathlib import Path
 
+import models_zoo
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import models_zoo  # noqa: E402
-
-from edgekit.artifact import Artifact, IOSpec, LineageStep, TensorSpec  # noqa: E402
-from edgekit.convert.chain import Route, first_passing  # noqa: E402
-from edgekit.errors import ConversionError, DataError  # noqa: E402
-from edgekit.formats import Format  # noqa: E402
-from edgekit.inputs.data import load_npz  # noqa: E402
+from edgekit.artifact import Artifact, IOSpec, LineageStep, TensorSpec
+from edgekit.convert.chain import Route, first_passing
+from edgekit.errors import ConversionError, DataError
+from edgekit.formats import Format
+from edgekit.inputs.data import load_npz
 
 pytest.importorskip("onnx2tf")
 

@@ -102,11 +102,9 @@ def test_state_dict_with_arch(cli, digits, tmp_path):
 
 def test_python_api_with_module(digits, tmp_path):
     import torch
+    from model import DigitsCNN  # examples/digits/model.py (pyproject.toml: pytest's pythonpath)
 
     import edgekit
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits"))
-    from model import DigitsCNN
 
     model = DigitsCNN(8)
     rep = edgekit.deploy(model, example_inputs=(torch.zeros(1, 1, 8, 8),), eval_data=digits.eval, out=tmp_path,

@@ -3,14 +3,12 @@ the distilled student's lineage, so the chain train -> distill -> quantize stays
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from edgekit.inputs.data import load_npz
 from edgekit.inputs.source import load_pt2
 from edgekit.passes import PassContext, get_pass
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 MODELS = Path(__file__).resolve().parent / "_compress_models.py"
 
 

@@ -5,15 +5,11 @@ beside onnxruntime, its quality from the device's own log-probabilities. CI runs
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from lm_zoo import build_tiny_lm, eval_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
-
-from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
+from edgekit.llm.deploy import LMOptions, deploy_lm
 
 pytestmark = [pytest.mark.executorch,
               pytest.mark.skipif(importlib.util.find_spec("executorch") is None,

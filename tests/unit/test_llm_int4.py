@@ -7,23 +7,20 @@ layer at int8, and the account in report.json and report.md. ExecuTorch's 8da4w:
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from lm_zoo import build_tiny_lm, eval_text, planted_outlier_lm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lm_zoo import build_tiny_lm, eval_text, planted_outlier_lm  # noqa: E402
-
-from edgekit.errors import ConversionError  # noqa: E402
-from edgekit.llm.candidates import CANDIDATES  # noqa: E402
-from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
-from edgekit.llm.int4_ladder import Calibration  # noqa: E402
-from edgekit.llm.layer_plan import fake_quant, layer_errors, plan_int4  # noqa: E402
-from edgekit.llm.source import load_lm  # noqa: E402
-from edgekit.llm.text import load_eval_text  # noqa: E402
+from edgekit.errors import ConversionError
+from edgekit.llm.candidates import CANDIDATES
+from edgekit.llm.deploy import LMOptions, deploy_lm
+from edgekit.llm.int4_ladder import Calibration
+from edgekit.llm.layer_plan import fake_quant, layer_errors, plan_int4
+from edgekit.llm.source import load_lm
+from edgekit.llm.text import load_eval_text
 
 BUILD = {c.name: c.build for c in CANDIDATES}
 NARROW = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")  # input width = hidden = 48

@@ -5,14 +5,11 @@ the build they fail with the command that makes it (a missing runtime must not p
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lm_zoo import build_tiny_lm  # noqa: E402
+from lm_zoo import build_tiny_lm
 
 pytestmark = pytest.mark.llamacpp
 

@@ -8,16 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from lm_zoo import build_tiny_lm, eval_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
-
-from edgekit.errors import BadInputError, GateFailed  # noqa: E402
-from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
+from edgekit.errors import BadInputError, GateFailed
+from edgekit.llm.deploy import LMOptions, deploy_lm
 
 ONE = dict(context=96, window=48, max_windows=6, candidates=("ort-int8",), runs=40, warmup=5, min_seconds=0.3,
            threads=1)

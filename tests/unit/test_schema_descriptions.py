@@ -7,12 +7,7 @@ pages as an empty cell."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # root model, and the fewest fields the walk must find (so that a walk that finds nothing cannot pass)
 ROOTS = {
@@ -23,11 +18,8 @@ ROOTS = {
 
 
 def _reference():
-    sys.path.insert(0, str(ROOT))
-    try:
-        from docs._gen import reference
-    finally:
-        sys.path.remove(str(ROOT))
+    from docs._gen import reference  # the checkout's root is on pytest's pythonpath (pyproject.toml)
+
     return reference
 
 

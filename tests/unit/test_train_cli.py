@@ -8,9 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from ddp_helpers import free_port, write_factories  # noqa: E402
+from ddp_helpers import free_port, write_factories
 
 
 @pytest.fixture
