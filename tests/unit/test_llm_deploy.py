@@ -9,17 +9,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from lm_zoo import build_tiny_lm, eval_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lm_zoo import build_tiny_lm, eval_text  # noqa: E402
-
-from edgekit.errors import BadInputError, ConversionError  # noqa: E402
-from edgekit.llm.deploy import LMOptions, deploy_lm  # noqa: E402
+from edgekit.errors import BadInputError, ConversionError
+from edgekit.llm.deploy import LMOptions, deploy_lm
 
 ORT_ONLY = ("ort-fp32", "ort-int8")
 FAST = dict(runs=20, warmup=3, min_seconds=0.1, threads=1)  # threads fixed: no FILE@tN rows
