@@ -47,7 +47,7 @@ _EXPORTS = {
     "AgentError": "edgekit.errors:AgentError",
     "AgentRunFailed": "edgekit.agent.protocol:AgentRunFailed",
     "DeviceLockedError": "edgekit.devices.lock:DeviceLockedError",
-    "BudgetExceeded": "edgekit.orchestration.timeline:BudgetExceeded",
+    "BudgetExceeded": "edgekit.timeline:BudgetExceeded",
     "train": "edgekit.train:train",
     "deploy_lm": "edgekit.llm.deploy:deploy_lm",
     "LMOptions": "edgekit.llm.deploy:LMOptions",
@@ -85,8 +85,8 @@ if TYPE_CHECKING:  # pragma: no cover  (explicit re-exports, so type checkers se
     from .orchestration.pipeline import DeployOptions as DeployOptions
     from .orchestration.pipeline import deploy as deploy
     from .orchestration.pipeline import profile as profile
-    from .orchestration.timeline import BudgetExceeded as BudgetExceeded
     from .report.model import Report as Report
+    from .timeline import BudgetExceeded as BudgetExceeded
     from .train import train as train
     from .variant_search.run import SearchOptions as SearchOptions
     from .variant_search.run import search as search

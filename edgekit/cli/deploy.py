@@ -278,7 +278,7 @@ def _print_search(report) -> None:
                       + (f"; shipping file {s.shipped.file}" if s.shipped else "")
                       + " (why each other candidate lost: below, under 'ship')", highlight=False)
     if s.timeline is not None:  # where the time went, and on what host
-        from ..orchestration.timeline import timeline_line
+        from ..timeline import timeline_line
 
         host = (s.host or {}).get("summary")
         out_console.print(timeline_line(s.timeline) + (f"; {host}" if host else ""), highlight=False)

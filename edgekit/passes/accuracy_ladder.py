@@ -17,7 +17,7 @@ from ..errors import PassError
 from ..inputs.source import ort_once, ort_reference_all
 from ..inputs.stateful import run as run_stream
 from ..metrics import get_metric
-from ..orchestration.timeline import BudgetExceeded, check_deadline
+from ..timeline import BudgetExceeded, check_deadline
 from . import sensitivity as sens
 from .base import PassContext
 from .quantize_ort import OrtQuantize, OrtQuantizeConfig, encoding_label

@@ -19,7 +19,7 @@ from ..artifact import Artifact
 from ..errors import BadInputError, PassError
 from ..formats import Format
 from ..inputs.source import import_object, load_pt2
-from ..orchestration.timeline import check_deadline
+from ..timeline import check_deadline
 from ..train.config import lineage_path
 from .base import PassContext, PassOutput, TorchPass
 

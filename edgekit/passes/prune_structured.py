@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import PassError
 from ..formats import Format
-from ..orchestration.timeline import check_deadline
+from ..timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 
 

@@ -18,7 +18,7 @@ from ..formats import Format
 from ..inputs.data import Dataset, check_fits
 from ..inputs.source import load_onnx
 from ..logs import quiet
-from ..orchestration.timeline import BudgetExceeded
+from ..timeline import BudgetExceeded
 from .accuracy_ladder import Result, _g, _Ladder, _OutOfBudget, _r, _Scorer, _Trials, quantizable_ops
 from .base import PassContext
 from .quantize_ort import OrtQuantizeConfig, encoding_label

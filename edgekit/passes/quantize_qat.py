@@ -51,7 +51,7 @@ from ..formats import Format
 from ..inputs.data import Dataset
 from ..inputs.source import from_program, load_onnx, ort_reference
 from ..logs import quiet
-from ..orchestration.timeline import check_deadline
+from ..timeline import check_deadline
 from .base import PassContext, PassOutput, TorchPass
 from .qat_simulation import (
     _set,

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..inputs.source import model_batch, run_batched
 from ..inputs.stateful import run as run_stream
-from ..orchestration.timeline import budget_exceeded, check_deadline, seconds_left
+from ..timeline import budget_exceeded, check_deadline, seconds_left
 
 MIN_SAMPLES = 4  # below this a tensor's error is noise: the step is not started
 GROUP = 32  # units switched in one model: each run computes its own group's quantize-dequantize nodes only

@@ -4,7 +4,7 @@ library)."""
 
 from __future__ import annotations
 
-from ..orchestration.timeline import stage_totals, timeline_line
+from ..timeline import stage_totals, timeline_line
 from .html_markup import esc, num
 from .model import Report, SearchSection
 

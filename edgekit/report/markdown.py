@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..orchestration.timeline import timeline_line
+from ..timeline import timeline_line
 from .diff import render_diff_markdown
 from .model import Report, SearchSection, VariantResult
 

@@ -477,7 +477,7 @@ class TimelineSpan(_Open):
 
 
 class Timeline(_Open):
-    """Where a search's wall time went (edgekit/orchestration/timeline.py): one span per stage; the lock wait is
+    """Where a search's wall time went (edgekit/timeline.py): one span per stage; the lock wait is
     outside the time budget."""
 
     started_unix: float | None = None  # when the run started (time.time), to line runs up against each other

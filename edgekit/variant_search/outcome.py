@@ -8,7 +8,6 @@ from ..host import HostThreads
 from ..measure.profile import profile_diffs
 from ..orchestration.ship import write_ship
 from ..orchestration.steps import recorded_settings
-from ..orchestration.timeline import Clock
 from ..report.assemble import assemble_report
 from ..report.decision import ship_decision
 from ..report.model import (
@@ -22,6 +21,7 @@ from ..report.model import (
     VariantResult,
 )
 from ..report.write import write_report
+from ..timeline import Clock
 from .choice import BASE, Candidate
 from .state import SearchState
 

@@ -40,7 +40,6 @@ from ..metrics import MetricSpec
 from ..orchestration.options import DeployOptions, refused_by_search
 from ..orchestration.prepare import PreparedRun, prepare_run, target_spec
 from ..orchestration.steps import run_settings
-from ..orchestration.timeline import BudgetExceeded, Clock
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
 from ..report.assemble import score
@@ -53,6 +52,7 @@ from ..report.model import (
     VariantResult,
 )
 from ..report.release import release_judgement
+from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
 from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, choose, keep_release_choice, reasons

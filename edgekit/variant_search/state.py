@@ -12,9 +12,9 @@ from ..inputs.recipe import VariantSpec
 from ..inputs.targets import MeasureDefaults
 from ..orchestration.options import DeployOptions
 from ..orchestration.prepare import PreparedRun
-from ..orchestration.timeline import Clock
 from ..report.model import Gate, VariantResult
 from ..report.release import ReleaseJudgement
+from ..timeline import Clock
 from .choice import Candidate, Objective
 
 

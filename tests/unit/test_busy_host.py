@@ -23,9 +23,9 @@ from edgekit.errors import BadInputError
 from edgekit.host import HostThreads, host_compute, host_threads
 from edgekit.inputs.recipe import PassStep, VariantSpec
 from edgekit.inputs.targets import MeasureDefaults
-from edgekit.orchestration.timeline import Clock, check_deadline, timeline_line
 from edgekit.passes.base import Pass, PassOutput
 from edgekit.passes.registry import register
+from edgekit.timeline import Clock, check_deadline, timeline_line
 from edgekit.variant_search import SearchOptions, search
 
 MEASURE = MeasureDefaults(warmup=1, runs=5, min_seconds=0, max_runs=5, threads=1)

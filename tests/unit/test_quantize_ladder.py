@@ -225,9 +225,9 @@ def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
     """One run per quantized tensor took ~50 min on PP-OCRv4's recognizer (558 tensors x 5 s) inside a
     300 s search: the step measures one run, then takes fewer samples to fit half the time left, or
     does not start and says why (the search drops the candidate with that reason)."""
-    from edgekit.orchestration.timeline import BudgetExceeded, Clock
     from edgekit.passes.quantize_accuracy_aware import quantizable_ops
     from edgekit.passes.sensitivity import measure
+    from edgekit.timeline import BudgetExceeded, Clock
 
     art, cal, ev = cnn
     ctx = PassContext(workdir=tmp_path, calib=cal, eval=ev)

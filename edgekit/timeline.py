@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..errors import EdgekitError
+from .errors import EdgekitError
 
 
 class BudgetExceeded(EdgekitError):
