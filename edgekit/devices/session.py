@@ -414,23 +414,13 @@ class DeviceSession:
     def measure_ab(self, a: Artifact, b: Artifact, settings: RunSettings, blocks: int) -> ABBlocks:
         """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...) inside one agent
         process, never from the cache, so slow drift of a shared device (load, clocks, heat) hits
-        both sides alike. Blocks are short (a tenth of the target's min_seconds, >= 50 ms). ``b``
-        may be another format on another runtime (the search's finals): the request then carries
-        b's runtime and interface too."""
+        both sides alike. Blocks are short (a tenth of the target's min_seconds, >= 50 ms)."""
         self.deliver([a, b])
         s = settings.but(with_eval=False, cached=False)
         block_s = max(0.05, min(0.5, settings.measure.min_seconds / 10))
-        req = self.request("ab", a, s)
-        req_b = self.request("ab-b", b, s)
-        own: dict[str, Any] = (
-            {"runtime": req_b.runtime, "format": req_b.format, "inputs": req_b.inputs, "outputs": req_b.outputs}
-            if (req_b.runtime, req_b.format) != (req.runtime, req.format)
-            else {}
-        )
-        req = req.model_copy(
+        req = self.request("ab", a, s).model_copy(
             update={
                 "ab": {
-                    **own,
                     "model": self._remotes[Path(b.path)],
                     "model_sha256": b.sha256,
                     "blocks": blocks,
