@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need, then runs the default test suite
-# (everything but the slow, emulated-arm64, ExecuTorch and litert-torch tests, which .ci/run runs in their
-# own steps) on two pytest-xdist workers, then the `serial` tests alone (.ci/pytest_step.sh; set
-# EDGEKIT_TEST_WORKERS=1 for one process). Extra arguments go to pytest (e.g. a test file).
+# (everything but the slow, emulated-arm64, ExecuTorch, litert-torch and llama.cpp tests, which .ci/run runs in
+# their own steps, and the GPU tests, which need a CUDA machine) on two pytest-xdist workers, then the `serial`
+# tests alone (.ci/pytest_step.sh; set EDGEKIT_TEST_WORKERS=1 for one process). Extra arguments go to pytest (e.g. a test file).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/.ci/install.sh"
