@@ -17,8 +17,9 @@ Gate options and their defaults, and why:
 
 The decision ships the fastest variant by the objective (decode tokens/s by default; ``ttft``: the warm time
 to first token at the shortest prompt; ``prefill``: prefill tokens/s at the longest prompt) among those that
-pass, and says why each other one lost. As for fixed graphs (``report/decision.py``), a variant whose decode
-95% CI overlaps the fastest's is a tie, settled by the smaller file: the device could not tell them apart, and
+pass, and says why each other one lost. As for fixed graphs, a variant tied with the fastest on decode speed is
+settled by the smaller file, by the project's one tie rule (``report/decision.py``: ``speed_tied``, the decode
+95% CIs overlapping within its tolerance band, and ``settle_tie``): the device could not tell them apart, and
 on a busy host the point estimates of tied files trade places from run to run (a user's GPT-2 shipped
 ort-int4 on a quiet host and ort-int4-b128 on a busy one), while the smaller file is the same answer every time.
 TTFT and prefill have no CI: the point estimate decides."""
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..report.decision import busy_note
+from ..report.decision import busy_note, separate_runs_ratio, settle_tie
 from ..report.model import Check, Decision, Gate, VariantResult
 
 DEFAULT_MAX_KLD = 0.05
@@ -132,11 +133,17 @@ def objective_value(v: VariantResult, objective: str) -> float | None:
 
 
 def _tied(v: VariantResult, fastest: VariantResult, objective: str) -> bool:
-    """Decode: the 95% CIs of tokens/s overlap (the other objectives have no CI: never a tie)."""
+    """Decode: tied by the project's one tie rule (``report/decision.py: speed_tied``) on the decode tokens/s 95%
+    CIs, as for fixed graphs (the other objectives have no CI: never a tie)."""
     if objective != "decode" or v.generation is None or fastest.generation is None:
         return False
     a, b = v.generation.decode_tokens_per_s_ci95, fastest.generation.decode_tokens_per_s_ci95
-    return bool(a and b) and a[0] <= b[1] and b[0] <= a[1]
+    if not (a and b):
+        return False
+    fg, vg = fastest.generation, v.generation
+    return separate_runs_ratio(
+        fastest.name, fg.decode_tokens_per_s, b, v.name, vg.decode_tokens_per_s, a, higher_is_better=True
+    ).tied
 
 
 def _mb(v: VariantResult) -> str:
@@ -178,7 +185,7 @@ def judge(
         return gate, Decision(ship=None, reason="no variant passes the quality checks", lost=lost)
     fastest = max(ok, key=lambda v: (objective_value(v, objective) or 0.0, -v.size_bytes))
     ties = [v for v in ok if v is fastest or _tied(v, fastest, objective)]
-    best = min(ties, key=lambda v: (v.size_bytes, -(objective_value(v, objective) or 0.0), v.name))
+    best = settle_tie(ties)  # the one tie settlement: the smaller file
     for v in ok:
         if v is best:
             continue

@@ -3,8 +3,10 @@
 
 A :class:`Candidate` is one row of the table (built, dropped at a stage with its reason, finalist,
 selected). :func:`choose` picks among the finalists that pass the gate by the objective: among those
-statistically indistinguishable from the best (overlapping 95% CIs) the smallest file wins, so a
-re-measurement does not flip the choice on noise. :func:`keep_release_choice` keeps the variant the
+tied with the best on speed the smallest file wins (the project's one tie rule,
+``report/decision.py``: ``speed_tied`` and ``settle_tie``), so a re-measurement does not flip the choice
+on noise. The search's finals then time the close finalists against the leader in alternating rounds
+(``rounds.py``) and decide by the same rule on the paired ratio. :func:`keep_release_choice` keeps the variant the
 release (``--baseline``) shipped while it is within the release's latency tolerance of the fastest, so a
 re-deploy does not churn between near-tied files. :func:`reasons` says why a candidate failed the gate.
 """
@@ -16,6 +18,7 @@ from typing import Any, Literal
 
 from ..artifact import Artifact
 from ..inputs.recipe import VariantSpec
+from ..report.decision import p50_ratio, settle_tie
 from ..report.model import VariantResult
 
 Objective = Literal["p50", "p99", "energy", "size"]
@@ -79,10 +82,15 @@ def choose(finalists: list[VariantResult], objective: Objective) -> VariantResul
     best, best_s = min(scored, key=lambda p: (p[1], p[0].name))
     if objective not in ("p50", "p99"):
         return best
-    # statistically indistinguishable from the best (overlapping CIs): the smallest file wins
-    lo, hi = best.latency_ms.ci95
-    ties = [v for v, _ in scored if v.latency_ms.ci95[0] <= hi and v.latency_ms.ci95[1] >= lo]
-    return min(ties, key=lambda v: (v.size_bytes, "@" in v.name, v.name))  # ties: default runtime options
+    # tied with the best on speed (the one tie rule on the p50s' 95% CIs, as for p99 before: a tail has no
+    # CI here): the smallest file wins, at the runtime's default options when tuned rows tie
+    ties = [v for v, _ in scored if v is best or _p50_tied(best, v)]
+    return settle_tie(ties)
+
+
+def _p50_tied(best: VariantResult, v: VariantResult) -> bool:
+    r = p50_ratio(best, v)
+    return r is not None and r.tied
 
 
 def keep_release_choice(chosen: VariantResult, qualified: list[VariantResult], released: str | None,
