@@ -72,19 +72,31 @@ class Stepper:
         self.pos += 1
 
 
-def score_windows(dec: Decoder, windows: np.ndarray, ids: np.ndarray | None) -> dict[str, np.ndarray]:
-    """Teacher-forced scoring: per window one forward from an empty cache; position t predicts token t+1."""
+def score_windows(
+    dec: Decoder, windows: np.ndarray, ids: np.ndarray | None, offsets: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Teacher-forced scoring: per window one forward from an empty cache; position t predicts token t+1.
+    ``ids`` [W, T-1, K], or flat [N] with ``offsets`` [W*(T-1)+1] (position p's ids are
+    ``ids[offsets[p]:offsets[p+1]]``, so a confident position asks for few tokens and a flat one for many)."""
     w, t = windows.shape
-    k = 0 if ids is None else ids.shape[-1]
     target = np.zeros((w, t - 1), np.float32)
     argmax = np.zeros((w, t - 1), np.int32)
-    at = np.zeros((w, t - 1, k), np.float32)
+    if ids is None:
+        at = np.zeros((w, t - 1, 0), np.float32)
+    elif offsets is None:
+        at = np.zeros((w, t - 1, ids.shape[-1]), np.float32)
+    else:
+        at = np.zeros(ids.shape[0], np.float32)
     for i in range(w):
         lp = log_softmax(dec.forward([int(v) for v in windows[i]], 0)[:-1])
         target[i] = lp[np.arange(t - 1), windows[i, 1:]]
         argmax[i] = lp.argmax(axis=-1)
-        if ids is not None:
+        if ids is not None and offsets is None:
             at[i] = np.take_along_axis(lp, ids[i].astype(np.int64), axis=-1)
+        elif ids is not None and offsets is not None:
+            seg = offsets[i * (t - 1) : (i + 1) * (t - 1) + 1]
+            rows = np.repeat(np.arange(t - 1), np.diff(seg))
+            at[seg[0] : seg[-1]] = lp[rows, ids[seg[0] : seg[-1]].astype(np.int64)]
     return {"target_logprob": target, "argmax": argmax, "logprob_at": at}
 
 
@@ -99,25 +111,35 @@ def greedy(dec: Decoder, prompts: Sequence[Sequence[int]], new_tokens: int) -> n
     return out
 
 
-def _load_scoring(g: Doc) -> tuple[np.ndarray, np.ndarray | None]:
+def _load_scoring(g: Doc) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     sc = g["score"]
     try:
         windows = np.load(sc["windows"], allow_pickle=False)
         ids = np.load(sc["ids"], allow_pickle=False) if sc.get("ids") else None
+        offsets = np.load(sc["offsets"], allow_pickle=False) if sc.get("offsets") else None
     except (OSError, ValueError) as exc:
         raise AgentFailure("bad_data", f"cannot read the scoring windows: {exc}", EXIT_BAD_REQUEST) from exc
-    if (
-        windows.ndim != 2
-        or windows.shape[1] < 2
-        or (ids is not None and ids.shape[:2] != (windows.shape[0], windows.shape[1] - 1))
-    ):
+    positions = windows.shape[0] * (windows.shape[1] - 1) if windows.ndim == 2 else -1
+    if offsets is not None:
+        fits = (
+            ids is not None
+            and ids.ndim == 1
+            and offsets.shape == (positions + 1,)
+            and int(offsets[0]) == 0
+            and int(offsets[-1]) == ids.shape[0]
+            and bool((np.diff(offsets) >= 0).all())
+        )
+    else:
+        fits = ids is None or ids.shape[:2] == (windows.shape[0], windows.shape[1] - 1)
+    if windows.ndim != 2 or windows.shape[1] < 2 or not fits:
         raise AgentFailure(
             "bad_data",
-            f"scoring windows {windows.shape} / ids {None if ids is None else ids.shape} "
-            "do not fit: windows [W, T], ids [W, T-1, K]",
+            f"scoring windows {windows.shape} / ids {None if ids is None else ids.shape} / offsets "
+            f"{None if offsets is None else offsets.shape} do not fit: windows [W, T], and ids [W, T-1, K] or "
+            "ids [N] with offsets [W*(T-1)+1] running from 0 to N",
             EXIT_BAD_REQUEST,
         )
-    return windows, ids
+    return windows, ids, offsets
 
 
 def generate(req: Doc) -> Doc:
@@ -176,9 +198,9 @@ def generate(req: Doc) -> Doc:
     eval_doc = None
     try:
         if g.get("score"):
-            windows, top_ids = _load_scoring(g)
+            windows, top_ids, offsets = _load_scoring(g)
             t_eval = time.perf_counter()
-            named.update(score_windows(dec, windows, top_ids))
+            named.update(score_windows(dec, windows, top_ids, offsets))
             eval_doc = {
                 "windows": int(windows.shape[0]),
                 "tokens": int(windows.shape[1]),

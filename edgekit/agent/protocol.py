@@ -86,7 +86,8 @@ class SustainedRequest(_Strict):
 
 class ScoreRequest(_Strict):
     windows: str  # remote .npy int32 [W, T]: teacher-forced windows of the eval text
-    ids: str | None = None  # remote .npy int32 [W, T-1, K]: the token ids whose log-probabilities come back
+    ids: str | None = None  # remote .npy int32 [W, T-1, K], or [N] with offsets: the ids whose log-probs come back
+    offsets: str | None = None  # remote .npy int64 [W*(T-1)+1]: position p's ids are ids[offsets[p]:offsets[p+1]]
 
 
 class GreedyRequest(_Strict):

@@ -76,9 +76,10 @@ def deploy_cmd(
         "other thread counts (FILE@tN)."),
     top_k: Optional[int] = typer.Option(
         None, "--top-k", rich_help_panel=PANEL_LM,
-        help="A language model's KLD: the float model's top-K tokens a position whose log-probs the device returns "
-        "(default 256; up to the vocabulary for an exact KLD). The gate refuses to judge a KLD when the top-K "
-        "hold under 95% of the float model's probability mass."),
+        help="A language model's KLD: the float model's top-K tokens a position whose log-probs the device returns. "
+        "Default: at each position the fewest tokens that hold 99.5% of the float model's probability mass (the "
+        "flattest positions cut to a common K past 4M ids a variant; the report says what was covered). With "
+        "--top-k K the gate refuses to judge a KLD whose top-K hold under 95% of that mass."),
     output_layer: Optional[str] = typer.Option(
         None, "--output-layer", rich_help_panel=PANEL_LM,
         help="A language model's output layer (lm_head) in its int4 files: float, int8 (default) or int4; the "
@@ -227,7 +228,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained, output_layer=None,
                lm_variants=None, baseline=None, max_latency_regression=None, top_k=None, search=None):
     from ..errors import BadInputError
-    from ..llm.deploy import DEFAULT_TOP_K, LMOptions, deploy_lm
+    from ..llm.deploy import LMOptions, deploy_lm
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
     from ..llm.release import ReleaseGate
 
@@ -250,7 +251,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                      lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained,
                      head=output_layer or "int8",
                      candidates=tuple(v.strip() for v in lm_variants.split(",") if v.strip()) if lm_variants else None,
-                     top_k=DEFAULT_TOP_K if top_k is None else top_k, search=bool(search),
+                     top_k=top_k, search=bool(search),
                      baseline=baseline, release=ReleaseGate() if max_latency_regression is None else
                      ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:

@@ -54,7 +54,12 @@ def run_cmd(
     from ..fsutil import atomic_path
     from ..llm.run import is_lm_ship
     from ..orchestration.run_shipped import run_shipped
+    from ..orchestration.ship import nothing_shipped
 
+    why = nothing_shipped(ship_dir)
+    if why is not None:
+        raise BadInputError(f"{ship_dir}: nothing shipped: the deploy that wrote it shipped no file ({why})",
+                            hint="read its report.json's decision and gate; a deploy that ships a file writes it here")
     if is_lm_ship(ship_dir):
         _run_lm(ship_dir, prompt, chat, max_new_tokens, eval_text, threads, as_json)
         return

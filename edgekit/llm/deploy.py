@@ -27,6 +27,7 @@ from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..measure.stats import latency_stats
 from ..measure.sustained import analyze
 from ..orchestration.prepare import target_spec
+from ..orchestration.ship import write_nothing_shipped
 from ..report.model import (
     Accuracy,
     DeviceInfo,
@@ -48,7 +49,7 @@ from .judge import OBJECTIVES, LMGate, judge
 from .layer_plan import HEADS
 from .memory import check_fits, kv_bytes_per_token, memory_plan
 from .parity import cache_parity
-from .quality import Reference, greedy_reference, quality, reference
+from .quality import COVERAGE, Reference, greedy_reference, quality, reference
 from .release import PREFIX as RELEASE_PREFIX
 from .release import LastRelease, ReleaseGate, compared_with, load_last_release, release_checks
 from .release_ab import Side, decode_ab
@@ -61,7 +62,6 @@ from .threads import file_of, not_competing, settings_to_try, tuned_name
 Progress = Callable[[str], None]
 DEFAULT_CONTEXT = 512  # a model's own context is often 8k+: a phone app's prompt + answer rarely need more
 DEFAULT_WINDOW = 128  # tokens a scored window holds
-DEFAULT_TOP_K = 256
 
 
 @dataclass
@@ -71,7 +71,9 @@ class LMOptions:
     context: int | None = None  # default: min(model's, DEFAULT_CONTEXT)
     window: int | None = None  # default: min(context, DEFAULT_WINDOW)
     max_windows: int = 32
-    top_k: int = DEFAULT_TOP_K
+    # the float model's tokens a position the device scores for the KLD; None (default): at each position the
+    # fewest that hold quality.COVERAGE of its mass (quality.reference); K: that many everywhere (--top-k)
+    top_k: int | None = None
     gate: LMGate = field(default_factory=LMGate)
     objective: str = "decode"
     threads: int | None = None
@@ -116,7 +118,7 @@ class Prepared:
 def prepare(
     model: str | Path, eval_text: str | Path, spec: TargetSpec, out: str | Path, o: LMOptions, progress: Progress
 ) -> Prepared:
-    if o.top_k < 1:
+    if o.top_k is not None and o.top_k < 1:
         raise BadInputError(f"--top-k {o.top_k}: at least 1 (the float model's tokens a position the device scores)")
     if o.head not in HEADS:
         raise BadInputError(f"--output-layer {o.head!r}: the output layer of an int4 file is one of {', '.join(HEADS)}")
@@ -144,6 +146,17 @@ def prepare(
         )
     progress(f"scoring {text.windows.shape[0]} windows of {text.windows.shape[1]} tokens with the float model")
     ref = reference(src.model, text.windows, o.top_k)
+    cover = ref.describe()
+    progress(
+        f"the KLD scores {cover['scored_ids']} token log-probs ({cover['scoring_bytes'] / 1e6:.1f} MB to move a "
+        f"variant): "
+        + (
+            f"top-{o.top_k} a position"
+            if o.top_k is not None
+            else f"{cover['top_k_mean']:.0f} a position on average to hold {COVERAGE:.1%} of the float mass"
+            + (f", the flattest cut to {ref.capped_at}" if ref.capped_at else "")
+        )
+    )
     settings = GenerateSettings(context=context)
     ref = Reference(**{**ref.__dict__, "greedy": greedy_reference(src.model, text.prompts, settings.greedy_tokens)})
     return Prepared(src=src, text=text, spec=spec, settings=settings, out_dir=out_dir, plan=plan, ref=ref)
@@ -248,7 +261,9 @@ def measure(
         tmp = p.out_dir / "artifacts"
         np.save(tmp / "windows.npy", p.text.windows)
         np.save(tmp / "top_ids.npy", p.ref.top_ids)
-        remotes = session.deliver_files([tmp / "windows.npy", tmp / "top_ids.npy"], kind="eval")
+        np.save(tmp / "top_offsets.npy", p.ref.offsets)
+        scored = [tmp / "windows.npy", tmp / "top_ids.npy", tmp / "top_offsets.npy"]
+        remotes = session.deliver_files(scored, kind="eval")
         session.deliver(built.values())
 
         def one(name: str, art: Artifact, mm: MeasureDefaults) -> None:
@@ -264,7 +279,7 @@ def measure(
                 measure=mm,
                 settings=p.settings,
                 windows=p.text.windows,
-                scoring=(remotes[tmp / "windows.npy"], remotes[tmp / "top_ids.npy"]),
+                scoring=(remotes[scored[0]], remotes[scored[1]], remotes[scored[2]]),
                 greedy=p.text.prompts,
                 outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
                 energy_sources=tuple(spec.energy_sources),
@@ -459,5 +474,7 @@ def deploy_lm(
         report.search.shipped = ShippedFile(
             **write_lm_ship(p.out_dir, v, built[file_of(decision.ship)], p.src, p.settings)
         )
+    else:
+        write_nothing_shipped(p.out_dir, "text-generation", decision.reason)
     write_report(report, p.out_dir)
     return report

@@ -59,7 +59,7 @@ def generate_request(
     measure: MeasureDefaults,
     settings: GenerateSettings,
     windows: np.ndarray,
-    scoring: tuple[str, str | None] | None,
+    scoring: tuple[str, str | None, str | None] | None,
     greedy: list[list[int]] | None,
     outputs_remote: str | None,
     energy_sources: tuple[str, ...] = (),
@@ -76,7 +76,7 @@ def generate_request(
         prefill_repeats=settings.prefill_repeats,
         filled_at=settings.filled_at,
         decode_tokens=settings.decode_tokens,
-        score=ScoreRequest(windows=scoring[0], ids=scoring[1]) if scoring else None,
+        score=ScoreRequest(windows=scoring[0], ids=scoring[1], offsets=scoring[2]) if scoring else None,
         greedy=GreedyRequest(prompts=greedy, new_tokens=settings.greedy_tokens) if greedy else None,
     )
     return AgentRequest(

@@ -37,7 +37,7 @@ from ..variant_search.candidates import candidate_variants
 from .fleet import deploy_fleet
 from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
-from .ship import write_ship
+from .ship import write_nothing_shipped, write_ship
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
 
 Progress = Callable[[str], None]
@@ -154,6 +154,8 @@ def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, devic
         if report.decision.ship is not None:
             write_ship(run.out_dir, report.variant(report.decision.ship), variants[report.decision.ship],
                        run.source.artifact.io)
+        else:
+            write_nothing_shipped(run.out_dir, "fixed-graph", report.decision.reason)
     write_report(report, run.out_dir)
     return report
 

@@ -289,8 +289,18 @@ class LMQuality(_Open):
     positions: int  # scored positions: windows x (window tokens - 1), each predicting the next token
     windows: int  # teacher-forced windows of the eval text, each scored from an empty cache
     top_k: int = Field(
-        description="the float model's top-K tokens a position at which the device's log-probs came back"
+        description="the most tokens a position at which the device's log-probs came back (the float model's top-K)"
     )
+    top_k_mean: float | None = Field(None, description="tokens a position on average (sized to the coverage target)")
+    coverage_target: float | None = Field(
+        None, description="the float mass each position's tokens were sized to hold (None: a fixed --top-k)"
+    )
+    top_k_capped_at: int | None = Field(
+        None,
+        description="the K the flattest positions were cut to, to keep the transfer inside its cap (None: not cut)",
+    )
+    scored_ids: int | None = Field(None, description="token log-probabilities the scoring moved a variant")
+    scoring_bytes: int | None = Field(None, description="bytes the scoring moved a variant (ids out, log-probs back)")
     perplexity: float  # exp(mean negative log-likelihood of the text's next tokens), from the device's log-probs
     perplexity_float: float  # the same on the host's float (PyTorch) model, same windows
     perplexity_increase: float = Field(description="perplexity / float perplexity - 1")
@@ -301,6 +311,7 @@ class LMQuality(_Open):
     float_tail_mass_mean: float | None = Field(
         None, description="the float model's mean probability outside its top-K: how much the KLD bound leaves out"
     )
+    float_tail_mass_max: float | None = Field(None, description="the same at the least covered position")
     top1_agreement: float  # share of positions whose most likely next token is the float model's
     top1_agreement_ci95: list[float] | None = None  # 95% CI by bootstrap over the windows
     greedy: dict[str, Any] | None = Field(None, description="greedy continuations against the float model's")
@@ -728,9 +739,8 @@ class Report(_Open):
             return (
                 f"task: text-generation ({self.model.get('architecture')}); quality from the device's own "
                 f"log-probabilities on {ev.get('windows')} windows of {ev.get('window_tokens')} tokens of "
-                f"{ev.get('path')} against the float model (perplexity, KL divergence over the float model's "
-                f"top-{next((v.quality.top_k for v in self.variants if v.quality), '?')} tokens, top-1 "
-                f"agreement); prefill at {gen.get('prompt_lengths')} tokens, decode from an empty cache "
+                f"{ev.get('path')} against the float model (perplexity, KL divergence over {_kld_tokens(self)}, "
+                f"top-1 agreement); prefill at {gen.get('prompt_lengths')} tokens, decode from an empty cache "
                 f"(context {gen.get('context')})"
             )
         m = (self.settings or {}).get("metric") or {}
@@ -859,3 +869,17 @@ def _provided(name: str) -> Callable[..., Any]:
         raise RuntimeError(
             f"edgekit.report: no {name} was provided (edgekit/report/__init__.py imports diff.py and write.py)"
         ) from None
+
+
+def _kld_tokens(report: Report) -> str:
+    """What a language model's KLD was summed over, in words (the report's metric line)."""
+    q = next((v.quality for v in report.variants if v.quality), None)
+    if q is None:
+        return "the float model's top tokens"
+    if q.coverage_target is None:
+        return f"the float model's top-{q.top_k} tokens"
+    cut = f", the flattest cut to {q.top_k_capped_at}" if q.top_k_capped_at else ""
+    return (
+        f"the float model's most likely tokens holding {q.coverage_target:.1%} of its mass at each position "
+        f"({q.top_k_mean or 0:.0f} on average, up to {q.top_k}{cut})"
+    )

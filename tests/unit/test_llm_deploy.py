@@ -53,7 +53,11 @@ def test_the_loop_ships_a_variant_inside_the_quality_gate(deployed):
         # onnxruntime holds the cache as arrays: its size is what the config says it must be
         per_tok = 2 * 2 * 2 * 16 * 4  # 2 (k, v) x layers x kv heads x head dim x fp32
         assert g.kv_cache_source == "runtime" and g.kv_cache_mb == pytest.approx(per_tok * 95 / 2 ** 20)
-        assert q.positions == 8 * 47 and q.top_k == 256
+        assert q.positions == 8 * 47
+        # the KLD's tokens sized by default to hold 99.5% of the float mass at every position: judged, tight
+        assert q.coverage_target == 0.995 and q.top_k_capped_at is None and q.kld_bound == "lower"
+        assert q.float_tail_mass_max <= 0.005 + 1e-5 and 1 <= q.top_k_mean <= q.top_k <= 384
+        assert q.scoring_bytes == q.scored_ids * 8 + (q.positions + 1) * 8
         # a trained model: perplexity far below the vocabulary's 384
         assert 5 < q.perplexity < 100, q.perplexity
     fp32, int8 = report.variant("ort-fp32"), report.variant("ort-int8")
@@ -101,7 +105,7 @@ def test_quality_equals_a_hand_computation_from_full_logits(llama, tmp_path):
     ref = reference(src.model, windows, k=src.vocab_size)
     art = quantize_onnx_int8(export_onnx(src, tmp_path / "f.onnx", context=64), tmp_path / "q.onnx")
     dec = load_agent().runners.decoder_for("onnxruntime").open(str(art.path), {"threads": 1})
-    dev = load_agent().generation.score_windows(dec, windows, ref.top_ids)
+    dev = load_agent().generation.score_windows(dec, windows, ref.top_ids, ref.offsets)
     q = quality(ref, dev)
     kl, nll_v, nll_f, agree = [], [], [], []
     for i in range(3):
@@ -120,7 +124,7 @@ def test_quality_equals_a_hand_computation_from_full_logits(llama, tmp_path):
     assert q["top1_agreement"] == pytest.approx(float(np.mean(agree)))
     # top-K with K < vocabulary: a lower bound, never above the exact figure
     small = reference(src.model, windows, k=8)
-    q8 = quality(small, load_agent().generation.score_windows(dec, windows, small.top_ids))
+    q8 = quality(small, load_agent().generation.score_windows(dec, windows, small.top_ids, small.offsets))
     assert q8["kld_bound"] == "lower" and q8["kld_mean"] <= q["kld_mean"] + 1e-12
 
 
@@ -296,21 +300,48 @@ def test_a_sustained_decode_reports_tokens_over_time(llama, tmp_path):
     assert v.latency_ms.runs > 64 and v.generation.decode_tokens_per_s > 0
 
 
-def test_a_kld_whose_top_k_misses_the_mass_is_not_judged(llama, tmp_path):
-    """The device's KLD covers the float model's top-K tokens plus one tail bucket: a lower bound. With K=4
-    most of the float model's mass is outside them, and the gate fails the check (asking for a larger --top-k)
-    instead of passing a figure that could hide a loss; at the default K the same file passes."""
+def test_a_kld_whose_top_k_misses_the_mass_is_not_judged(llama, tmp_path, cli):
+    """The device's KLD covers the float model's top-K tokens plus one tail bucket: a lower bound. With a fixed
+    --top-k 4 most of the float model's mass is outside them, and the gate fails the check (asking for more
+    tokens) instead of passing a figure that could hide a loss; nothing ships, and `edgekit run` on the ship/
+    folder says so (an earlier run's file there is gone). By default (no --top-k) each position's tokens are
+    sized to hold 99.5% of the float mass and the same file passes."""
     folder, text = llama
-    small = deploy_lm(folder, eval_text=text, out=tmp_path / "k4", options=LMOptions(
+    out = tmp_path / "o"
+    full = deploy_lm(folder, eval_text=text, out=out, options=LMOptions(
+        context=64, window=32, max_windows=2, candidates=("ort-int8",), **FAST))
+    q = full.variant("ort-int8").quality
+    assert q.float_tail_mass_max <= 0.005 + 1e-5 and q.coverage_target == 0.995 and full.gate.passed
+    assert (out / "ship" / "ort-int8.onnx").is_file()
+    small = deploy_lm(folder, eval_text=text, out=out, options=LMOptions(
         context=64, window=32, max_windows=2, candidates=("ort-int8",), top_k=4, **FAST))
     q = small.variant("ort-int8").quality
-    assert q.top_k == 4 and q.kld_bound == "lower" and q.float_tail_mass_mean > 0.05
+    assert q.top_k == 4 and q.coverage_target is None and q.kld_bound == "lower" and q.float_tail_mass_mean > 0.05
     check = next(c for c in small.gate.checks if c.name == "kld")
     assert not check.passed and "KLD not judgeable" in check.message and "--top-k" in check.message
     assert small.decision.ship is None and not small.gate.passed
-    full = deploy_lm(folder, eval_text=text, out=tmp_path / "k256", options=LMOptions(
+    assert not (out / "ship" / "ort-int8.onnx").exists()
+    r = cli("run", str(out / "ship"), "--eval-text", str(text))
+    assert r.exit_code == 2 and "nothing shipped" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "no variant passes the quality checks" in r.stdout + r.stderr
+
+
+def test_a_distribution_too_flat_for_the_transfer_cap_leaves_the_kld_unjudged(llama, tmp_path, monkeypatch):
+    """Past the transfer cap the flattest positions are cut to a common K; where the cut leaves more than 5% of
+    the float mass out on average, the KLD is reported but not judged (a skipped check, with the reason), and
+    the perplexity and degeneration checks decide: the default deploy still ships a file."""
+    import edgekit.llm.quality as quality_mod
+
+    folder, text = llama
+    monkeypatch.setattr(quality_mod, "MAX_SCORED_IDS", 2 * 31 * 2)  # 2 tokens a position over 2 windows of 32
+    r = deploy_lm(folder, eval_text=text, out=tmp_path / "o", options=LMOptions(
         context=64, window=32, max_windows=2, candidates=("ort-int8",), **FAST))
-    assert full.variant("ort-int8").quality.float_tail_mass_mean < 0.05 and full.gate.passed
+    q = r.variant("ort-int8").quality
+    assert q.top_k_capped_at == 2 and q.scored_ids <= 2 * 31 * 2 and q.float_tail_mass_mean > 0.05
+    check = next(c for c in r.gate.checks if c.name == "kld")
+    assert check.skipped and check.passed and "KLD not judged" in check.message and "too flat" in check.message
+    assert {c.name for c in r.gate.checks} >= {"perplexity_increase", "degenerate"}
+    assert r.decision.ship == "ort-int8" and r.gate.passed
 
 
 def test_threads_are_tuned_per_runtime_and_a_setting_ships_only_when_clearly_faster(llama, tmp_path):
