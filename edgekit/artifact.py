@@ -98,6 +98,15 @@ class Artifact(BaseModel):
         return dict(step.config.get("runtime_options") or {}) if step is not None else {}
 
     @property
+    def fixed_shapes(self) -> dict[str, tuple[list[int], str]]:
+        """Input name -> (static shape, "user" | "data") from the last hop that fixed a dynamic model's sizes."""
+        for step in reversed(self.lineage):
+            shapes = step.config.get("input_shapes") if step.kind == "convert" else None
+            if shapes:
+                return {k: (list(v), step.config.get("input_shapes_from", "user")) for k, v in shapes.items()}
+        return {}
+
+    @property
     def size_bytes(self) -> int:
         p = self.path
         if p.is_dir():  # .mlpackage

@@ -19,7 +19,6 @@ import numpy as np
 
 from ..artifact import IOSpec
 from ..errors import DataError
-from ..orchestration.ship import fixed_shapes
 from .stateful import missing_inputs_hint
 
 
@@ -362,7 +361,7 @@ def fixed_shape_misfit(art, ds: Dataset, source_io: IOSpec | None = None) -> str
     if not ds.buckets:
         return None
 
-    sized = fixed_shapes(art)
+    sized = art.fixed_shapes
     src_io = source_io or art.io
     # the inputs the data feeds (not a stream's constants), by position: a converted file renames its inputs
     keep = [k for k, s in enumerate(src_io.inputs) if ds.stream is None or s.name not in ds.stream.fed]

@@ -59,31 +59,6 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec
     return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
 
 
-def write_nothing_shipped(out_dir: Path, task: str, reason: str) -> None:
-    """A run that shipped nothing says so in ``ship/ship.json`` (``"shipped": false`` and the decision's reason),
-    and the model files an earlier run shipped there go: ``edgekit run`` on the folder then answers that nothing
-    shipped instead of running a file the new report does not stand behind."""
-    ship_dir = out_dir / "ship"
-    ship_dir.mkdir(parents=True, exist_ok=True)
-    before = _shipped_files(ship_dir)
-    meta = {"schema": SHIP_SCHEMA, "task": task, "shipped": False, "reason": reason,
-            "report": str(out_dir / "report.json")}
-    atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
-    for name in ("runtime.json", *(p.name for p in before)):
-        (ship_dir / name).unlink(missing_ok=True)
-
-
-def nothing_shipped(ship_dir: Path) -> str | None:
-    """Why the deploy that wrote ``ship_dir`` shipped nothing (None: it shipped a file, or it is no ship folder)."""
-    try:
-        meta = json.loads((Path(ship_dir) / "ship.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or meta.get("shipped", True) is not False:
-        return None
-    return str(meta.get("reason") or "no variant qualified")
-
-
 def _shipped_files(ship_dir: Path) -> set[Path]:
     """The model files the ship.json already in ``ship_dir`` names (only those: nothing else is removed)."""
     try:
@@ -102,7 +77,7 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
     model's constant inputs (``constants``: fed unchanged with every call) and state (``state``: the input
     starts as zeros of ``shape`` and takes the named output after each call, one sample a call, in order)
     come from the run's --const/--state, recorded in the lineage (edgekit/inputs/stateful.py)."""
-    fixed = fixed_shapes(art)
+    fixed = art.fixed_shapes
     stream = of_artifact(art) or {}
     roles = {**{k: "constant" for k in stream.get("constants") or {}},
              **{s["input"]: "state" for s in stream.get("state") or []}}
@@ -136,15 +111,6 @@ def _by_shape(v: VariantResult) -> dict:
         return {}
     return {"weighted_p50_ms": extra.get("weighted_p50"),
             "by_shape": [{"shapes": b["shapes"], "samples": b["samples"], "p50_ms": b["p50"]} for b in extra["buckets"]]}
-
-
-def fixed_shapes(art: Artifact) -> dict[str, tuple[list[int], str]]:
-    """Input name -> (static shape, "user" | "data") from the last hop that fixed a dynamic model's sizes."""
-    for step in reversed(art.lineage):
-        shapes = step.config.get("input_shapes") if step.kind == "convert" else None
-        if shapes:
-            return {k: (list(v), step.config.get("input_shapes_from", "user")) for k, v in shapes.items()}
-    return {}
 
 
 def _batch(art: Artifact, source_io: IOSpec, fixed: dict, fed: set[str] = frozenset()) -> int | None:
