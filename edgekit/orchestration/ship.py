@@ -59,6 +59,31 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec
     return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
 
 
+def write_nothing_shipped(out_dir: Path, task: str, reason: str) -> None:
+    """A run that shipped nothing says so in ``ship/ship.json`` (``"shipped": false`` and the decision's reason),
+    and the model files an earlier run shipped there go: ``edgekit run`` on the folder then answers that nothing
+    shipped instead of running a file the new report does not stand behind."""
+    ship_dir = out_dir / "ship"
+    ship_dir.mkdir(parents=True, exist_ok=True)
+    before = _shipped_files(ship_dir)
+    meta = {"schema": SHIP_SCHEMA, "task": task, "shipped": False, "reason": reason,
+            "report": str(out_dir / "report.json")}
+    atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
+    for name in ("runtime.json", *(p.name for p in before)):
+        (ship_dir / name).unlink(missing_ok=True)
+
+
+def nothing_shipped(ship_dir: Path) -> str | None:
+    """Why the deploy that wrote ``ship_dir`` shipped nothing (None: it shipped a file, or it is no ship folder)."""
+    try:
+        meta = json.loads((Path(ship_dir) / "ship.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("shipped", True) is not False:
+        return None
+    return str(meta.get("reason") or "no variant qualified")
+
+
 def _shipped_files(ship_dir: Path) -> set[Path]:
     """The model files the ship.json already in ``ship_dir`` names (only those: nothing else is removed)."""
     try:
