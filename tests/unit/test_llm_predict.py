@@ -1,0 +1,56 @@
+"""Issue #45 item 2: a file's decode speed predicted before it is built, from the bytes a decode step reads and each
+row's effective bandwidth (the benchmark's priors, then this device's quiet history), calibrated on a measured
+leader."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgekit.llm import efficiency
+from edgekit.llm.predict import PRIOR_GBPS, Weights, bytes_per_token, predict
+
+# the benchmark's Llama 125M (docs/benchmarks/language-models.md): 12 layers of width 768, MLP 2048, 4 KV heads
+LLAMA_125M = Weights(body=12 * (768 * 768 * 2 + 768 * 256 * 2 + 3 * 768 * 2048), head=32000 * 768, embed_width=768,
+                     kv_per_position=2 * 12 * 4 * 64)
+TABLE = {"ort-fp32": 47.0, "ort-int8": 127.3, "ort-int4": 139.1, "et-8da4w": 75.3, "gguf-q8_0": 180.0,
+         "gguf-q4_0": 250.3, "gguf-q4_k_m": 189.6}
+
+
+def test_bytes_a_token_follow_the_encoding():
+    w = LLAMA_125M
+    fp32, q4 = bytes_per_token(w, "ort-fp32"), bytes_per_token(w, "gguf-q4_0")
+    # fp32 reads 4 B a weight of the body and head, one embedding row, and the cache (fp32) at 32 positions
+    assert fp32 == pytest.approx(4 * (w.body + w.head) + 4 * 768 + 4 * w.kv_per_position * 32)
+    assert 0.14 < q4 / fp32 < 0.2  # 4.5 bits a body weight, Q6_K head
+    assert bytes_per_token(w, "ort-int4-b128") < bytes_per_token(w, "ort-int4") < bytes_per_token(w, "ort-int8")
+
+
+def test_priors_reproduce_the_benchmark_table_and_calibration_carries_the_ratio():
+    for name, measured in TABLE.items():  # on the benchmark's own model the prior is its own row
+        assert predict(LLAMA_125M, name).tokens_per_s == pytest.approx(measured, rel=0.01)
+    # calibrated on gguf-q4_0 measured at half the benchmark's speed: every other row at half its speed too
+    for name, measured in TABLE.items():
+        p = predict(LLAMA_125M, name, leader=("gguf-q4_0", 125.15))
+        assert p.tokens_per_s == pytest.approx(measured / 2, rel=0.01)
+        if name != "gguf-q4_0":
+            assert p.spread == 1.5 and "calibrated on gguf-q4_0" in p.basis
+    assert set(PRIOR_GBPS) >= set(TABLE)
+
+
+def test_history_is_per_device_quiet_only_and_narrows_the_spread(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    monkeypatch.delenv("EDGEKIT_NO_CACHE", raising=False)
+    key = efficiency.device_key("local", {"device": {"hostname": "h", "cpu": "EPYC", "cores": 2}})
+    assert key != efficiency.device_key("local", {"device": {"hostname": "h2", "cpu": "EPYC", "cores": 2}})
+    assert not efficiency.record(key, "ort-int4", "1.20", 9.0, {"other_cpu_fraction": 0.5})  # busy: not kept
+    assert efficiency.history(key) == {}
+    assert efficiency.record(key, "ort-int4", "1.20", 9.0, {"other_cpu_fraction": 0.01})
+    assert efficiency.history(key) == {"ort-int4": (9.0, efficiency.ONE_FIGURE_SPREAD)}
+    for g in (9.5, 10.0):
+        efficiency.record(key, "ort-int4", "1.20", g, {})
+    med, spread = efficiency.history(key)["ort-int4"]
+    assert med == 9.5 and spread == pytest.approx(max(efficiency.MIN_SPREAD, 9.5 / 9.0))
+    p = predict(LLAMA_125M, "ort-int4", history=efficiency.history(key))
+    assert p.spread == spread and "this device's history" in p.basis
+    monkeypatch.setenv("EDGEKIT_NO_CACHE", "1")
+    assert efficiency.history(key) == {}
