@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -202,15 +202,28 @@ def measure(req: Doc) -> Doc:
     }
 
 
+def _synthetic_feeds(req: Doc) -> list[Any]:
+    """One sample of synthetic inputs for ``req``'s model, prepared as its runner takes them (its
+    constants and a zero state where the request streams)."""
+    in_specs = req["inputs"]
+    plan = stream_plan(req, in_specs, req.get("outputs") or [])
+    sample = assemble(plan, synthetic_inputs(data_specs(plan, in_specs)), zero_state(plan, in_specs))
+    return [prepare(x, s) for x, s in zip(sample, in_specs)]
+
+
 def measure_ab(req: Doc) -> Doc:
-    """Two models of one interface in ONE process, timed in alternating blocks (A B, B A, A B ...):
-    the request's model is A, ``ab.model`` is B. Whatever the device does meanwhile (other load,
-    clocks, heat) hits both sides of a block pair alike, so the host can judge their ratio. Each
-    block runs for ``block_seconds`` (at least ``min_runs`` runs, at most ``max_runs``)."""
+    """Two models in ONE process, timed in alternating blocks (A B, B A, A B ...): the request's model
+    is A, ``ab.model`` is B. Whatever the device does meanwhile (other load, clocks, heat) hits both
+    sides of a block pair alike, so the host can judge their ratio. Each block runs for
+    ``block_seconds`` (at least ``min_runs`` runs, at most ``max_runs``). B may be another format on
+    another runtime (the search's finals compare an ONNX Runtime file with a LiteRT one): ``ab``
+    then carries B's ``runtime``, ``format``, ``inputs`` and ``outputs``, and each side is fed
+    synthetic inputs of its own interface."""
     ab = req["ab"]
     # B's own files beside its model, and the runtime options its file needs (NCNN's fp16 setting)
     req_b = {
         **req,
+        **{k: ab[k] for k in ("runtime", "format", "inputs", "outputs") if k in ab},
         "companions": ab.get("companions"),
         "runtime_options": ab["runtime_options"] if "runtime_options" in ab else req.get("runtime_options"),
     }
@@ -222,15 +235,12 @@ def measure_ab(req: Doc) -> Doc:
             raise AgentFailure(
                 "integrity", f"model file {path} does not have sha256 {digest[:12]}...", EXIT_BAD_REQUEST
             )
-    cls = runner_for(req["runtime"])
-    runners = {"a": cls.open(req["model"], req), "b": cls.open(ab["model"], req_b)}
-    in_specs = req["inputs"]
-    plan = stream_plan(req, in_specs, req.get("outputs") or [])  # constants, and a zero state
-    sample = assemble(plan, synthetic_inputs(data_specs(plan, in_specs)), zero_state(plan, in_specs))
-    feeds = [prepare(x, s) for x, s in zip(sample, in_specs)]
+    classes = {"a": runner_for(req["runtime"]), "b": runner_for(req_b["runtime"])}
+    runners = {"a": classes["a"].open(req["model"], req), "b": classes["b"].open(ab["model"], req_b)}
+    feeds = {"a": _synthetic_feeds(req), "b": _synthetic_feeds(req_b)}
     try:
-        for r in runners.values():
-            warmup_runs(lambda r=r: r.run(feeds), req)  # type: ignore[misc]
+        for side, r in runners.items():
+            warmup_runs(lambda r=r, f=feeds[side]: r.run(f), req)  # type: ignore[misc]
         blocks, block_s = int(ab.get("blocks", 20)), float(ab.get("block_seconds", 0.1))
         min_runs, max_runs = int(ab.get("min_runs", 3)), int(ab.get("max_runs", 500))
         clock = time.perf_counter_ns
@@ -238,18 +248,19 @@ def measure_ab(req: Doc) -> Doc:
         order = []
         for i in range(blocks):
             for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
-                run, start = runners[side].run, time.perf_counter()
+                run, fed, start = runners[side].run, feeds[side], time.perf_counter()
                 t: list[float] = []
                 while len(t) < max_runs and (len(t) < min_runs or time.perf_counter() - start < block_s):
                     a = clock()
-                    run(feeds)
+                    run(fed)
                     t.append((clock() - a) / 1e6)
                 out[side].append(t)
                 order.append(side)
     except AgentFailure:
         raise
     except Exception as exc:
-        raise AgentFailure("inference_failed", f"{cls.name} failed to run the model: {exc}", EXIT_RUNTIME) from exc
+        names = " or ".join(dict.fromkeys(c.name for c in classes.values()))
+        raise AgentFailure("inference_failed", f"{names} failed to run the model: {exc}", EXIT_RUNTIME) from exc
     raw_b = [x for blk in out["b"] for x in blk]
     # each side's runner notes (a delegate that could not prepare and fell back): a ratio between two
     # different kernel paths must say so

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..devices.session import DeviceSession
 from ..host import HostThreads
 from ..measure.profile import profile_diffs
-from ..orchestration.ship import write_nothing_shipped, write_ship
+from ..orchestration.ship import write_ship
 from ..orchestration.steps import recorded_settings
 from ..report.assemble import assemble_report
 from ..report.decision import ship_decision
@@ -23,6 +23,7 @@ from ..report.model import (
 from ..report.write import write_report
 from ..timeline import Clock
 from .choice import BASE, Candidate
+from .rounds import RoundsVerdict
 from .state import SearchState
 
 
@@ -59,9 +60,7 @@ def search_report(st: SearchState, session: DeviceSession) -> Report:
                              settings={"screening": st.screen_settings.measure.model_dump(),
                                        **recorded_settings(run, st.final_settings, builds)})
     report.profile_diffs = profile_diffs(report.variants, BASE)
-    report.decision = search_decision(report, cands, chosen)
-    if chosen is None:
-        write_nothing_shipped(run.out_dir, "fixed-graph", report.decision.reason)
+    report.decision = search_decision(report, cands, chosen, st.rounds)
     write_report(report, run.out_dir)
     return report
 
@@ -79,7 +78,8 @@ def budget_warnings(cands: list[Candidate], clock: Clock, ht: HostThreads) -> li
             f"{clock.seconds('build'):.0f} s of the {clock.budget_s:g} s budget{busy}; --time-budget raises it"]
 
 
-def search_decision(report: Report, cands: list[Candidate], chosen: VariantResult | None) -> Decision:
+def search_decision(report: Report, cands: list[Candidate], chosen: VariantResult | None,
+                    rounds: RoundsVerdict | None = None) -> Decision:
     """The search's answer in deploy's words: what ships and why, and why every other candidate lost."""
     objective = report.search.objective if report.search is not None else None
     lost = {c.name: (f"dropped at {c.stage}: {c.reason}" if c.status == "dropped"
@@ -95,6 +95,8 @@ def search_decision(report: Report, cands: list[Candidate], chosen: VariantResul
     if chosen is None:
         return Decision(ship=None, reason="no variant passes the gate (the fp32 baseline included)", lost=lost)
     decision = ship_decision(report.variant(chosen.name), report.variant(BASE), lost)
+    if rounds is not None and rounds.note and chosen.name.split("@")[0] == rounds.ship.name:
+        decision.reason += f"; {rounds.note}"  # what the finals' alternating rounds decided
     kept = report.search.kept_release_choice if report.search is not None else None
     if kept:  # what the baseline's sentence says (nothing faster passes) is not so: say why it ships instead
         why = (f"the release's choice, kept: {kept['ratio_to_fastest']:.3g}x the {kept['objective']} of the fastest "

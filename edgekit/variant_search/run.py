@@ -11,9 +11,10 @@ Stages, cheapest first:
     candidates outside the tolerance or the memory budget are dropped, and so are those whose latency
     is clearly slower than the best (racing: CIs separated);
  4. finals: the full measurement (the target's settings) of the survivors and the fp32 baseline;
- 5. selection by the objective (p50 by default). Among finalists statistically indistinguishable
-    from the best (overlapping 95% CIs), the smallest file wins, so a re-measurement does not flip
-    the choice on noise.
+ 5. selection by the objective (p50 by default). By p50, the leader and every finalist close to it
+    are timed again in alternating rounds in this session (``rounds.py``), and the paired per-round
+    ratio's 95% CI decides: a file tied with the leader (the one tie rule, ``report/decision.py``)
+    competes on size, the smallest file wins, so a busy host and a quiet one give the same answer.
 The chosen file is written to ``out/ship/`` with its lineage; the report lists every candidate.
 """
 
@@ -39,6 +40,7 @@ from ..measure.profile import profile_variants, profiled_names
 from ..metrics import MetricSpec
 from ..orchestration.options import DeployOptions, refused_by_search
 from ..orchestration.prepare import PreparedRun, prepare_run, target_spec
+from ..orchestration.release import release_judgement
 from ..orchestration.steps import run_settings
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
@@ -51,13 +53,13 @@ from ..report.model import (
     Report,
     VariantResult,
 )
-from ..report.release import release_judgement
 from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
 from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, choose, keep_release_choice, reasons
 from .outcome import search_report
 from .racing import clearly_slower, race_entry
+from .rounds import decide_in_rounds
 from .state import SearchOptions, SearchState
 from .tuning import tune_runtime
 
@@ -124,7 +126,8 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
             st.base_screen = _screen(session, run, cands, st.screen_settings, sopts, progress)
         with clock.span("finals"):
             final = st.final = _finals(session, run, cands, final_settings, progress)
-            chosen, st.nogate, st.kept = _select(run, final, cands, sopts, session.emulation is None)
+            chosen, st.nogate, st.kept, st.rounds = _select(run, final, cands, sopts, session, final_settings,
+                                                            progress)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
             with clock.span("tuning"):
@@ -361,9 +364,12 @@ def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
 
 
 def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate], sopts: SearchOptions,
-            representative: bool):
+            session: DeviceSession, settings: RunSettings, progress):
     """The finalists that pass the gate (every check deploy's gate makes), then the best by the
-    objective. fp32 may ship too: when nothing compressed beats it, it is the honest answer."""
+    objective; by p50, the leader and the close finalists are timed again in alternating rounds in this
+    session and the paired ratio decides (``rounds.py``). fp32 may ship too: when nothing compressed beats
+    it, it is the honest answer."""
+    representative = session.emulation is None
     score(final, run.plan, BASE, run.gate)
     base = final[BASE].result
     qualified, why_not, failed_checks = [], {}, []
@@ -380,7 +386,12 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
     if sopts.objective == "energy" and qualified and all(v.energy_mj_per_inference is None for v in qualified):
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({qualified[0].energy_reason})", hint="use --objective p50, or add an energy source")
-    chosen, kept = choose(qualified, sopts.objective), None
+    verdict = (decide_in_rounds(session, qualified, {n: m.artifact for n, m in final.items()}, settings, progress)
+               if sopts.objective == "p50" else None)
+    chosen, kept = (verdict.ship if verdict is not None else choose(qualified, sopts.objective)), None
+    for c in cands:  # why each finalist lost the rounds (the answer's ``lost``)
+        if verdict is not None and c.name in verdict.lost:
+            c.reason = verdict.lost[c.name]
     if chosen is not None and run.previous is not None:  # a release's choice stays while it is near the fastest
         chosen, kept = keep_release_choice(chosen, qualified, shipped_name(run.previous), sopts.objective,
                                            run.gate.max_latency_regression or 0.0)
@@ -396,12 +407,12 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
         for c in cands:
             if c.name == chosen.name:
                 c.status = "selected"
-        return chosen, None, kept
+        return chosen, None, kept, verdict
     msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets (fp32 included)"
     msg += "".join(f"; {n}: {w}" for n, w in why_not.items())
     # the checks each finalist failed come with it: CI's test view names the budget that was missed
     return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
-                                                  message=msg), *failed_checks]), None
+                                                  message=msg), *failed_checks]), None, None
 
 
 __all__ = ["SearchOptions", "search"]
