@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..agent.benchmark_model import run_benchmark_model
 from ..agent.bundle import BundleDeployer
@@ -29,7 +29,7 @@ from ..inputs.data import Dataset, eval_bundle
 from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..lab.coordinator import session_place
 from ..measure.cache import open_device_measurements
-from ..measure.stats import ABBlocks, latency_stats
+from ..measure.stats import latency_stats
 from ..measure.sustained import analyze
 from ..report.model import VariantResult
 from ..transport.base import Transport
@@ -70,43 +70,6 @@ class RunSettings:
         return replace(self, **changes)
 
 
-class Workload(Protocol):
-    """What the device runs for a variant, and how its answer becomes the report's row: the one seam between
-    kinds of model. Fixed-graph inference over the eval set (:class:`Inference`, the default) and a language
-    model's generation and scoring (``edgekit/llm/workload.py``) are two workloads; the session, its delivery,
-    its measurement cache and its lock are the same for both."""
-
-    kind: str  # "inference" | "generation": what the report's settings record
-
-    def request(self, session: DeviceSession, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
-        """The agent request that measures ``art`` (its files already delivered)."""
-        ...
-
-    def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
-        """The agent's answer as the report's row (every statistic and metric computed here, on the host)."""
-        ...
-
-    def timeout_s(self, req: AgentRequest) -> float | None:
-        """Seconds one agent run of ``req`` may take (None: the request's own)."""
-        ...
-
-
-class Inference:
-    """Fixed-graph inference: timed runs of one input, then the eval set through the model; the host scores the
-    outputs with the run's metric plan (``session.plan``)."""
-
-    kind = "inference"
-
-    def request(self, session: DeviceSession, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
-        return session.inference_request(name, art, settings)
-
-    def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
-        return variant_result(name, art, res, session.plan)
-
-    def timeout_s(self, req: AgentRequest) -> float | None:
-        return None
-
-
 @dataclass
 class Measured:
     """One variant's numbers: the report's VariantResult and the eval outputs the host scores."""
@@ -139,6 +102,16 @@ class MeasureFailure:
                 f"{', '.join(pending) or 'none'}; no report written)"
             )
         return AgentRunFailed(msg, kind=self.kind, variant=self.variant, hint=self.hint)
+
+
+@dataclass
+class ABBlocks:
+    """Alternating-block timings of two models measured in one session (raw ms per block)."""
+
+    a: list[list[float]] = field(default_factory=list)
+    b: list[list[float]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the agent's notes on either side (e.g. a delegate off)
 
 
 LOCAL_LOCK = "local"  # the lock name of this host as a device (the local target)
@@ -238,7 +211,6 @@ class DeviceSession:
         self._eval_keys: tuple[str, ...] = ()
         self._eval_buckets: list[int] | None = None
         self._stream: Stream | None = None
-        self.workload: Workload = Inference()
 
     # --- lifetime --------------------------------------------------------------------------------
     def __enter__(self) -> "DeviceSession":
@@ -313,10 +285,6 @@ class DeviceSession:
         self._stream = ds.stream  # constant/state inputs (edgekit/inputs/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
-    def use_workload(self, workload: Workload) -> None:
-        """What every later :meth:`measure` runs (default: :class:`Inference` over the eval set)."""
-        self.workload = workload
-
     def deliver(self, artifacts: Iterable[Artifact]) -> None:
         self._deliver([f for a in artifacts for f in a.files])  # every file of each model
 
@@ -325,10 +293,6 @@ class DeviceSession:
         models; returns each file's path on the device."""
         self._deliver(list(files), kind=kind)
         return {Path(f): self._remotes[Path(f)] for f in files}
-
-    def results_path(self, name: str, art: Artifact) -> str:
-        """Where the agent writes a variant's outputs on the device (one file per variant and content)."""
-        return self._t.remote_path(f"results/{name}-{art.sha256[:12]}.npz")
 
     def remote(self, path: Path) -> str:
         """Where a delivered file is on the device."""
@@ -357,12 +321,8 @@ class DeviceSession:
 
     # --- measuring -------------------------------------------------------------------------------
     def request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
-        """The session's workload's request for ``art``, its files delivered first."""
         self.deliver([art])
-        return self.workload.request(self, name, art, settings)
-
-    def inference_request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
-        """Fixed-graph inference: the timed runs, then the eval set delivered by :meth:`use_eval`."""
+        t = self._t
         with_eval = settings.with_eval and self._eval_bundle is not None
         return build_request(
             variant=name,
@@ -372,7 +332,7 @@ class DeviceSession:
             measure=settings.measure,
             eval_remote=self._eval_remote() if with_eval else None,
             x_keys=self._eval_keys,
-            outputs_remote=self.results_path(name, art) if with_eval else None,
+            outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
             energy_sources=settings.energy_sources or tuple(self.target.energy_sources),
             options=settings.options,
             runtime_options=settings.runtime_options,
@@ -396,15 +356,11 @@ class DeviceSession:
             return MeasureFailure(variant=req.variant, kind=exc.kind, message=exc.message, hint=hint)
 
     def measure(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
-        """One variant measured by the session's workload: its request, the agent's run (or the measurement
-        cache's copy), and its answer read as the report's row."""
         req = self.request(name, art, settings)
-        if settings.timeout_s is None:
-            settings = settings.but(timeout_s=self.workload.timeout_s(req))
         res = self.run(req, settings)
         if isinstance(res, MeasureFailure):
             return res
-        result = self.workload.result(self, name, art, res)
+        result = variant_result(name, art, res, self.plan)
         result.measurement = self.measurements.info.get(name, {})
         if settings.benchmark_binary is not None and art.format == Format.TFLITE:
             self.progress(f"measuring {name} with benchmark_model")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..devices.session import DeviceSession
 from ..host import HostThreads
 from ..measure.profile import profile_diffs
-from ..orchestration.ship import write_ship
+from ..orchestration.ship import write_nothing_shipped, write_ship
 from ..orchestration.steps import recorded_settings
 from ..report.assemble import assemble_report
 from ..report.decision import ship_decision
@@ -61,6 +61,8 @@ def search_report(st: SearchState, session: DeviceSession) -> Report:
                                        **recorded_settings(run, st.final_settings, builds)})
     report.profile_diffs = profile_diffs(report.variants, BASE)
     report.decision = search_decision(report, cands, chosen, st.rounds)
+    if chosen is None:
+        write_nothing_shipped(run.out_dir, "fixed-graph", report.decision.reason)
     write_report(report, run.out_dir)
     return report
 
