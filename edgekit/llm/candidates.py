@@ -18,16 +18,54 @@ from typing import Any, Callable
 from ..artifact import Artifact
 from ..formats import Format
 from ..inputs.targets import TargetSpec
+from .build_cache import cached, hit_note, source_key
 from .export_executorch import et_io, export_executorch
 from .export_gguf import convert_to_gguf, quantize_gguf
 from .export_onnx import export_onnx, quantize_onnx_int8, quantize_onnx_nbits
 from .int4_ladder import Calibration, build_int4
-from .layer_plan import plan_int4
+from .layer_plan import LayerChoice, plan_int4
 from .llama_cpp import LlamaCppMissing, tools
 from .source import LMSource
 
 Build = Callable[[LMSource, Path, int, dict[str, Artifact], Calibration], Artifact]
 GROUP = 32  # int4 weights a scale: ExecuTorch's export_llm default for 8da4w, MatMulNBits' usual block
+
+
+def _lowered(
+    src: LMSource,
+    name: str,
+    context: int,
+    plan: list[LayerChoice],
+    acc: dict[str, Any],
+    out: Path,
+    base: str | None,
+    produce: Callable[[], Artifact],
+) -> Artifact:
+    """An int4 rung's file through the build cache (``build_cache``): keyed by the source, the layer plan and the
+    base file, so another gate setting that picks the same rung lowers nothing; a restored file carries this
+    run's account."""
+    sk = source_key(src)
+    doc = (
+        None
+        if sk is None
+        else {
+            "row": name,
+            "source": sk,
+            "context": context,
+            "base": base,
+            "plan": [(c.name, c.scheme, c.group) for c in plan],
+        }
+    )
+    art = cached(doc, out, produce)
+    if hit_note(art) is None:
+        return art
+    last = art.lineage[-1]
+    quant = {**last.metrics.get("quantization", {}), **acc}
+    return art.model_copy(
+        update={
+            "lineage": (*art.lineage[:-1], last.model_copy(update={"metrics": {**last.metrics, "quantization": quant}}))
+        }
+    )
 
 
 def _ort_base(src: LMSource, out: Path, context: int, built: dict[str, Artifact]) -> Artifact:
@@ -55,13 +93,22 @@ def _ort_int4(block: int = GROUP) -> Build:
             )
 
         def make(plan: list, acc: dict) -> Artifact:
-            return quantize_onnx_nbits(
-                base,
-                out / f"{name}.onnx",
-                int4={c.name for c in plan if c.scheme == "int4"},
-                int8={c.name for c in plan if c.scheme == "int8"},
-                block_size=block,
-                plan_account=acc,
+            return _lowered(
+                src,
+                name,
+                context,
+                plan,
+                acc,
+                out,
+                base.sha256,
+                lambda: quantize_onnx_nbits(
+                    base,
+                    out / f"{name}.onnx",
+                    int4={c.name for c in plan if c.scheme == "int4"},
+                    int8={c.name for c in plan if c.scheme == "int8"},
+                    block_size=block,
+                    plan_account=acc,
+                ),
             )
 
         return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
@@ -88,8 +135,17 @@ def _et_8da4w(group: int = GROUP) -> Build:
             )
 
         def make(plan: list, acc: dict) -> Artifact:
-            return export_executorch(
-                src, out / f"{name}.pte", context=context, precision="8da4w", plan=plan, plan_account=acc
+            return _lowered(
+                src,
+                name,
+                context,
+                plan,
+                acc,
+                out,
+                None,
+                lambda: export_executorch(
+                    src, out / f"{name}.pte", context=context, precision="8da4w", plan=plan, plan_account=acc
+                ),
             )
 
         return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
@@ -136,6 +192,8 @@ class LMCandidate:
     build: Build
     exporter: str  # the host package the export needs
     module: str = ""  # the runtime's Python module (local target: it runs here when this imports); "": runtime
+    slow: bool = False  # a slow lowering (race.py: started only when its prediction can beat the measured leader)
+    calibrated: bool = False  # its file depends on the Calibration (the int4 ladder): part of its cache key
 
     def missing(self) -> str | None:
         """Why this host cannot build the file (None: it can)."""
@@ -149,18 +207,18 @@ class LMCandidate:
 CANDIDATES = (
     LMCandidate("ort-fp32", "onnxruntime", "fp32", _ort_fp32, "onnxruntime"),
     LMCandidate("ort-int8", "onnxruntime", "int8", _ort_int8, "onnxruntime"),
-    LMCandidate("ort-int4", "onnxruntime", "int4", _ort_int4(), "onnxruntime"),
-    LMCandidate("et-fp32", "executorch", "fp32", _et("fp32"), "executorch"),
-    LMCandidate("et-8da8w", "executorch", "8da8w", _et("8da8w"), "executorch"),
-    LMCandidate("et-8da4w", "executorch", "8da4w", _et_8da4w(), "executorch"),
-    LMCandidate("et-int8", "executorch", "int8", _et("int8"), "executorch"),
+    LMCandidate("ort-int4", "onnxruntime", "int4", _ort_int4(), "onnxruntime", calibrated=True),
+    LMCandidate("et-fp32", "executorch", "fp32", _et("fp32"), "executorch", slow=True),
+    LMCandidate("et-8da8w", "executorch", "8da8w", _et("8da8w"), "executorch", slow=True),
+    LMCandidate("et-8da4w", "executorch", "8da4w", _et_8da4w(), "executorch", slow=True, calibrated=True),
+    LMCandidate("et-int8", "executorch", "int8", _et("int8"), "executorch", slow=True),
     LMCandidate("gguf-q8_0", "llama.cpp", "int8", _gguf("Q8_0"), "llama.cpp", "llama_cpp"),
     LMCandidate("gguf-q4_0", "llama.cpp", "int4", _gguf("Q4_0"), "llama.cpp", "llama_cpp"),
     LMCandidate("gguf-q4_k_m", "llama.cpp", "int4", _gguf("Q4_K_M"), "llama.cpp", "llama_cpp"),
     # the other group sizes (--search): larger groups read fewer scales per weight, smaller ones keep more detail
-    LMCandidate("ort-int4-b128", "onnxruntime", "int4", _ort_int4(128), "onnxruntime"),
-    LMCandidate("et-8da4w-g64", "executorch", "8da4w", _et_8da4w(64), "executorch"),
-    LMCandidate("et-8da4w-g128", "executorch", "8da4w", _et_8da4w(128), "executorch"),
+    LMCandidate("ort-int4-b128", "onnxruntime", "int4", _ort_int4(128), "onnxruntime", calibrated=True),
+    LMCandidate("et-8da4w-g64", "executorch", "8da4w", _et_8da4w(64), "executorch", slow=True, calibrated=True),
+    LMCandidate("et-8da4w-g128", "executorch", "8da4w", _et_8da4w(128), "executorch", slow=True, calibrated=True),
 )
 BASELINE = "ort-fp32"
 # The short search (the default): each runtime's likeliest winners, measured on the benchmark models

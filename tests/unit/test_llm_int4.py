@@ -146,3 +146,29 @@ def test_gpt2s_conv1d_layers_are_quantized_not_skipped(text, tmp_path):
     assert q.lineage[-1].metrics["float_matmuls_left"] == ["lm_head"]
     with pytest.raises(ConversionError, match="no MatMul with a constant weight"):
         quantize_onnx_int8(q, tmp_path / "again.onnx")  # nothing left to quantize: an error, not a copy
+
+
+def test_the_ladder_picks_its_rung_on_the_host_and_lowers_once(text, tmp_path, monkeypatch):
+    """Issue #45 item 3: each rung is checked on the PyTorch model with its weights rounded as the file stores them;
+    only the chosen rung is lowered, once. Another gate setting that picks the same rung restores it from the build
+    cache, named in the lineage."""
+    from edgekit.llm import candidates
+
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
+    lowered: list[set] = []
+    real = candidates.quantize_onnx_nbits
+    monkeypatch.setattr(candidates, "quantize_onnx_nbits", lambda *a, **k: lowered.append(k["int8"]) or real(*a, **k))
+    src = load_lm(planted_outlier_lm(build_tiny_lm("llama"), tmp_path / "po", layer=0, scale=64.0))
+    windows = _windows(src, text)
+    base = {"ort-fp32": BUILD["ort-fp32"](src, tmp_path, 96, {}, Calibration(windows=windows, max_kld=0.05))}
+    art = BUILD["ort-int4"](src, tmp_path, 96, base, Calibration(windows=windows, max_kld=0.05))
+    acc = art.lineage[-1].metrics["quantization"]
+    first, second = acc["ladder"]  # the plain rung misses on the host model: never lowered
+    assert not first["within"] and second["within"] and second["int8_layers"] == ["model.layers.0.mlp.down_proj"]
+    assert lowered == [{"model.layers.0.mlp.down_proj", "lm_head"}], lowered
+    assert acc["lowered"]["times"] == 1 and acc["lowered"]["rungs"][0]["int8_layers"] == 1
+    assert acc["lowered"]["rungs"][0]["host_kld"] <= 0.05 and "fake_quant" in acc["lowered"]["picked_on"]
+    again = BUILD["ort-int4"](src, tmp_path / "again", 96, base, Calibration(windows=windows, max_kld=0.04))
+    assert len(lowered) == 1 and again.sha256 == art.sha256
+    assert again.lineage[-1].metrics["cache"].startswith("cache hit ")
+    assert again.lineage[-1].metrics["quantization"]["host_check"].endswith("own logits")
