@@ -1,7 +1,7 @@
 """Host-side speed of ONNX files under onnxruntime (1 thread, the CPU execution provider): the median thread
 CPU time per inference, measured in alternating rounds so every file sees the same host state, and CPU time
 rather than wall time, so other jobs holding the core do not count. What the accuracy-aware pass orders its INT8
-encodings by (``passes/quantize_accuracy_aware._speed_probe``); a host estimate, never a device measurement."""
+encodings by (``passes/accuracy_aware/quantize._speed_probe``); a host estimate, never a device measurement."""
 
 from __future__ import annotations
 

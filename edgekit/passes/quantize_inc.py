@@ -22,8 +22,8 @@ from ..errors import DataError, MissingExtraError, PassError
 from ..formats import Format
 from ..inputs.source import from_program
 from ..logs import quiet
+from .accuracy_aware.config import tolerance_points
 from .base import PassContext, PassOutput, TorchPass
-from .quantize_accuracy_aware import tolerance_points
 
 ONNX_UNSUPPORTED = ("--backend inc takes PyTorch models (.pt2, or .pth with --arch) only: INC's ONNX package "
                     "onnx-neural-compressor 1.0 declares numpy<2, which conflicts with the rest of edgekit's "

@@ -2,7 +2,7 @@
 on an OpenVINO IR, the rung of the recovery ladder for OpenVINO variants.
 
 NNCF quantizes the fp32 IR on the calibration set, scores it with edgekit's own metric on the eval set
-(the deploy's metric plan, top-1 without one: the same ``_Scorer`` targets the ONNX ladder uses), and when
+(the deploy's metric plan, top-1 without one: the same ``Scorer`` targets the ONNX ladder uses), and when
 the drop is above ``max_accuracy_drop`` it ranks the quantized layers by their contribution to the drop and
 returns them to float one group at a time until the model is inside it. The result is then scored again
 here, through the agent's OpenVINORunner: a model outside the tolerance is never written (PassError naming
@@ -32,7 +32,7 @@ from ..formats import Format
 from ..fsutil import publish_files
 from ..inputs.source import model_batch
 from ..logs import quiet
-from .accuracy_ladder import _Scorer
+from .accuracy_aware.ladder import Scorer
 from .base import Pass, PassContext, PassOutput
 
 
@@ -74,7 +74,7 @@ class QuantizeNncf(Pass):
 
 
         xs = list(ctx.eval.xs)
-        scorer = _Scorer(xs, ctx.eval.y, plan)
+        scorer = Scorer(xs, ctx.eval.y, plan)
         io = artifact.io
         names = [s.name for s in io.inputs]
         batch = model_batch([s.shape for s in io.inputs])

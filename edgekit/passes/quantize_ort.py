@@ -165,7 +165,7 @@ def _size_session(calibrator) -> None:
                                                     providers=calibrator.execution_providers)
 
 
-def _stream_note(stream, n: int) -> dict:
+def stream_note(stream, n: int) -> dict:
     """How calibration fed a streaming model (the lineage's record)."""
     note: dict = {"constants": {k: v.tolist() for k, v in stream.constants.items()}}
     if stream.stateful:
@@ -245,7 +245,7 @@ class OrtQuantize(Pass):
                     metrics["calibration_data"] = str(ctx.calib.path)
                     metrics["calibration"] = {"method": config.calibration_method, "reused": reused,
                                               "seconds": round(calib_seconds, 3),
-                                              **({"stream": _stream_note(stream, len(xs[0]))} if stream else {})}
+                                              **({"stream": stream_note(stream, len(xs[0]))} if stream else {})}
             _loads_in_onnxruntime(tmp, config)
             tmp.replace(out)
         except (DataError, PassError):

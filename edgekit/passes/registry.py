@@ -10,7 +10,7 @@ from .base import Pass
 _PASSES: dict[str, str] = {
     "quantize": "edgekit.passes.quantize_ort:OrtQuantize",
     "convert": "edgekit.passes.convert:Convert",
-    "quantize_accuracy_aware": "edgekit.passes.quantize_accuracy_aware:AccuracyAwareQuantize",
+    "quantize_accuracy_aware": "edgekit.passes.accuracy_aware.quantize:AccuracyAwareQuantize",
     "quantize_fp16": "edgekit.passes.quantize_fp16:Fp16Convert",
     "quantize_qat": "edgekit.passes.quantize_qat:QatQuantize",
     "quantize_inc": "edgekit.passes.quantize_inc:IncQuantize",

@@ -13,7 +13,7 @@ from edgekit.errors import ConfigError, DataError, PassError
 from edgekit.inputs.data import load_npz
 from edgekit.inputs.source import load_onnx, ort_reference
 from edgekit.passes import PassContext, get_pass
-from edgekit.passes.quantize_accuracy_aware import tolerance_points
+from edgekit.passes.accuracy_aware.config import tolerance_points
 
 ARCH = str(Path(__file__).resolve().parents[2] / "examples" / "digits" / "model.py") + ":DigitsCNN"
 

@@ -89,7 +89,7 @@ def test_bert_full_int8_collapses_and_mixed_precision_rescues_it(text, tmp_path)
 # it passed in four other CI runs), so it runs alone
 @pytest.mark.serial
 def test_cnn_stays_full_int8_in_the_fast_encoding_in_one_trial(cnn, tmp_path):
-    from edgekit.passes.quantize_accuracy_aware import host_device
+    from edgekit.passes.accuracy_aware.config import host_device
 
     art, cal, ev = cnn
     ctx = PassContext(workdir=tmp_path, calib=cal, eval=ev)
@@ -102,7 +102,7 @@ def test_cnn_stays_full_int8_in_the_fast_encoding_in_one_trial(cnn, tmp_path):
     # the encodings were ordered by their measured speed on this CPU, fp32 beside them
     probe = m["speed_probe"]
     assert set(probe["cpu_ms"]) == {"fp32", *m["encodings_tried"]} and probe["seconds"] < 20
-    from edgekit.passes.quantize_accuracy_aware import PROBE_TIE
+    from edgekit.passes.accuracy_aware.config import PROBE_TIE
 
     fastest = min(probe["cpu_ms"][e] for e in m["encodings_tried"])
     tied = [e for e in m["encodings_tried"] if probe["cpu_ms"][e] <= fastest * (1 + PROBE_TIE)]
@@ -137,7 +137,7 @@ def test_calibration_methods_give_different_runnable_artifacts_and_reuse_their_r
 
 def test_explicit_fields_pin_the_encoding_the_rest_comes_from_the_device_table():
     from edgekit.config import validate
-    from edgekit.passes.quantize_accuracy_aware import AccuracyAwareConfig, encodings_for
+    from edgekit.passes.accuracy_aware.config import AccuracyAwareConfig, encodings_for
 
     _, encs = encodings_for(validate(AccuracyAwareConfig, {"device": "x86-vnni"}, "t"))
     assert [(e.format, e.activation_type, e.per_channel) for e in encs] == [
@@ -154,7 +154,7 @@ def test_explicit_fields_pin_the_encoding_the_rest_comes_from_the_device_table()
 def test_sensitivity_switch_graph_is_fp32_when_off_and_int8_like_when_on(cnn, tmp_path):
     import onnxruntime as ort
 
-    from edgekit.passes.quantize_accuracy_aware import quantizable_ops
+    from edgekit.passes.accuracy_aware.ladder import quantizable_ops
     from edgekit.passes.sensitivity import SWITCH, build_switch_model
 
     art, cal, ev = cnn
@@ -200,7 +200,7 @@ def test_sensitivity_in_groups_of_switches_measures_what_one_graph_measures(cnn,
     """The units are switched in groups, one graph per group (a graph computes every switched
     quantize-dequantize on every run): each unit's error is the one it has in a graph that switches all."""
     from edgekit.passes import sensitivity
-    from edgekit.passes.quantize_accuracy_aware import quantizable_ops
+    from edgekit.passes.accuracy_aware.ladder import quantizable_ops
 
     art, cal, ev = cnn
     ctx = PassContext(workdir=tmp_path, calib=cal, eval=ev)
@@ -225,7 +225,7 @@ def test_layer_sensitivity_fits_the_time_left_or_does_not_start(cnn, tmp_path):
     """One run per quantized tensor took ~50 min on PP-OCRv4's recognizer (558 tensors x 5 s) inside a
     300 s search: the step measures one run, then takes fewer samples to fit half the time left, or
     does not start and says why (the search drops the candidate with that reason)."""
-    from edgekit.passes.quantize_accuracy_aware import quantizable_ops
+    from edgekit.passes.accuracy_aware.ladder import quantizable_ops
     from edgekit.passes.sensitivity import measure
     from edgekit.timeline import BudgetExceeded, Clock
 

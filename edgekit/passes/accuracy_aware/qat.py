@@ -1,7 +1,7 @@
-"""The accuracy-aware pass's QAT rung (rung 5 in ``quantize_accuracy_aware.py``): quantization-aware fine-tuning
-(``quantize_qat.py``), then the PTQ ladder (``accuracy_ladder.py``) again on the fine-tuned weights, scored
-against the original fp32 model. ``QatRung`` is its part of the pass config; ``_qat_source``/``_qat_train``
-check, before any quantization time, whether it can run."""
+"""The accuracy-aware pass's QAT rung (rung 5 in ``quantize.py``): quantization-aware fine-tuning
+(``passes/quantize_qat.py``), then the PTQ ladder (``ladder.py``) again on the fine-tuned weights, scored
+against the original fp32 model. ``QatRung`` (``config.py``) is its part of the pass config;
+``source_for_qat``/``train_for_qat`` check, before any quantization time, whether it can run."""
 
 from __future__ import annotations
 
@@ -10,35 +10,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field
 
-from ..artifact import Artifact
-from ..errors import DataError
-from ..formats import Format
-from ..inputs.data import Dataset, check_fits
-from ..inputs.source import load_onnx
-from ..logs import quiet
-from ..timeline import BudgetExceeded
-from .accuracy_ladder import Result, _g, _Ladder, _OutOfBudget, _r, _Scorer, _Trials, quantizable_ops
-from .base import PassContext
-from .quantize_ort import OrtQuantizeConfig, encoding_label
-from .quantize_qat import QatSettings, finetune, finetuned_onnx, task_of
+from ...artifact import Artifact
+from ...errors import DataError
+from ...formats import Format
+from ...inputs.data import Dataset, check_fits
+from ...inputs.source import load_onnx
+from ...logs import quiet
+from ...timeline import BudgetExceeded
+from ..base import PassContext
+from ..quantize_ort import OrtQuantizeConfig, encoding_label
+from ..quantize_qat import finetune, finetuned_onnx, task_of
+from .ladder import Ladder, OutOfBudget, Result, Scorer, Trials, quantizable_ops, rounded, shown
 
 if TYPE_CHECKING:
-    from .quantize_accuracy_aware import AccuracyAwareConfig
+    from .config import AccuracyAwareConfig
 
 
-class QatRung(QatSettings):
-    """The QAT rung's settings (``qat:`` in the pass config; the fine-tune's own fields are
-    ``quantize_qat.QatSettings``)."""
-
-    enabled: bool = Field(True, description="with train data, fine-tune under simulated INT8 when PTQ misses")
-    above_float_fraction: float = Field(0.25, ge=0, le=1, description="also try QAT when mixed precision meets the "
-                                        "tolerance only by keeping more than this fraction of the quantizable ops in "
-                                        "float (1: only when PTQ fails); the QAT model wins with fewer float ops")
-
-
-def _qat_source(artifact: Artifact, config: AccuracyAwareConfig, ctx: PassContext) -> tuple[Any, str | None]:
+def source_for_qat(artifact: Artifact, config: AccuracyAwareConfig, ctx: PassContext) -> tuple[Any, str | None]:
     """(the PyTorch source the input ONNX was exported from, None) or (None, why QAT cannot run)."""
     if not config.qat.enabled:
         return None, "qat.enabled is false"
@@ -54,7 +43,7 @@ def _qat_source(artifact: Artifact, config: AccuracyAwareConfig, ctx: PassContex
     return src, None
 
 
-def _qat_train(source: Any, config: AccuracyAwareConfig, ctx: PassContext) -> tuple[Dataset | None, str | None]:
+def train_for_qat(source: Any, config: AccuracyAwareConfig, ctx: PassContext) -> tuple[Dataset | None, str | None]:
     """(the train data aligned to the source's inputs, None) or (None, why the rung cannot use it).
     Checked before any quantization time; not an error here: a deploy's train data may be meant for
     another pass (`edgekit quantize --train-data` refuses it itself)."""
@@ -68,7 +57,7 @@ def _qat_train(source: Any, config: AccuracyAwareConfig, ctx: PassContext) -> tu
     return train, None
 
 
-class _QatRung:
+class QatRunner:
     """Quantization-aware fine-tuning (``quantize_qat``), then the PTQ rungs again on the fine-tuned
     weights, scored against the original fp32 model. Runs when no PTQ configuration met the tolerance,
     or when mixed precision met it only with more than ``qat.above_float_fraction`` of the ops in float
@@ -76,7 +65,7 @@ class _QatRung:
 
     def __init__(self, config: AccuracyAwareConfig, ctx: PassContext, source: Any, skip: str | None,
                  train: Dataset | None,
-                 full: _Scorer, screen: _Scorer, base: float, base_screen: float, tol: float, tmpdir: Path):
+                 full: Scorer, screen: Scorer, base: float, base_screen: float, tol: float, tmpdir: Path):
         self.config, self.ctx, self.source, self.skip, self.train = config, ctx, source, skip, train
         self.full, self.screen, self.tmpdir = full, screen, tmpdir
         self.base, self.base_screen, self.tol = base, base_screen, tol
@@ -84,8 +73,8 @@ class _QatRung:
         self.rungs: list[dict] = []
         self.ran = False
         self.wants_train_data = False
-        self.ladder: _Ladder | None = None
-        self.trials: _Trials | None = None
+        self.ladder: Ladder | None = None
+        self.trials: Trials | None = None
         self.op_type: dict[str, str] = {}
         self.candidates: set[str] = set()
         self.user_excluded: set[str] = set()
@@ -114,7 +103,7 @@ class _QatRung:
             return f"; quantization-aware fine-tuning was not tried: {self.doc['skipped']}"
         return f"; quantization-aware fine-tuning: {self.rungs[-1]['result']}"
 
-    def maybe_run(self, chosen: Result | None, search: _Ladder, trials: _Trials, candidates: set[str],
+    def maybe_run(self, chosen: Result | None, search: Ladder, trials: Trials, candidates: set[str],
                   encodings: list[OrtQuantizeConfig], methods: list[str], user_excluded: set[str]) -> Result | None:
         """The QAT result (config, nodes, acc, mse, path) when it wins, else None."""
         frac = self.config.qat.above_float_fraction
@@ -144,7 +133,7 @@ class _QatRung:
         outcome = (f"within tolerance ({self.ladder.rung}: {encoding_label(result[0])}, {len(result[1])} ops in float)"
                    if within else (f"failed ({doc['error']})" if "error" in doc else
                                    f"outside tolerance ({self.ladder.why}; best drop "
-                                   f"{_g(self.base - self.best[0] if np.isfinite(self.best[0]) else None)})"))
+                                   f"{shown(self.base - self.best[0] if np.isfinite(self.best[0]) else None)})"))
         self.rungs.append({"rung": "qat", "trials": self.trial_count,
                            "seconds": round(time.perf_counter() - started, 3),
                            "result": outcome, **{k: doc[k] for k in ("finetune_seconds", "export_seconds") if k in doc},
@@ -152,11 +141,11 @@ class _QatRung:
         self.doc = {"why": why, "ran": True, "won": within, **doc}
         return result
 
-    def _run(self, chosen: Result | None, trials: _Trials, encodings: list[OrtQuantizeConfig], methods: list[str],
+    def _run(self, chosen: Result | None, trials: Trials, encodings: list[OrtQuantizeConfig], methods: list[str],
              user_excluded: set[str]) -> tuple[Result | None, dict[str, Any]]:
         import onnx  # heavy: onnx
 
-        from ._torch import torch_threads  # heavy: torch
+        from .._torch import torch_threads  # heavy: torch
 
         q, src = self.config.qat, self.source
         qdir = self.tmpdir / "qat"
@@ -191,7 +180,7 @@ class _QatRung:
                 ft_acc = self.full(Path(qsrc.path))[0]
         else:
             ft_acc = self.full(Path(qsrc.path))[0]
-        doc["finetuned_fp32_accuracy"] = _r(self.full.value(ft_acc))
+        doc["finetuned_fp32_accuracy"] = rounded(self.full.value(ft_acc))
         graph = onnx.load(str(qsrc.path)).graph
         self.op_type = {nd.name: nd.op_type for nd in graph.node}
         allowed = set(self.config.op_types) if self.config.op_types else quantizable_ops()
@@ -204,13 +193,13 @@ class _QatRung:
         if chosen is not None:  # beat the mixed-precision result: fewer ops in float
             limit = len(chosen[1]) - 1 if limit is None else min(limit, len(chosen[1]) - 1)
         cfg = self.config.model_copy(update={"max_float_ops": limit})
-        self.trials = _Trials(qsrc, self.ctx, qdir, self.user_excluded,
+        self.trials = Trials(qsrc, self.ctx, qdir, self.user_excluded,
                               max(3, self.config.max_trials - trials.count))
         self.trials.full_n = self.full.n
-        self.ladder = _Ladder(self.trials, self.full, self.screen, self.base, self.base_screen, self.tol, cfg)
+        self.ladder = Ladder(self.trials, self.full, self.screen, self.base, self.base_screen, self.tol, cfg)
         try:
             result = self.ladder.run(encodings, methods, qsrc, self.candidates, qdir)
-        except _OutOfBudget:
+        except OutOfBudget:
             result = None
             self.ladder.why = "trial budget (max_trials) spent"
         if self.ladder.sensitivity_doc:
@@ -218,7 +207,7 @@ class _QatRung:
         return result, doc
 
 
-def _closest_full_int8(trials: _Trials, encodings: list[OrtQuantizeConfig], methods: list[str],
+def _closest_full_int8(trials: Trials, encodings: list[OrtQuantizeConfig], methods: list[str],
                        n: int) -> OrtQuantizeConfig:
     """The encoding (with its calibration method) of the best full-INT8 trial on the whole eval set,
     else the fastest encoding."""

@@ -2,30 +2,31 @@
 tolerance, found by a short ladder measured on the eval set -- never a silently degraded model.
 
 The rungs, cheapest and fastest-running first; the first configuration inside the tolerance wins:
-  1. ``int8``: full INT8 in the encoding the device runs fastest (``ENCODINGS``: for onnxruntime on
+  1. ``int8``: full INT8 in the encoding the device runs fastest (``config.ENCODINGS``: for onnxruntime on
      x86 with VNNI, U8S8 QDQ per-tensor), calibrated by minmax.
   2. ``calibration``: the same encoding calibrated by percentile, then entropy.
   3. ``encoding``: the next encodings of the device's list (e.g. per-channel weights).
-  4. ``mixed``: layer sensitivity measured once (``sensitivity.py``: each quantized tensor alone,
+  4. ``mixed``: layer sensitivity measured once (``passes/sensitivity.py``: each quantized tensor alone,
      its relative error on the outputs), then the fewest most-sensitive nodes kept in float
      (``nodes_to_exclude``): a galloping search then bisection over the sensitivity order, scored on
      ``screen_samples`` eval samples first and confirmed on the whole eval set, then each kept unit
      dropped again when the rest suffices.
   5. ``qat``: with train data (``--train-data``) and the PyTorch model, when no configuration above met
      the tolerance, or mixed precision met it only with more than ``qat.above_float_fraction`` of the
-     ops in float: quantization-aware fine-tuning (``quantize_qat.py``: fake-quant fine-tuning that
+     ops in float: quantization-aware fine-tuning (``passes/quantize_qat.py``: fake-quant fine-tuning that
      mirrors onnxruntime's static INT8, the fp32 model as distillation teacher), then rungs 1-4 again on
      the fine-tuned weights, scored against the original fp32 model (a mixed result must keep fewer
      ops in float than the PTQ one). Without train data the failure message says QAT needs it.
-Calibration ranges are computed once per method and reused by every trial (``quantize_ort``).
+Calibration ranges are computed once per method and reused by every trial (``passes/quantize_ort.py``).
 Every trial (rung, encoding, float nodes, accuracy, seconds) is in the lineage; when no
 configuration meets the tolerance the pass raises PassError naming the best one found.
 
 Fields set explicitly in the config (``format``, ``per_channel``, ``activation_type``,
 ``weight_type``, ``reduce_range``, ``calibration_method``) pin that part of the encoding; the rest
 comes from ``ENCODINGS``.
-Where each part lives: this module holds the pass, its config and the encoding tables; ``accuracy_ladder.py``
-the scorer, the trials and rungs 1-4; ``qat_rung.py`` rung 5; ``measure/host_speed.py`` the host speed probe's
+Where each part lives (imports run one way: config <- ladder <- qat <- quantize): ``quantize.py`` (this
+module) the pass and the order of work; ``config.py`` its config and the encoding tables; ``ladder.py`` the
+scorer, the trials and rungs 1-4; ``qat.py`` rung 5; ``measure/host_speed.py`` the host speed probe's
 measurement (which orders the encodings on device 'host').
 
 Note: the search is scored on the eval set it is given; the device measures on the same set, so
@@ -34,104 +35,24 @@ give a held-out split as ``--eval-data`` if the reported accuracy must be unbias
 
 from __future__ import annotations
 
-import platform
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
-from ..artifact import Artifact
-from ..errors import DataError, PassError
-from ..formats import Format
-from ..host import cpu_flags
-from ..logs import quiet
-from ..measure.host_speed import cpu_ms_per_inference, ort_sessions
-from .accuracy_ladder import _g, _Ladder, _OutOfBudget, _Scorer, _Trials, quantizable_ops
-from .base import Pass, PassContext, PassOutput
-from .qat_rung import QatRung, _qat_source, _qat_train, _QatRung
-from .quantize_ort import CalibrationMethodName, OrtQuantizeConfig, _stream_note, encoding_label
-
-Device = Literal["host", "x86-vnni", "x86-avx2", "arm64"]
-
-# Encodings per device kind, fastest first: (format, activation_type, weight_type, per_channel, reduce_range).
-ENCODINGS: dict[str, tuple[tuple[str, str, str, bool, bool], ...]] = {
-    # measured here (Intel Xeon with AVX-512 VNNI, onnxruntime 1.32, 1 thread, the zoo's MobileNetV2 at 64x64,
-    # median thread CPU time; benchmarks/int8_ladder.py): U8S8 QDQ or QOperator, per-tensor or per-channel,
-    # 1.03-1.13x fp32; S8S8 QDQ 0.53-0.65x (slower than fp32); S8S8 QOperator 0.20x. On the zoo's LeViT
-    # QOperator U8S8 beat QDQ U8S8 (0.70x vs 0.61x; INT8 slower than fp32 there), hence the host speed probe.
-    # QOperator U8S8 per-tensor comes first: in benchmarks/compression_table.py (agent p50, 1 thread) it was
-    # never slower than QDQ U8S8 per-tensor and faster on three of four models (the perf-style MobileNetV2
-    # 0.388 vs 0.400 ms, LeViT 0.222 vs 0.246, Wav2Vec2 1.48 vs 1.55; the zoo MobileNetV2 a tie), so it wins
-    # the probe's ties (PROBE_TIE).
-    "x86-vnni": (("qoperator", "uint8", "int8", False, False), ("qdq", "uint8", "int8", False, False),
-                 ("qdq", "uint8", "int8", True, False)),
-    # not measured here: onnxruntime's quantization guide -- U8S8 on AVX2/AVX-512 without VNNI can saturate
-    # (VPMADDUBSW), 7-bit weights (reduce_range) avoid it
-    "x86-avx2": (("qdq", "uint8", "int8", False, True), ("qdq", "uint8", "int8", True, True)),
-    # not measured here: onnxruntime's guide -- S8S8 QDQ per-channel is the recommended default on ARM64
-    "arm64": (("qdq", "int8", "int8", True, False), ("qdq", "uint8", "int8", True, False)),
-}
-ENCODING_SOURCES = {
-    "x86-vnni": "measured here (Intel Xeon, AVX-512 VNNI, onnxruntime 1.32; benchmarks/int8_ladder.py)",
-    "x86-avx2": "onnxruntime quantization guide (U8S8 saturation without VNNI; reduce_range); not measured here",
-    "arm64": "onnxruntime quantization guide (S8S8 QDQ recommended); not measured here",
-}
-# the speed probe's tie band: encodings within it of the fastest keep the device table's order (its
-# first entry was measured faster on the device where the probe's host timing cannot tell them apart)
-PROBE_TIE = 0.03
-_PINNABLE = ("format", "activation_type", "weight_type", "per_channel", "reduce_range")
-
-
-class AccuracyAwareConfig(OrtQuantizeConfig):
-    max_accuracy_drop: float = Field(1.0, ge=0, le=100, description="accuracy points vs fp32 (1 = one point)")
-    relative: bool = Field(False, description="read max_accuracy_drop as percent of the fp32 accuracy")
-    device: Device = Field("host", description="whose encoding table to start from (host: read this CPU's flags)")
-    calibration_methods: list[CalibrationMethodName] = Field(
-        default_factory=lambda: ["minmax", "percentile", "entropy"],
-        description="the calibration rung, in order (calibration_method set explicitly: only that one)")
-    max_float_ops: int | None = Field(None, ge=0, description="give up rather than keep more ops than this in float")
-    max_trials: int = Field(60, ge=1, description="quantize+evaluate budget of the search")
-    eval_samples: int | None = Field(None, ge=1, description="score on the first N eval samples (default all)")
-    screen_samples: int = Field(256, ge=1, description="eval samples the mixed-precision search scores on "
-                                "before confirming on all of them")
-    sensitivity_samples: int = Field(32, ge=1, description="eval samples the layer sensitivity is measured on")
-    speed_probe: bool = Field(True, description="device 'host': order the encodings by their measured speed on "
-                              "this CPU (full INT8 builds, thread CPU time, ~1 s) instead of the table's order")
-    qat: QatRung = Field(default_factory=QatRung, description="the quantization-aware fine-tuning rung (needs train "
-                         "data and the PyTorch model)")
-
-
-def tolerance_points(max_drop: float, relative: bool, base_accuracy: float) -> float:
-    """The tolerance in accuracy points (``relative`` reads ``max_drop`` as percent of the baseline)."""
-    return max_drop * base_accuracy / 100.0 if relative else max_drop
-
-
-def host_device() -> str:
-    """This CPU's row of ``ENCODINGS`` (x86 with VNNI, x86 without, or arm64)."""
-    if platform.machine().lower() in ("aarch64", "arm64"):
-        return "arm64"
-    return "x86-vnni" if cpu_flags() & {"avx512_vnni", "avx_vnni"} else "x86-avx2"
-
-
-def encodings_for(config: AccuracyAwareConfig) -> tuple[str, list[OrtQuantizeConfig]]:
-    """(device kind, the encodings to try fastest first), explicitly set fields pinned."""
-    device = host_device() if config.device == "host" else config.device
-    base = OrtQuantizeConfig(**config.model_dump(include=set(OrtQuantizeConfig.model_fields)))
-    if config.mode == "dynamic":  # weights only: no calibration, no activation encoding to choose
-        return device, [base.model_copy(update={"preprocess": False})]
-    pinned = {k: getattr(config, k) for k in _PINNABLE if k in config.model_fields_set}
-    out: list[OrtQuantizeConfig] = []
-    for fmt, act, w, pc, rr in ENCODINGS[device]:
-        upd = {"format": fmt, "activation_type": act, "weight_type": w, "per_channel": pc, "reduce_range": rr,
-               **pinned, "mode": "static", "preprocess": False}
-        cfg = base.model_copy(update=upd)
-        if all(encoding_label(cfg) != encoding_label(o) for o in out):
-            out.append(cfg)
-    return device, out
+from ...artifact import Artifact
+from ...errors import DataError, PassError
+from ...formats import Format
+from ...logs import quiet
+from ...measure.host_speed import cpu_ms_per_inference, ort_sessions
+from ..base import Pass, PassContext, PassOutput
+from ..quantize_ort import OrtQuantizeConfig, encoding_label, stream_note
+from .config import ENCODING_SOURCES, PROBE_TIE, AccuracyAwareConfig, encodings_for, tolerance_points
+from .ladder import Ladder, OutOfBudget, Scorer, Trials, quantizable_ops, shown
+from .qat import QatRunner, source_for_qat, train_for_qat
 
 
 class AccuracyAwareQuantize(Pass):
@@ -153,14 +74,14 @@ class AccuracyAwareQuantize(Pass):
         if config.mode == "static" and ctx.calib is None:
             raise DataError("static INT8 quantization needs a calibration set",
                             hint="pass --calib-data CALIB.npz (or use mode: dynamic in the recipe)")
-        qat_source, qat_skip = _qat_source(artifact, config, ctx)
-        qat_train, bad_train = _qat_train(qat_source, config, ctx)
+        qat_source, qat_skip = source_for_qat(artifact, config, ctx)
+        qat_train, bad_train = train_for_qat(qat_source, config, ctx)
         qat_skip = qat_skip or bad_train
         started = time.perf_counter()
         n = config.eval_samples or ctx.eval.n
         stream = getattr(ctx.eval, "stream", None)  # a stream is scored from its start: first-N subsets
-        full = _Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y, plan, stream)
-        screen = (_Scorer([x[:config.screen_samples] for x in ctx.eval.xs], ctx.eval.y, plan, stream)
+        full = Scorer([x[:n] for x in ctx.eval.xs], ctx.eval.y, plan, stream)
+        screen = (Scorer([x[:config.screen_samples] for x in ctx.eval.xs], ctx.eval.y, plan, stream)
                   if config.screen_samples < n else full)
         device, encodings = encodings_for(config)
         methods = [config.calibration_method] if ("calibration_method" in config.model_fields_set
@@ -178,19 +99,19 @@ class AccuracyAwareQuantize(Pass):
             op_type = {nd.name: nd.op_type for nd in graph.node}
             candidates = {nd.name for nd in graph.node
                           if nd.op_type in allowed and nd.name and nd.name not in user_excluded}
-            trials = _Trials(src, ctx, tmpdir, user_excluded, config.max_trials)
+            trials = Trials(src, ctx, tmpdir, user_excluded, config.max_trials)
             trials.full_n = full.n
-            search = _Ladder(trials, full, screen, base_acc, base_screen, tol, config)
+            search = Ladder(trials, full, screen, base_acc, base_screen, tol, config)
             probe = None
             if config.speed_probe and config.device == "host" and len(encodings) > 1 and config.mode == "static":
                 encodings, probe = _speed_probe(trials, encodings, methods[0], src, full.xs, stream)
             try:
                 chosen = search.run(encodings, methods, src, candidates, tmpdir)
-            except _OutOfBudget:
+            except OutOfBudget:
                 chosen = None
                 search.why = "trial budget (max_trials) spent"
             # 5: quantization-aware fine-tuning when PTQ missed (or needed too many float ops) and train data is here
-            qat = _QatRung(config, ctx, qat_source, qat_skip, qat_train, full, screen, base_acc, base_screen, tol,
+            qat = QatRunner(config, ctx, qat_source, qat_skip, qat_train, full, screen, base_acc, base_screen, tol,
                            tmpdir)
             won = qat.maybe_run(chosen, search, trials, candidates, encodings, methods, user_excluded)
             if won is not None:
@@ -201,8 +122,8 @@ class AccuracyAwareQuantize(Pass):
                 raise PassError(
                     f"no INT8 configuration met the tolerance of {tol:.4g} ({mname}; {search.why}{qat.note()}): the "
                     f"best found keeps {best_nodes or 'no op'} in float ({best_enc or 'no encoding ran'}) and drops "
-                    f"{base_acc - best_acc:.4g} (fp32 {_g(full.value(base_acc))}, full INT8 "
-                    f"{_g(search.full_int8.get('accuracy'))}); no model was written",
+                    f"{base_acc - best_acc:.4g} (fp32 {shown(full.value(base_acc))}, full INT8 "
+                    f"{shown(search.full_int8.get('accuracy'))}); no model was written",
                     hint="raise --max-accuracy-drop, allow more float ops (max_float_ops), give more "
                     "representative calibration data, " + ("give --train-data TRAIN.npz (inputs and labels) for "
                     "quantization-aware fine-tuning, " if qat.wants_train_data else "") + "or ship the fp32 model")
@@ -244,14 +165,14 @@ class AccuracyAwareQuantize(Pass):
             "screen_samples": screen.n,
             "output_mse": mse,
             **({"calibration_data": str(ctx.calib.path)} if ctx.calib is not None else {}),
-            **({"calibration_stream": _stream_note(ctx.calib.stream, ctx.calib.n)}
+            **({"calibration_stream": stream_note(ctx.calib.stream, ctx.calib.n)}
                if ctx.calib is not None and getattr(ctx.calib, "stream", None) is not None else {}),
             **({"train_data": str(ctx.train.path)} if qat.ran else {}),
         }
         return PassOutput(path=out, precision="mixed" if metrics["float_ops"] else "int8", metrics=metrics)
 
     @staticmethod
-    def _preprocess(artifact, config, tmpdir: Path, full: _Scorer, screen: _Scorer):
+    def _preprocess(artifact, config, tmpdir: Path, full: Scorer, screen: Scorer):
         if not config.preprocess:
             return artifact, None
         from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -278,7 +199,7 @@ class AccuracyAwareQuantize(Pass):
 
 
 
-def _speed_probe(trials: _Trials, encodings: list[OrtQuantizeConfig], method: str, src: Artifact,
+def _speed_probe(trials: Trials, encodings: list[OrtQuantizeConfig], method: str, src: Artifact,
                  xs: list[np.ndarray], stream: Any = None) -> tuple[list[OrtQuantizeConfig], dict[str, Any]]:
     """The encodings ordered by the median thread CPU time per inference of their full-INT8 builds on
     this host (``measure/host_speed.py``: onnxruntime, 1 thread, alternating rounds: CPU time does not count

@@ -1,7 +1,7 @@
-"""The accuracy-aware pass's PTQ ladder (``quantize_accuracy_aware.py`` documents the rungs): ``_Scorer`` (the
-deploy's metric of an ONNX file on the eval set), ``_Trials`` (quantize with an encoding and a set of float
-nodes, score it; memoized, every trial logged) and ``_Ladder`` (rungs 1-4: full INT8, calibration, encoding,
-mixed precision over the measured layer sensitivity). The QAT rung (``qat_rung.py``) climbs it again on the
+"""The accuracy-aware pass's PTQ ladder (``quantize.py`` documents the rungs): ``Scorer`` (the
+deploy's metric of an ONNX file on the eval set), ``Trials`` (quantize with an encoding and a set of float
+nodes, score it; memoized, every trial logged) and ``Ladder`` (rungs 1-4: full INT8, calibration, encoding,
+mixed precision over the measured layer sensitivity). The QAT rung (``qat.py``) climbs it again on the
 fine-tuned weights."""
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
-from ..artifact import Artifact
-from ..errors import PassError
-from ..inputs.source import ort_once, ort_reference_all
-from ..inputs.stateful import run as run_stream
-from ..metrics import get_metric
-from ..timeline import BudgetExceeded, check_deadline
-from . import sensitivity as sens
-from .base import PassContext
-from .quantize_ort import OrtQuantize, OrtQuantizeConfig, encoding_label
+from ...artifact import Artifact
+from ...errors import PassError
+from ...inputs.source import ort_once, ort_reference_all
+from ...inputs.stateful import run as run_stream
+from ...metrics import get_metric
+from ...timeline import BudgetExceeded, check_deadline
+from .. import sensitivity as sens
+from ..base import PassContext
+from ..quantize_ort import OrtQuantize, OrtQuantizeConfig, encoding_label
 
 if TYPE_CHECKING:
-    from .quantize_accuracy_aware import AccuracyAwareConfig
+    from .config import AccuracyAwareConfig
 
 Result = tuple[OrtQuantizeConfig, frozenset[str], float, float, Path]  # (config, float nodes, accuracy, mse, file)
 
@@ -35,7 +35,7 @@ def quantizable_ops() -> set[str]:
     return set(QDQRegistry) | set(QLinearOpsRegistry)
 
 
-class _Scorer:
+class Scorer:
     """The deploy's metric (``ctx.metric_plan``; top-1 on the first output without one) of
     an ONNX file on the eval set, and its output MSE vs fp32 (the first model scored). ``__call__``
     returns (goodness, mse) where goodness is the metric value signed so that higher is better."""
@@ -68,11 +68,11 @@ class _Scorer:
         return self.sign * value, mse
 
 
-class _OutOfBudget(Exception):
+class OutOfBudget(Exception):
     pass
 
 
-class _Trials:
+class Trials:
     """Quantize with an encoding and a set of float nodes, score it; memoized; every trial logged."""
 
     def __init__(self, src: Artifact, ctx: PassContext, tmpdir: Path, user_excluded: set[str], max_trials: int):
@@ -96,13 +96,13 @@ class _Trials:
             self.built[key] = OrtQuantize().run(self.src, c, self.ctx, f"trial-{len(self.built)}").path
         return self.built[key]
 
-    def __call__(self, rung: str, cfg: OrtQuantizeConfig, float_nodes: frozenset[str], scorer: _Scorer,
+    def __call__(self, rung: str, cfg: OrtQuantizeConfig, float_nodes: frozenset[str], scorer: Scorer,
                  base: float) -> tuple[float, float, Path | None]:
         key = (encoding_label(cfg), float_nodes, scorer.n)
         if key in self.memo:
             return self.memo[key]
         if self.count >= self.max_trials:
-            raise _OutOfBudget
+            raise OutOfBudget
         check_deadline(f"trial {self.count + 1} ({rung})")  # the search's time budget stops the ladder here
         started = time.perf_counter()
         path: Path | None = None
@@ -119,7 +119,7 @@ class _Trials:
                                   "error": str(exc).splitlines()[0][:300]})
         self.memo[key] = (acc, mse, path)
         self.log.append({"rung": rung, "encoding": encoding_label(cfg), "float_ops": len(float_nodes),
-                         "samples": scorer.n, "accuracy": _r(scorer.value(acc)), "drop": _r(base - acc),
+                         "samples": scorer.n, "accuracy": rounded(scorer.value(acc)), "drop": rounded(base - acc),
                          "seconds": round(time.perf_counter() - started, 3)})
         if acc > self.best[0] and scorer.n == self.full_n:
             self.best = (acc, encoding_label(cfg), sorted(float_nodes))
@@ -128,10 +128,10 @@ class _Trials:
     full_n = 0
 
 
-class _Ladder:
+class Ladder:
     """The rungs (see the module doc); ``run`` returns (config, float nodes, accuracy, mse, path) or None."""
 
-    def __init__(self, trials: _Trials, full: _Scorer, screen: _Scorer, base: float, base_screen: float,
+    def __init__(self, trials: Trials, full: Scorer, screen: Scorer, base: float, base_screen: float,
                  tol: float, config: AccuracyAwareConfig):
         self.t, self.full, self.screen = trials, full, screen
         self.base, self.base_screen, self.tol = base, base_screen, tol
@@ -143,7 +143,7 @@ class _Ladder:
         self.why = "every rung tried"
         self._units: dict[str, tuple[int, sens.Unit]] = {}
 
-    def _ok(self, rung: str, cfg: OrtQuantizeConfig, nodes: Iterable[str], scorer: _Scorer
+    def _ok(self, rung: str, cfg: OrtQuantizeConfig, nodes: Iterable[str], scorer: Scorer
             ) -> tuple[bool, tuple[float, float, Path | None]]:
         base = self.base if scorer is self.full else self.base_screen
         acc, mse, path = self.t(rung, cfg, frozenset(nodes), scorer, base)
@@ -168,8 +168,8 @@ class _Ladder:
             cfg = fast.model_copy(update={"calibration_method": m})
             ok, (acc, mse, _) = self._ok("int8" if i == 0 else "calibration", cfg, (), self.full)
             if i == 0:
-                self.full_int8 = {"encoding": encoding_label(cfg), "accuracy": _r(self.full.value(acc)),
-                                  "drop": _r(self.base - acc), "output_mse": _r(mse)}
+                self.full_int8 = {"encoding": encoding_label(cfg), "accuracy": rounded(self.full.value(acc)),
+                                  "drop": rounded(self.base - acc), "output_mse": rounded(mse)}
                 self._rung("int8", t0, n0, "within tolerance" if ok else "outside tolerance")
                 t0, n0 = time.perf_counter(), self.t.count
             if acc > best_acc:
@@ -218,7 +218,7 @@ class _Ladder:
         self._units = {nd: (r, u) for r, u in reversed(list(enumerate(units))) for nd in u.nodes}
         self.sensitivity_doc = {"method": "each quantized tensor alone, relative output error vs fp32",
                                 "samples": s.samples, "seconds": s.seconds, "units": len(units),
-                                "all_quantized_error": _r(s.all_quantized_error),
+                                "all_quantized_error": rounded(s.all_quantized_error),
                                 "most_sensitive": [u.as_dict() for u in units[:20]]}
 
         def nodes_of(k: int) -> set[str]:
@@ -243,7 +243,7 @@ class _Ladder:
         return result
 
     def _smallest_prefix(self, cfg: OrtQuantizeConfig, units: list[sens.Unit], nodes_of: Callable[[int], set[str]],
-                         scorer: _Scorer) -> int | None:
+                         scorer: Scorer) -> int | None:
         """The smallest k whose first k units in float meet the tolerance (galloping, then bisection)."""
         lo, hi, k = 0, None, 1
         while k < len(units):
@@ -265,7 +265,7 @@ class _Ladder:
                 lo = mid
         return hi
 
-    def _prune(self, cfg: OrtQuantizeConfig, prefix: list[sens.Unit], scorer: _Scorer, budget: int = 8) -> set[str]:
+    def _prune(self, cfg: OrtQuantizeConfig, prefix: list[sens.Unit], scorer: Scorer, budget: int = 8) -> set[str]:
         """Drop each unit of the prefix (least sensitive first) whose float nodes the rest does not need."""
         keep = list(prefix)
         for u in reversed(prefix[:-1]):
@@ -301,10 +301,10 @@ class _Ladder:
                           f"{u.error:.3g} (rank {rank + 1}); keeping {node} ({op_type}) in float keeps it in float"}
 
 
-def _r(x: float | None) -> float | None:
+def rounded(x: float | None) -> float | None:
     """Rounded for the lineage; a failed trial's infinities become null (JSON has no infinity)."""
     return None if x is None or not np.isfinite(x) else round(float(x), 4)
 
 
-def _g(x: float | None) -> str:
+def shown(x: float | None) -> str:
     return "n/a (onnxruntime could not run it)" if x is None else f"{x:.4g}"
