@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..agent.benchmark_model import run_benchmark_model
 from ..agent.bundle import BundleDeployer
@@ -68,6 +68,43 @@ class RunSettings:
         from dataclasses import replace
 
         return replace(self, **changes)
+
+
+class Workload(Protocol):
+    """What the device runs for a variant, and how its answer becomes the report's row: the one seam between
+    kinds of model. Fixed-graph inference over the eval set (:class:`Inference`, the default) and a language
+    model's generation and scoring (``edgekit/llm/workload.py``) are two workloads; the session, its delivery,
+    its measurement cache and its lock are the same for both."""
+
+    kind: str  # "inference" | "generation": what the report's settings record
+
+    def request(self, session: DeviceSession, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
+        """The agent request that measures ``art`` (its files already delivered)."""
+        ...
+
+    def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
+        """The agent's answer as the report's row (every statistic and metric computed here, on the host)."""
+        ...
+
+    def timeout_s(self, req: AgentRequest) -> float | None:
+        """Seconds one agent run of ``req`` may take (None: the request's own)."""
+        ...
+
+
+class Inference:
+    """Fixed-graph inference: timed runs of one input, then the eval set through the model; the host scores the
+    outputs with the run's metric plan (``session.plan``)."""
+
+    kind = "inference"
+
+    def request(self, session: DeviceSession, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
+        return session.inference_request(name, art, settings)
+
+    def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
+        return variant_result(name, art, res, session.plan)
+
+    def timeout_s(self, req: AgentRequest) -> float | None:
+        return None
 
 
 @dataclass
@@ -211,6 +248,7 @@ class DeviceSession:
         self._eval_keys: tuple[str, ...] = ()
         self._eval_buckets: list[int] | None = None
         self._stream: Stream | None = None
+        self.workload: Workload = Inference()
 
     # --- lifetime --------------------------------------------------------------------------------
     def __enter__(self) -> "DeviceSession":
@@ -285,6 +323,10 @@ class DeviceSession:
         self._stream = ds.stream  # constant/state inputs (edgekit/inputs/stateful.py): sent with every request
         self._deliver(self._eval_files(), kind="eval")
 
+    def use_workload(self, workload: Workload) -> None:
+        """What every later :meth:`measure` runs (default: :class:`Inference` over the eval set)."""
+        self.workload = workload
+
     def deliver(self, artifacts: Iterable[Artifact]) -> None:
         self._deliver([f for a in artifacts for f in a.files])  # every file of each model
 
@@ -293,6 +335,10 @@ class DeviceSession:
         models; returns each file's path on the device."""
         self._deliver(list(files), kind=kind)
         return {Path(f): self._remotes[Path(f)] for f in files}
+
+    def results_path(self, name: str, art: Artifact) -> str:
+        """Where the agent writes a variant's outputs on the device (one file per variant and content)."""
+        return self._t.remote_path(f"results/{name}-{art.sha256[:12]}.npz")
 
     def remote(self, path: Path) -> str:
         """Where a delivered file is on the device."""
@@ -321,8 +367,12 @@ class DeviceSession:
 
     # --- measuring -------------------------------------------------------------------------------
     def request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
+        """The session's workload's request for ``art``, its files delivered first."""
         self.deliver([art])
-        t = self._t
+        return self.workload.request(self, name, art, settings)
+
+    def inference_request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
+        """Fixed-graph inference: the timed runs, then the eval set delivered by :meth:`use_eval`."""
         with_eval = settings.with_eval and self._eval_bundle is not None
         return build_request(
             variant=name,
@@ -332,7 +382,7 @@ class DeviceSession:
             measure=settings.measure,
             eval_remote=self._eval_remote() if with_eval else None,
             x_keys=self._eval_keys,
-            outputs_remote=t.remote_path(f"results/{name}-{art.sha256[:12]}.npz") if with_eval else None,
+            outputs_remote=self.results_path(name, art) if with_eval else None,
             energy_sources=settings.energy_sources or tuple(self.target.energy_sources),
             options=settings.options,
             runtime_options=settings.runtime_options,
@@ -360,7 +410,7 @@ class DeviceSession:
         res = self.run(req, settings)
         if isinstance(res, MeasureFailure):
             return res
-        result = variant_result(name, art, res, self.plan)
+        result = self.workload.result(self, name, art, res)
         result.measurement = self.measurements.info.get(name, {})
         if settings.benchmark_binary is not None and art.format == Format.TFLITE:
             self.progress(f"measuring {name} with benchmark_model")

@@ -24,17 +24,13 @@ from ..errors import BadInputError, ConversionError, EdgekitError
 from ..formats import format_spec
 from ..fsutil import ensure_writable_dir
 from ..inputs.targets import MeasureDefaults, TargetSpec
-from ..measure.stats import latency_stats
-from ..measure.sustained import analyze
 from ..orchestration.prepare import target_spec
 from ..orchestration.ship import write_nothing_shipped
 from ..report.model import (
-    Accuracy,
+    Decision,
     DeviceInfo,
-    Generation,
-    LMQuality,
+    Gate,
     Report,
-    RuntimeInfo,
     SearchCandidate,
     SearchSection,
     ShippedFile,
@@ -49,15 +45,16 @@ from .judge import OBJECTIVES, LMGate, judge
 from .layer_plan import HEADS
 from .memory import check_fits, kv_bytes_per_token, memory_plan
 from .parity import cache_parity
-from .quality import COVERAGE, Reference, greedy_reference, quality, reference
+from .quality import COVERAGE, Reference, greedy_reference, reference
 from .release import PREFIX as RELEASE_PREFIX
 from .release import LastRelease, ReleaseGate, compared_with, load_last_release, release_checks
 from .release_ab import Side, decode_ab
-from .request import GenerateSettings, generate_request, generation_figures
+from .request import GenerateSettings
 from .ship import write_lm_ship
 from .source import LMSource, load_lm
 from .text import EvalText, load_eval_text
 from .threads import file_of, not_competing, settings_to_try, tuned_name
+from .workload import GenerationWorkload
 
 Progress = Callable[[str], None]
 DEFAULT_CONTEXT = 512  # a model's own context is often 8k+: a phone app's prompt + answer rarely need more
@@ -193,62 +190,12 @@ def build(
     return built, dropped
 
 
-def _variant(name: str, art: Artifact, doc: dict, outputs: list, p: Prepared) -> VariantResult:
-    named = dict(zip(doc.get("outputs") or [], outputs or []))
-    q = quality(p.ref, named)
-    gen = generation_figures(doc, kv_bytes_per_token(p.src))
-    lat = doc["latency_ms"]
-    return VariantResult(
-        name=name,
-        format=art.format.value,
-        precision=art.precision,
-        runtime=RuntimeInfo(**doc["runtime"]),
-        size_bytes=art.size_bytes,
-        sha256=art.sha256,
-        artifact_path=str(art.path),
-        lineage=art.lineage_dicts(),
-        load_ms=doc.get("load_ms"),
-        latency_ms={
-            "warmup": lat["warmup"],
-            "runs": lat["runs"],
-            "raw": lat["raw"],
-            **latency_stats(lat["raw"]).to_dict(),
-        },
-        peak_memory_mb=(doc.get("memory") or {}).get("peak_rss_mb"),
-        memory=doc.get("memory") or {},
-        energy_mj_per_inference=(doc.get("energy") or {}).get("energy_mj_per_inference"),
-        energy_source=(doc.get("energy") or {}).get("source"),
-        energy_reason=(doc.get("energy") or {}).get("reason"),
-        energy=doc.get("energy") or {},
-        sustained=analyze(doc.get("sustained")),
-        accuracy=Accuracy(
-            metric="perplexity", value=q["perplexity"], n=q["positions"], direction="lower", units="", against="labels"
-        ),
-        generation=Generation(**gen),
-        quality=LMQuality(**q),
-        device_state=doc.get("device_state") or {},
-    )
-
-
-def measure(
-    p: Prepared,
-    built: dict[str, Artifact],
-    o: LMOptions,
-    device: str | None,
-    transport: Transport | None,
-    progress: Progress,
-) -> tuple[list[VariantResult], dict[str, str], dict, DeviceSession, str | None]:
-    """Each file's generation workload and scoring on the device, one session; the files of a runtime named in
-    ``o.runtime_options`` run with those options (a release's file keeps its own). Then, unless ``--threads``
-    fixed them, each runtime's best file at the other thread counts (``threads.py``). Returns the results, the
-    failures, the first result document, the session and why the threads were capped (None: not)."""
-    spec, m = p.spec, _measure(p.spec, o)
-    results: list[VariantResult] = []
-    dropped: dict[str, str] = {}
-    first_doc: dict = {}
-    capped: str | None = None
-    with DeviceSession(
-        spec,
+def open_session(
+    p: Prepared, o: LMOptions, device: str | None, transport: Transport | None, progress: Progress
+) -> DeviceSession:
+    """The run's one device session (the race, the thread settings and the release A/B all measure in it)."""
+    return DeviceSession(
+        p.spec,
         device,
         source_io=None,
         plan=None,
@@ -257,68 +204,80 @@ def measure(
         lock_timeout=o.lock_timeout,
         remeasure=o.remeasure,
         progress=progress,
-    ) as session:
-        tmp = p.out_dir / "artifacts"
-        np.save(tmp / "windows.npy", p.text.windows)
-        np.save(tmp / "top_ids.npy", p.ref.top_ids)
-        np.save(tmp / "top_offsets.npy", p.ref.offsets)
-        scored = [tmp / "windows.npy", tmp / "top_ids.npy", tmp / "top_offsets.npy"]
-        remotes = session.deliver_files(scored, kind="eval")
-        session.deliver(built.values())
+    )
 
-        def one(name: str, art: Artifact, mm: MeasureDefaults) -> None:
-            nonlocal first_doc
-            progress(
-                f"measuring {name} on the device (prefill at {p.settings.prompt_lengths()} tokens, "
-                f"{mm.runs}+ decode steps at {mm.threads} thread(s), {p.text.windows.shape[0]} scored windows)"
-            )
-            req = generate_request(
-                variant=name,
-                art=art,
-                model_remote=session.remote(art.path),
-                measure=mm,
-                settings=p.settings,
-                windows=p.text.windows,
-                scoring=(remotes[scored[0]], remotes[scored[1]], remotes[scored[2]]),
-                greedy=p.text.prompts,
-                outputs_remote=session.transport.remote_path(f"results/{name}-{art.sha256[:12]}.npz"),
-                energy_sources=tuple(spec.energy_sources),
-                sustained_seconds=o.sustained_seconds,
-                runtime_options=None
-                if name.startswith(RELEASE_PREFIX)
-                else o.runtime_options.get(str(format_spec(art.format).runtime)),
-            )
-            res = session.run(req, RunSettings(measure=mm, timeout_s=req.timeout_s + 600))
-            if isinstance(res, MeasureFailure):
-                dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (
-                    f"; {res.hint}" if res.hint else ""
-                )
-                return
-            first_doc = first_doc or res.doc
-            results.append(_variant(name, art, res.doc, res.outputs, p))
 
-        for name, art in built.items():
-            one(name, art, m)
-        if o.threads is None:
-            ours = [v for v in results if not v.name.startswith(RELEASE_PREFIX)]
-            rows, capped = settings_to_try(ours, o.gate, o.objective, first_doc, spec)
-            for name, t in rows:
-                one(tuned_name(name, t), built[name], m.model_copy(update={"threads": t}))
-    return results, dropped, first_doc, session, capped
+def use_generation(session: DeviceSession, p: Prepared, o: LMOptions) -> None:
+    """Deliver the eval text's scoring files and make the session measure the generation workload."""
+    tmp = p.out_dir / "artifacts"
+    np.save(tmp / "windows.npy", p.text.windows)
+    np.save(tmp / "top_ids.npy", p.ref.top_ids)
+    np.save(tmp / "top_offsets.npy", p.ref.offsets)
+    scored = [tmp / "windows.npy", tmp / "top_ids.npy", tmp / "top_offsets.npy"]
+    remotes = session.deliver_files(scored, kind="eval")
+    session.use_workload(
+        GenerationWorkload(
+            settings=p.settings,
+            windows=p.text.windows,
+            ref=p.ref,
+            kv_bytes_per_token=kv_bytes_per_token(p.src),
+            scoring=(remotes[scored[0]], remotes[scored[1]], remotes[scored[2]]),
+            greedy=p.text.prompts,
+            energy_sources=tuple(p.spec.energy_sources),
+            sustained_seconds=o.sustained_seconds,
+        )
+    )
+
+
+def measure(
+    session: DeviceSession, p: Prepared, built: dict[str, Artifact], o: LMOptions, progress: Progress
+) -> tuple[list[VariantResult], dict[str, str], dict[str, Any], str | None]:
+    """Each file's generation workload and scoring on the device, in the run's session; the files of a runtime
+    named in ``o.runtime_options`` run with those options (a release's file keeps its own). Then, unless
+    ``--threads`` fixed them, each runtime's best file at the other thread counts (``threads.py``). Returns the
+    results, the failures, the first result document and why the threads were capped (None: not)."""
+    m = _measure(p.spec, o)
+    results: list[VariantResult] = []
+    dropped: dict[str, str] = {}
+    first_doc: dict[str, Any] = {}
+    session.deliver(built.values())
+
+    def one(name: str, art: Artifact, mm: MeasureDefaults) -> None:
+        nonlocal first_doc
+        progress(
+            f"measuring {name} on the device (prefill at {p.settings.prompt_lengths()} tokens, "
+            f"{mm.runs}+ decode steps at {mm.threads} thread(s), {p.text.windows.shape[0]} scored windows)"
+        )
+        own = None if name.startswith(RELEASE_PREFIX) else o.runtime_options.get(str(format_spec(art.format).runtime))
+        res = session.measure(name, art, RunSettings(measure=mm, runtime_options=own))
+        if isinstance(res, MeasureFailure):
+            dropped[name] = f"failed on the device ({res.kind}): {res.message}" + (f"; {res.hint}" if res.hint else "")
+            return
+        first_doc = first_doc or res.doc
+        results.append(res.result)
+
+    for name, art in built.items():
+        one(name, art, m)
+    capped: str | None = None
+    if o.threads is None:
+        ours = [v for v in results if not v.name.startswith(RELEASE_PREFIX)]
+        rows, capped = settings_to_try(ours, o.gate, o.objective, first_doc, p.spec)
+        for name, t in rows:
+            one(tuned_name(name, t), built[name], m.model_copy(update={"threads": t}))
+    return results, dropped, first_doc, capped
 
 
 def _release_ab(
+    session: DeviceSession,
     p: Prepared,
     o: LMOptions,
     built: dict[str, Artifact],
     shipped: VariantResult,
     last: LastRelease,
-    device: str | None,
-    transport: Transport | None,
     progress: Progress,
 ) -> tuple[LatencyJudgement | None, str | None]:
-    """The release gate's decode A/B (``release_ab.py``) in a session of its own: (its judgement, or why it
-    could not run)."""
+    """The release gate's decode A/B (``release_ab.py``) in the run's session: (its judgement, or why it could
+    not run)."""
     m = _measure(p.spec, o)
     art = built[file_of(shipped.name)]
     new = Side(
@@ -337,20 +296,30 @@ def _release_ab(
         None,
     )  # its options: pinned on its artifact by load_last_release
     try:
-        with DeviceSession(
-            p.spec,
-            device,
-            source_io=None,
-            plan=None,
-            transport=transport,
-            lock_wait=o.lock_wait,
-            lock_timeout=o.lock_timeout,
-            remeasure=True,
-            progress=progress,
-        ) as session:
-            return decode_ab(session, old, new, m, p.text.windows, o.release.rounds, progress), None
+        return decode_ab(session, old, new, m, p.text.windows, o.release.rounds, progress), None
     except EdgekitError as exc:
         return None, str(exc)
+
+
+def _judge(
+    measured: list[VariantResult],
+    failed: dict[str, str],
+    dropped: dict[str, str],
+    o: LMOptions,
+    last: LastRelease | None,
+) -> tuple[Gate, Decision, list[VariantResult], VariantResult | None, str]:
+    """The gate and the decision over this run's files (the last release's file, measured beside them, is set
+    apart for the release checks): (gate, decision, this run's results, the last release's row, the baseline).
+    ``dropped`` takes the device's failures of this run's files."""
+    results = [v for v in measured if not v.name.startswith(RELEASE_PREFIX)]
+    again = next((v for v in measured if last is not None and v.name == last.name), None)
+    dropped.update({k: v for k, v in failed.items() if not k.startswith(RELEASE_PREFIX)})
+    baseline = BASELINE if any(v.name == BASELINE for v in results) else (results[0].name if results else BASELINE)
+    ties = not_competing(results, o.objective)  # thread settings not clearly faster than the measured threads
+    gate, decision = judge(
+        [v for v in results if v.name not in ties], baseline, o.gate, o.objective, {**dropped, **ties}
+    )
+    return gate, decision, results, again, baseline
 
 
 def deploy_lm(
@@ -393,23 +362,15 @@ def deploy_lm(
     if not built:
         raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
     to_measure = {**built, **({last.name: last.artifact} if last else {})}
-    measured, failed, first_doc, session, capped = measure(p, to_measure, o, device, transport, progress)
-    results = [v for v in measured if not v.name.startswith(RELEASE_PREFIX)]
-    again = next((v for v in measured if last is not None and v.name == last.name), None)
-    dropped.update({k: v for k, v in failed.items() if not k.startswith(RELEASE_PREFIX)})
-    baseline = BASELINE if any(v.name == BASELINE for v in results) else (results[0].name if results else BASELINE)
-    ties = not_competing(results, o.objective)  # thread settings not clearly faster than the measured threads
-    gate, decision = judge(
-        [v for v in results if v.name not in ties], baseline, o.gate, o.objective, {**dropped, **ties}
-    )
-    ab = None
-    if last is not None:
+    with open_session(p, o, device, transport, progress) as session:
+        use_generation(session, p, o)
+        measured, failed, first_doc, capped = measure(session, p, to_measure, o, progress)
+        gate, decision, results, again, baseline = _judge(measured, failed, dropped, o, last)
+        ab, ab_failure = None, None
         shipped = next((v for v in results if v.name == decision.ship), None)
-        ab, ab_failure = (
-            _release_ab(p, o, built, shipped, last, device, transport, progress)
-            if shipped is not None and again is not None
-            else (None, None)
-        )
+        if last is not None and shipped is not None and again is not None:
+            ab, ab_failure = _release_ab(session, p, o, built, shipped, last, progress)
+    if last is not None:
         gate.checks += release_checks(
             shipped,
             again,

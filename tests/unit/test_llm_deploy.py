@@ -196,7 +196,9 @@ def test_a_planted_degenerate_variant_fails_the_gate_on_the_device(llama, tmp_pa
     good = export_onnx(p.src, tmp_path / "out" / "artifacts" / "good.onnx", context=64)
     _planted_degenerate(good.path, tmp_path / "bad.onnx", token=7)
     bad = Artifact.from_file(tmp_path / "bad.onnx", Format.ONNX, lm_io(p.src), precision="int8")
-    results, dropped, _, _, _ = d.measure(p, {"ort-fp32": good, "planted": bad}, o, None, None, lambda _m: None)
+    with d.open_session(p, o, None, None, lambda _m: None) as session:  # the run's one session, as deploy_lm opens it
+        d.use_generation(session, p, o)
+        results, dropped, _, _ = d.measure(session, p, {"ort-fp32": good, "planted": bad}, o, lambda _m: None)
     assert not dropped
     gate, decision = judge(results, "ort-fp32", LMGate(), "decode", {})
     planted = next(v for v in results if v.name == "planted")
