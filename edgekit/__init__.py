@@ -5,8 +5,8 @@ compressed model is still good enough to ship.
     report = edgekit.deploy("model.pt2", target="local", eval_data="eval.npz", calib_data="calib.npz")
     if not report.gate.passed: ...
 
-    # a language model (a transformers folder or a .gguf): generation measured on the device
-    report = edgekit.deploy_lm("my-llama/", eval_text="eval.txt", target="local")
+    # a language model (a transformers folder or a .gguf): generation measured on the device, the same entry
+    report = edgekit.deploy("my-llama/", eval_text="eval.txt", target="local")
 
 Heavy frameworks are imported lazily: ``import edgekit`` imports neither torch nor TensorFlow.
 """

@@ -228,7 +228,8 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained, output_layer=None,
                lm_variants=None, baseline=None, max_latency_regression=None, top_k=None, search=None):
     from ..errors import BadInputError
-    from ..llm.deploy import LMOptions, deploy_lm
+    from ..llm.deploy import LMOptions
+    from ..orchestration.pipeline import deploy
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
     from ..llm.release import ReleaseGate
 
@@ -255,8 +256,8 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                      baseline=baseline, release=ReleaseGate() if max_latency_regression is None else
                      ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:
-        return deploy_lm(model, eval_text=eval_text, target=target, device=device, out=out, options=opts,
-                         progress=progress)
+        return deploy(model, eval_text=eval_text, target=target, device=device, out=out, lm_options=opts,
+                      progress=progress)  # the one entry (orchestration/pipeline.py) a fixed graph takes too
 
 
 def _search_options(objective: str, time_budget: float | None, search: bool | None):

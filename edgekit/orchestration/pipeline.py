@@ -35,6 +35,7 @@ from ..variant_search import SearchOptions
 from ..variant_search import search as run_search
 from ..variant_search.candidates import candidate_variants
 from .fleet import deploy_fleet
+from .generator import deploy_generator
 from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
 from .ship import write_nothing_shipped, write_ship
@@ -61,7 +62,8 @@ def profile(model: Any, *, eval_data: str | Path, target: str | TargetSpec = "lo
 def deploy(
     model: Any,
     *,
-    eval_data: str | Path,
+    eval_data: str | Path | None = None,
+    eval_text: str | Path | None = None,
     target: str | TargetSpec = "local",
     device: str | None = None,
     calib_data: str | Path | None = None,
@@ -76,27 +78,30 @@ def deploy(
     transport: Transport | None = None,
     search: bool | None = None,
     search_options: SearchOptions | None = None,
+    lm_options: Any = None,
     **overrides: Unpack[DeployOverrides],
 ) -> Report:
     """Compress ``model``, measure the variants on the device, write and return the report.
 
-    ``model`` is a path (.pt2, .onnx, or .pt/.pth with ``arch='module:Class'``) or an
-    ``nn.Module`` with ``example_inputs``. ``x_key`` names the input arrays (``"a,b"`` or a tuple
-    for several inputs; arrays named like the model's inputs are matched without it). Keyword overrides
-    (``max_accuracy_drop=0.5``, ``latency_budget_ms=2``, ``runs=100``...) are the fields of :class:`DeployOptions`,
-    typed by ``DeployOverrides`` (a misspelt or mistyped one is a type-checker error).
-
+    ``model`` is a path (.pt2, .onnx, or .pt/.pth with ``arch='module:Class'``) or an ``nn.Module`` with
+    ``example_inputs``. ``x_key`` names the input arrays (``"a,b"`` or a tuple for several inputs; arrays named
+    like the model's inputs are matched without it). Keyword overrides (``max_accuracy_drop=0.5``, ``runs=100``...)
+    are the fields of :class:`DeployOptions`, typed by ``DeployOverrides`` (a typo is a type-checker error).
     Which variants: a ``recipe``'s; without one, a short search over the target's likeliest winners
     (``variant_search``; ``search=True`` tries every candidate, ``search=False`` measures the fixed
     default recipe: fp32 + INT8 static, or dynamic without calibration data). ``search_options`` is a
-    :class:`edgekit.variant_search.SearchOptions` (objective, time budget...).
+    :class:`edgekit.variant_search.SearchOptions` (objective, time budget...). A language model (a transformers
+    folder or a .gguf) takes ``eval_text`` and ``lm_options`` (:class:`edgekit.LMOptions`) instead.
     """
-    progress = progress or _noop
-    if _is_lm(model):
-        raise BadInputError(f"{model} is a language model (a transformers folder or a .gguf): use "
-                            "edgekit.deploy_lm(model, eval_text=...)", hint="the CLI's `edgekit deploy` sends it there")
+    progress, spec = progress or _noop, target_spec(target)
+    if _is_lm(model):  # a generator: the same entry, target and shared options (orchestration/generator.py)
+        fixed = dict(eval_data=eval_data, calib_data=calib_data, recipe=recipe, arch=arch, options=options,
+                     example_inputs=example_inputs, search_options=search_options)  # refused when given
+        return deploy_generator(model, eval_text=eval_text, target=spec, device=device, out=out, progress=progress,
+                                transport=transport, search=search, options=lm_options, overrides=dict(overrides),
+                                fixed=fixed)
+    _fixed_graph_inputs(model, eval_data, eval_text, lm_options)
     opts = _deploy_options(options, overrides)
-    spec = target_spec(target)
     mode = variant_mode(recipe, search, opts, spec, calib_data is not None)
     if mode != "recipe":
         sopts = dataclasses.replace(search_options or SearchOptions(
@@ -113,6 +118,13 @@ def deploy(
                                 y_key=y_key, options=opts, progress=progress, transport=transport)
         return _deploy_recipe(model, spec, recipe, eval_data, calib_data, device, out, example_inputs, arch, x_key,
                               y_key, opts, progress, transport)
+
+
+def _fixed_graph_inputs(model: Any, eval_data: Any, eval_text: Any, lm_options: Any) -> None:
+    if eval_data is None or eval_text is not None or lm_options is not None:
+        raise BadInputError(f"{model} needs eval_data (.npz of inputs and labels)" if eval_data is None else
+                            "eval_text and lm_options are for a language model (a transformers folder or a .gguf)",
+                            hint="a fixed-graph model takes eval_data; a language model takes eval_text")
 
 
 def _is_lm(model: Any) -> bool:
