@@ -178,7 +178,7 @@ def _tied(v: VariantResult, fastest: VariantResult, objective: str) -> bool:
         return False
     fg, vg = fastest.generation, v.generation
     return separate_runs_ratio(
-        fastest.name, fg.decode_tokens_per_s, b, v.name, vg.decode_tokens_per_s, a, higher_is_better=True
+        fastest.name, fg.decode_tokens_per_s or 0.0, b, v.name, vg.decode_tokens_per_s or 0.0, a, higher_is_better=True
     ).tied
 
 

@@ -364,7 +364,7 @@ def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
 
 
 def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate], sopts: SearchOptions,
-            session: DeviceSession, settings: RunSettings, progress):
+            session: DeviceSession, settings: RunSettings, progress: Callable[[str], None]):
     """The finalists that pass the gate (every check deploy's gate makes), then the best by the
     objective; by p50, the leader and the close finalists are timed again in alternating rounds in this
     session and the paired ratio decides (``rounds.py``). fp32 may ship too: when nothing compressed beats
