@@ -29,7 +29,7 @@ from ..inputs.data import Dataset, eval_bundle
 from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..lab.coordinator import session_place
 from ..measure.cache import open_device_measurements
-from ..measure.stats import latency_stats
+from ..measure.stats import ABBlocks, latency_stats
 from ..measure.sustained import analyze
 from ..report.model import VariantResult
 from ..transport.base import Transport
@@ -139,16 +139,6 @@ class MeasureFailure:
                 f"{', '.join(pending) or 'none'}; no report written)"
             )
         return AgentRunFailed(msg, kind=self.kind, variant=self.variant, hint=self.hint)
-
-
-@dataclass
-class ABBlocks:
-    """Alternating-block timings of two models measured in one session (raw ms per block)."""
-
-    a: list[list[float]] = field(default_factory=list)
-    b: list[list[float]] = field(default_factory=list)
-    order: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # the agent's notes on either side (e.g. a delegate off)
 
 
 LOCAL_LOCK = "local"  # the lock name of this host as a device (the local target)

@@ -18,8 +18,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..artifact import Artifact
-from ..devices.session import ABBlocks, DeviceSession, MeasureFailure, RunSettings
+from ..devices.session import DeviceSession, MeasureFailure, RunSettings
 from ..inputs.targets import MeasureDefaults
+from ..measure.stats import ABBlocks
 from ..report.release import LatencyJudgement, judge_ab
 from .request import GenerateSettings, generate_request
 

@@ -7,7 +7,7 @@ always give the same report.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -107,3 +107,13 @@ def latency_stats(raw_ms: list[float] | np.ndarray) -> LatencyStats:
         stable=robust_cov <= STABLE_COV,
         robust_cov=robust_cov,
     )
+
+
+@dataclass
+class ABBlocks:
+    """Alternating-block timings of two models measured in one session (raw ms per block)."""
+
+    a: list[list[float]] = field(default_factory=list)
+    b: list[list[float]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the agent's notes on either side (e.g. a delegate off)

@@ -32,10 +32,10 @@ from ..devices.session import DeviceSession, Measured
 from ..errors import BadInputError, DeviceError, EdgekitError
 from ..report.assemble import assemble_report
 from ..report.model import Check, FleetSection, FleetUnit, FleetVariant, Report
-from ..report.release import release_judgement
 from ..report.write import write_report
 from .options import DeployOptions
 from .prepare import prepare_run, resolve_recipe, target_spec
+from .release import release_judgement
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
 
 Progress = Callable[[str], None]

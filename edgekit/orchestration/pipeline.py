@@ -28,7 +28,6 @@ from ..measure.profile import profile_diffs, profile_variants, profiled_names
 from ..report.assemble import assemble_report
 from ..report.decision import decide
 from ..report.model import Report
-from ..report.release import release_judgement
 from ..report.write import write_report
 from ..transport.base import Transport
 from ..variant_search import SearchOptions
@@ -38,6 +37,7 @@ from .fleet import deploy_fleet
 from .generator import deploy_generator
 from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
+from .release import release_judgement
 from .ship import write_nothing_shipped, write_ship
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
 

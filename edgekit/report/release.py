@@ -17,6 +17,8 @@ failed 1 run in 3 here). So the latency check is judged, in this order of prefer
 
 A regression fails only when it is significant (the CI excludes 1) and above
 ``max_latency_regression``. The report's ``compared_with.method`` says which method judged it.
+This module is the statistics and the checks; finding the baseline's files and re-measuring them in the
+device session is ``orchestration/release.py``'s.
 """
 
 from __future__ import annotations
@@ -25,27 +27,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..agent.protocol import AgentRunFailed
-from ..artifact import Artifact
 from ..errors import BadInputError
 from ..fsutil import sha256_file
 from ..inputs.recipe import GateConfig
 from ..measure.compare import format_p
-from ..measure.stats import BOOTSTRAP_SEED
-from ..orchestration.cache import find_by_sha256
-from .diff import MetricChange, ReportDiff, counterpart, diff_reports
+from ..measure.stats import BOOTSTRAP_SEED, ABBlocks
+from .diff import MetricChange, ReportDiff, diff_reports
 from .model import Check, ComparedWith, Report, VariantResult
-
-if TYPE_CHECKING:
-    from ..devices.session import ABBlocks, DeviceSession, Measured, RunSettings
-    from ..orchestration.options import DeployOptions
-    from ..orchestration.prepare import PreparedRun
-
-Progress = Callable[[str], None]
 
 METHOD_TEXT = {
     "ab": "A/B interleaved re-measurement of the baseline report's model in this session",
@@ -74,35 +66,6 @@ class LatencyJudgement:
         )
 
 
-def release_judgement(
-    session: DeviceSession,
-    run: PreparedRun,
-    measured: dict[str, Measured],
-    judged: list[str],
-    settings: RunSettings,
-    opts: DeployOptions,
-    progress: Progress | None = None,
-    shipped: str | None = None,
-) -> ReleaseJudgement | None:
-    """The deploy options' release method for this run (None without --baseline); see judge_release.
-    ``shipped``: the variant this run ships (a search's choice), judged against the previously shipped
-    one when the baseline report has no variant of its name (``diff.counterpart``)."""
-    if run.previous is None:
-        return None
-    return judge_release(
-        session,
-        run,
-        measured,
-        judged,
-        settings,
-        requested=opts.release_method,
-        blocks=opts.ab_blocks,
-        progress=progress,
-        shipped=shipped,
-        baseline_artifacts=Path(opts.baseline_artifacts) if opts.baseline_artifacts else None,
-    )
-
-
 def _bootstrap(
     stat: Callable[..., float],
     arrays: list[np.ndarray[Any, np.dtype[np.float64]]],
@@ -117,7 +80,7 @@ def _bootstrap(
     return float(lo), float(hi)
 
 
-def judge_ab(blocks: "ABBlocks", alpha: float = 0.05) -> LatencyJudgement:
+def judge_ab(blocks: ABBlocks, alpha: float = 0.05) -> LatencyJudgement:
     """B (new) relative to A (the baseline's model): the median of the per-block median ratios,
     bootstrap CI over blocks (a block pair is the unit that shares the device's state)."""
     logs = np.array([math.log(np.median(b) / np.median(a)) for a, b in zip(blocks.a, blocks.b)])
@@ -186,25 +149,6 @@ def judge_normalized(
     )
 
 
-def find_baseline_artifact(v: VariantResult, report_path: Path | None, extra_dir: Path | None) -> Path | None:
-    """The baseline report's model file for ``v``, only where its sha256 matches."""
-    if not v.artifact_path:
-        return None
-    recorded = Path(v.artifact_path)
-    cands = [recorded]
-    if extra_dir is not None:
-        cands.append(Path(extra_dir) / recorded.name)
-    if report_path is not None:
-        cands.append(Path(report_path).parent / "artifacts" / recorded.name)
-    for c in cands:
-        try:
-            if c.is_file() and c.stat().st_size == v.size_bytes and sha256_file(c) == v.sha256:
-                return c
-        except OSError:
-            continue
-    return find_by_sha256(v.sha256, recorded.suffix)
-
-
 def choose_method(
     requested: str,
     previous: Report,
@@ -271,77 +215,6 @@ class ReleaseJudgement:
     method: str
     judgements: dict[str, LatencyJudgement]
     detail: dict[str, Any]
-
-
-def judge_release(
-    session: DeviceSession,
-    run: PreparedRun,
-    measured: dict[str, Measured],
-    judged: list[str],
-    settings: RunSettings,
-    *,
-    requested: str = "auto",
-    blocks: int = 6,
-    baseline_artifacts: Path | None = None,
-    progress: Progress | None = None,
-    shipped: str | None = None,
-) -> ReleaseJudgement:
-    """Choose the method and, for ``ab``, re-measure the baseline report's models against the new
-    ones in this (still open) device session."""
-    previous = run.previous
-    if previous is None:
-        raise ValueError("judge_release needs the run's baseline report (run.previous)")
-    say: Progress = progress or (lambda _m: None)
-    new = {n: m.result for n, m in measured.items()}
-    judged_v = [new[n] for n in judged if n in new]
-    # each judged variant's counterpart in the baseline report, under the new variant's name
-    old = {v.name: o for v in judged_v if (o := counterpart(previous, v.name, shipped)) is not None}
-    old.update({v.name: v for v in previous.variants if v.name not in old})
-    ab_files: dict[str, Path] = {}
-    for v in judged_v:
-        # A/B runs both files through one runtime: a counterpart of another format is judged otherwise
-        if v.name in old and old[v.name].format == v.format:
-            f = find_baseline_artifact(old[v.name], run.previous_path, baseline_artifacts)
-            if f is not None:
-                ab_files[v.name] = f
-    reference = new.get(run.recipe.baseline) if run.recipe.baseline in new else None
-    method = choose_method(requested, previous, judged_v, ab_files, reference, old)
-    judgements: dict[str, LatencyJudgement] = {}
-    detail: dict[str, Any] = {"requested": requested}
-    if method == "ab":
-        for v in judged_v:
-            if v.name not in ab_files:
-                continue
-            say(
-                f"release gate: A/B re-measurement of {v.name} against the baseline report's model "
-                f"({blocks} blocks each)"
-            )
-            new_art = measured[v.name].artifact
-            # the baseline's model through the new variant's interface; the agent checks its sha256
-            old_art = Artifact.from_file(ab_files[v.name], new_art.format, new_art.io, precision=new_art.precision)
-            try:
-                blocks_ab = session.measure_ab(old_art, new_art, settings, blocks)
-            except AgentRunFailed as exc:  # e.g. the model's interface changed: judged directly instead
-                detail[v.name] = {"baseline_file": str(ab_files[v.name]), "ab_failed": exc.message}
-                continue
-            j = judge_ab(blocks_ab, run.gate.significance_alpha)
-            judgements[v.name] = j
-            detail[v.name] = {
-                "baseline_file": str(ab_files[v.name]),
-                "same_file": old[v.name].sha256 == v.sha256,
-                **({"baseline_variant": old[v.name].name} if old[v.name].name != v.name else {}),
-                **({"ab_warnings": blocks_ab.warnings} if blocks_ab.warnings else {}),
-                **j.detail,
-            }
-    elif method == "normalized" and reference is not None:  # choose_method gives it only with a reference
-        old_ref = next(o for o in previous.variants if o.name == reference.name)
-        for v in judged_v:
-            if v.name in old and v.name != reference.name:
-                jn = judge_normalized(old[v.name], old_ref, v, reference)
-                if jn is not None:
-                    judgements[v.name] = jn
-                    detail[v.name] = jn.detail
-    return ReleaseJudgement(method=method, judgements=judgements, detail=detail)
 
 
 def release_checks(variant: str, diff: ReportDiff, cfg: GateConfig) -> list[Check]:

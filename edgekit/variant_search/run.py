@@ -40,6 +40,7 @@ from ..measure.profile import profile_variants, profiled_names
 from ..metrics import MetricSpec
 from ..orchestration.options import DeployOptions, refused_by_search
 from ..orchestration.prepare import PreparedRun, prepare_run, target_spec
+from ..orchestration.release import release_judgement
 from ..orchestration.steps import run_settings
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
@@ -52,7 +53,6 @@ from ..report.model import (
     Report,
     VariantResult,
 )
-from ..report.release import release_judgement
 from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
 from .candidates import calibrated, candidate_variants

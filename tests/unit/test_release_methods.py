@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.devices.session import ABBlocks
 from edgekit.errors import BadInputError
+from edgekit.measure.stats import ABBlocks
 from edgekit.report.release import choose_method, judge_ab, judge_normalized
 from tests.unit.report_factory import report as make_report
 from tests.unit.report_factory import variant as make_variant
