@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from .. import __version__
+from ..version import __version__
 from . import convert as _convert
 from . import deploy as _deploy
 from . import devices as _devices

@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import __version__
 from ..artifact import Artifact
 from ..devices.session import DeviceSession, MeasureFailure, RunSettings
 from ..errors import BadInputError, ConversionError, EdgekitError
@@ -39,6 +38,7 @@ from ..report.model import (
 from ..report.release import LatencyJudgement
 from ..report.write import write_report
 from ..transport.base import Transport
+from ..version import __version__
 from .candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from .int4_ladder import Calibration
 from .judge import OBJECTIVES, LMGate, judge

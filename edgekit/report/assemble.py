@@ -8,9 +8,9 @@ import datetime as _dt
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
 from ..inputs.recipe import GateConfig
 from ..metrics.evaluate import EvalPlan, score_drops
+from ..version import __version__
 from .gate import evaluate_gate, slower_warnings
 from .model import DeviceInfo, Gate, Report, SearchSection, VariantResult
 from .release import compare_reports
