@@ -30,9 +30,9 @@ import numpy as np
 from ..devices.inventory import select_devices
 from ..devices.session import DeviceSession, Measured
 from ..errors import BadInputError, DeviceError, EdgekitError
-from ..report.assemble import assemble_report
 from ..report.model import Check, FleetSection, FleetUnit, FleetVariant, Report
 from ..report.write import write_report
+from .assemble import assemble_report
 from .options import DeployOptions
 from .prepare import prepare_run, resolve_recipe, target_spec
 from .release import release_judgement

@@ -3,7 +3,7 @@
 ``deploy`` is what `edgekit deploy` and release pipelines call. It validates every input before
 doing heavy work (``prepare.prepare_run``), builds the recipe's variants, measures them in one
 ``DeviceSession`` (``steps.py``: the steps a fleet run shares), and writes the report
-(``report.assemble``) atomically; it never writes a report for a run that failed (exit 2/3): an
+(``assemble.py``) atomically; it never writes a report for a run that failed (exit 2/3): an
 earlier report in ``out`` stays. Without a recipe it hands over to the search (``variant_search``),
 with ``--devices``/``--pool`` to a fleet run (``fleet.py``).
 """
@@ -25,7 +25,6 @@ from ..inputs.recipe import Recipe
 from ..inputs.targets import TargetSpec
 from ..llm.source import is_lm_source
 from ..measure.profile import profile_diffs, profile_variants, profiled_names
-from ..report.assemble import assemble_report
 from ..report.decision import decide
 from ..report.model import Report
 from ..report.write import write_report
@@ -33,6 +32,7 @@ from ..transport.base import Transport
 from ..variant_search import SearchOptions
 from ..variant_search import search as run_search
 from ..variant_search.candidates import candidate_variants
+from .assemble import assemble_report
 from .fleet import deploy_fleet
 from .generator import deploy_generator
 from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal

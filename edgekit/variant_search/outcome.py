@@ -6,9 +6,9 @@ from __future__ import annotations
 from ..devices.session import DeviceSession
 from ..host import HostThreads
 from ..measure.profile import profile_diffs
+from ..orchestration.assemble import assemble_report
 from ..orchestration.ship import write_nothing_shipped, write_ship
 from ..orchestration.steps import recorded_settings
-from ..report.assemble import assemble_report
 from ..report.decision import ship_decision
 from ..report.model import (
     Decision,

@@ -38,13 +38,13 @@ from ..inputs.recipe import Recipe
 from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..measure.profile import profile_variants, profiled_names
 from ..metrics import MetricSpec
+from ..orchestration.assemble import score
 from ..orchestration.options import DeployOptions, refused_by_search
 from ..orchestration.prepare import PreparedRun, prepare_run, target_spec
 from ..orchestration.release import release_judgement
 from ..orchestration.steps import run_settings
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
-from ..report.assemble import score
 from ..report.diff import shipped_name
 from ..report.gate import evaluate_gate
 from ..report.model import (

@@ -41,7 +41,7 @@ from ..formats import FORMATS
 from ..inputs.recipe import VariantSpec
 from ..measure.compare import _thin
 from ..measure.stats import BOOTSTRAP_SEED
-from ..report.assemble import score
+from ..orchestration.assemble import score
 from ..report.gate import evaluate_gate
 from .choice import BASE, Candidate, choose, reasons
 

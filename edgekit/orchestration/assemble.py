@@ -1,6 +1,7 @@
 """One report from one run's measurements, for ``deploy`` and ``search`` alike: metric drops with
 their paired statistics, speed-ups over the baseline, the baseline-report comparison, the gate and
-every warning (unstable latency, a slower "compressed" variant, reused measurements, emulation)."""
+every warning (unstable latency, a slower "compressed" variant, reused measurements, emulation). It reads
+the run (``prepare.PreparedRun``) and its device session, so it sits with the orchestration, above ``report/``."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..inputs.recipe import GateConfig
 from ..metrics.evaluate import EvalPlan, score_drops
+from ..report.gate import evaluate_gate, slower_warnings
+from ..report.model import DeviceInfo, Gate, Report, SearchSection, VariantResult
+from ..report.release import compare_reports
 from ..version import __version__
-from .gate import evaluate_gate, slower_warnings
-from .model import DeviceInfo, Gate, Report, SearchSection, VariantResult
-from .release import compare_reports
 
 if TYPE_CHECKING:
     from ..devices.session import DeviceSession, Measured
-    from ..orchestration.prepare import PreparedRun
-    from .release import ReleaseJudgement
+    from ..report.release import ReleaseJudgement
+    from .prepare import PreparedRun
 
 
 def tolerance(cfg: GateConfig, base: VariantResult) -> float | None:
