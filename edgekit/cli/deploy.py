@@ -101,7 +101,7 @@ def deploy_cmd(
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", rich_help_panel=PANEL_SEARCH, help="Recipe YAML: variants, passes, measure, gate."),
     search: Optional[bool] = typer.Option(None, "--search/--no-search", rich_help_panel=PANEL_SEARCH, help="--search: build every variant the target can run (runtimes x fp32/fp16/INT8 encodings; a language model: every runtime, precision and int4 group size), measure them on the device, and ship the best inside the tolerance to OUT/ship/. Without a recipe, deploy runs a short search over the target's likeliest winners; --no-search measures the fixed default variants instead (fp32 + INT8 static, or dynamic without --calib-data)."),
     objective: str = typer.Option("p50", "--objective", rich_help_panel=PANEL_SEARCH, help="The search's 'best' (no recipe, or --search): p50, p99, energy or size; a language model: decode (tokens/s, the default), ttft or prefill."),
-    time_budget: Optional[float] = typer.Option(None, "--time-budget", rich_help_panel=PANEL_SEARCH, help="The search's total seconds (default: 300 for the short search, 900 with --search); candidates not reached are dropped with that reason."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", rich_help_panel=PANEL_SEARCH, help="The search's total seconds (default: 300 for the short search, 900 with --search; a language model: 900, 1800 with --search); candidates not reached are dropped with that reason."),
     no_cache: bool = typer.Option(False, "--no-cache", rich_help_panel=PANEL_SEARCH, help="Recompute every pass instead of reusing cached outputs."),
     max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", "--max-metric-drop", rich_help_panel=PANEL_GATE, help="How much worse than the baseline the metric may get, in its units and direction (default 1: one point of top-1)."),
     relative: bool = typer.Option(False, "--relative-drop", rich_help_panel=PANEL_GATE, help="Read --max-accuracy-drop as percent of the baseline's accuracy."),
@@ -150,7 +150,8 @@ def deploy_cmd(
                             runs=runs, min_seconds=min_seconds, remeasure=remeasure, no_wait=no_wait,
                             lock_timeout=lock_timeout, memory_budget_mb=memory_budget_mb, sustained=sustained,
                             output_layer=output_layer, lm_variants=lm_variants, baseline=baseline,
-                            max_latency_regression=max_latency_regression, top_k=top_k, search=search)
+                            max_latency_regression=max_latency_regression, top_k=top_k, search=search,
+                            time_budget=time_budget)
         _finish(report, out, as_json)
         return
     if eval_data is None or eval_text is not None or context is not None or max_kld is not None \
@@ -226,7 +227,8 @@ def _is_lm(model: Path) -> bool:
 def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: str, device: str | None, out: Path,
                as_json: bool, *, context, max_kld, max_ppl, objective: str, threads, warmup, runs, min_seconds,
                remeasure: bool, no_wait: bool, lock_timeout, memory_budget_mb, sustained, output_layer=None,
-               lm_variants=None, baseline=None, max_latency_regression=None, top_k=None, search=None):
+               lm_variants=None, baseline=None, max_latency_regression=None, top_k=None, search=None,
+               time_budget=None):
     from ..errors import BadInputError
     from ..llm.deploy import LMOptions
     from ..orchestration.pipeline import deploy
@@ -239,11 +241,14 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
     if search and lm_variants:
         raise BadInputError("--search races every language-model variant; --lm-variants names some",
                             hint="drop one of them")
+    if time_budget is not None and time_budget <= 0:
+        raise BadInputError(f"--time-budget {time_budget:g}: a language model's budget is > 0 seconds",
+                            hint="the default (900 s, 1800 s with --search) fits a ~100M model on 2 cores")
     if refused:
         raise BadInputError(f"a language model does not take {', '.join(refused)} (yet)",
                             hint="the language-model loop takes --eval-text, --context, --max-kld, "
                             "--max-perplexity-increase, --output-layer, --lm-variants, --baseline, --objective "
-                            "decode|ttft|prefill and the measure options")
+                            "decode|ttft|prefill, --time-budget and the measure options")
     opts = LMOptions(context=context, objective="decode" if objective == "p50" else objective,
                      gate=LMGate(max_kld=DEFAULT_MAX_KLD if max_kld is None else max_kld,
                                  max_perplexity_increase=DEFAULT_MAX_PPL_INCREASE if max_ppl is None else max_ppl,
@@ -252,7 +257,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                      lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained,
                      head=output_layer or "int8",
                      candidates=tuple(v.strip() for v in lm_variants.split(",") if v.strip()) if lm_variants else None,
-                     top_k=top_k, search=bool(search),
+                     top_k=top_k, search=bool(search), time_budget_s=time_budget,
                      baseline=baseline, release=ReleaseGate() if max_latency_regression is None else
                      ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:

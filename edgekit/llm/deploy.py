@@ -12,16 +12,19 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from .. import __version__
 from ..artifact import Artifact
 from ..devices.session import DeviceSession, MeasureFailure, RunSettings
 from ..errors import BadInputError, ConversionError, EdgekitError
 from ..formats import format_spec
 from ..fsutil import ensure_writable_dir
+from ..host import host_compute, host_threads
 from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..orchestration.prepare import target_spec
 from ..orchestration.ship import write_nothing_shipped
@@ -37,15 +40,18 @@ from ..report.model import (
 )
 from ..report.release import LatencyJudgement
 from ..report.write import write_report
+from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
-from ..version import __version__
+from .build_cache import cached, source_key
 from .candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from .int4_ladder import Calibration
 from .judge import OBJECTIVES, LMGate, judge
 from .layer_plan import HEADS
 from .memory import check_fits, kv_bytes_per_token, memory_plan
 from .parity import cache_parity
+from .predict import Weights
 from .quality import COVERAGE, Reference, greedy_reference, reference
+from .race import DEFAULT_BUDGET_S, SEARCH_BUDGET_S, TUNING, Probe, Race
 from .release import PREFIX as RELEASE_PREFIX
 from .release import LastRelease, ReleaseGate, compared_with, load_last_release, release_checks
 from .release_ab import Side, decode_ab
@@ -89,6 +95,9 @@ class LMOptions:
     remeasure: bool = False
     lock_wait: bool = True
     lock_timeout: float | None = None
+    # seconds for the whole run: preparation, builds, the device and the scoring (race.py); None: the default,
+    # race.DEFAULT_BUDGET_S (SEARCH_BUDGET_S with --search)
+    time_budget_s: float | None = None
 
 
 def _measure(spec: TargetSpec, o: LMOptions) -> MeasureDefaults:
@@ -160,34 +169,87 @@ def prepare(
 
 
 def build(
-    p: Prepared, chosen: list[LMCandidate], progress: Progress, cal: Calibration
+    p: Prepared,
+    chosen: list[LMCandidate],
+    progress: Progress,
+    cal: Calibration,
+    *,
+    clock: Clock | None = None,
+    probe: Probe | None = None,
 ) -> tuple[dict[str, Artifact], dict[str, str]]:
     """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it.
-    An int4 candidate also checks itself with ``cal`` and climbs its recovery ladder (``int4_ladder``)."""
+    An int4 candidate also checks itself with ``cal`` and climbs its recovery ladder (``int4_ladder``).
+    ``race.py`` orders the rows (what can win first), measures the likeliest leader with ``probe`` before a slow
+    lowering, and names each row it does not start (it cannot win, or it does not fit ``clock``'s budget).
+    Every file goes through the build cache (``build_cache``) and carries its predicted decode rate."""
     art_dir = p.out_dir / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
     built: dict[str, Artifact] = {}
     dropped: dict[str, str] = {}
     window = [int(v) for v in p.text.windows[0]]
-    for c in chosen:
-        progress(f"building {c.name} ({c.runtime}, {c.precision})")
+    clock = clock or Clock()
+    race = Race(Weights.of(p.src), p.src.parameters, clock, p.spec.name, cal.max_kld, progress, probe)
+    predicted: dict[str, dict[str, Any]] = {}
+    for c in race.order(chosen):
+        why = race.why_not(c, built)
+        if why is not None:
+            dropped[c.name] = why
+            progress(f"{c.name}: {why}")
+            continue
+        pred = race.predicted(c.name)
+        progress(
+            f"building {c.name} ({c.runtime}, {c.precision}; predicted decode {pred['decode_tokens_per_s']:g} "
+            f"tok/s; {race.describe_budget()})"
+        )
+        row = source_key(p.src)
+        key = None if row is None else {"row": c.name, "source": row, "context": p.settings.context}
+        if key is not None and c.calibrated:
+            key["calibration"] = cal.key()
+        deadline = clock.deadline - TUNING * (len(built) + 1) * race.one_measure_s()
         try:
-            art = c.build(p.src, art_dir, p.settings.context, built, cal)
-            figures = cache_parity(art, p.src.model, window, context=p.settings.context)
+            with clock.span("build", c.name), clock.deadline_scope(deadline, f"{c.name}'s build"):
+                with host_compute(host_threads()):
+                    art = cached(key, art_dir, partial(c.build, p.src, art_dir, p.settings.context, built, cal))
+                figures = cache_parity(art, p.src.model, window, context=p.settings.context)
+        except BudgetExceeded as exc:
+            dropped[c.name] = f"not built: out of time budget ({exc.message}), predicted decode " + (
+                f"{pred['decode_tokens_per_s']:g} tok/s" + race.against_leader(race.predict(c.name))
+            )
+            continue
         except (ConversionError, EdgekitError) as exc:
             dropped[c.name] = f"dropped at build: {exc.message}"
             continue
-        built[c.name] = art.model_copy(
-            update={
-                "lineage": (
-                    *art.lineage[:-1],
-                    art.lineage[-1].model_copy(
-                        update={"metrics": {**art.lineage[-1].metrics, "cache_parity": figures}}
-                    ),
-                )
-            }
-        )
+        predicted[c.name] = pred
+        built[c.name] = _with_metrics(art, cache_parity=figures)
+    for name in built:  # the files measured after the race: their prediction from the leader, if one was found
+        pred = predicted[name] if name in race.probed else race.predicted(name)
+        built[name] = _with_metrics(built[name], predicted_decode=pred)
     return built, dropped
+
+
+def _probe(
+    p: Prepared,
+    o: LMOptions,
+    device: str | None,
+    transport: Transport | None,
+    progress: Progress,
+    name: str,
+    art: Artifact,
+) -> tuple[VariantResult, dict[str, Any]] | None:
+    """One file measured as the race measures it (the same settings: a quiet device's result is reused from
+    the measurement cache), for ``race.py``'s leader: (its result, its agent document), None when it failed."""
+    with open_session(p, o, device, transport, progress) as session:
+        use_generation(session, p, o)
+        session.deliver([art])
+        res = session.measure(name, art, RunSettings(measure=_measure(p.spec, o)))
+    return None if isinstance(res, MeasureFailure) else (res.result, res.doc)
+
+
+def _with_metrics(art: Artifact, **metrics: Any) -> Artifact:
+    last = art.lineage[-1]
+    return art.model_copy(
+        update={"lineage": (*art.lineage[:-1], last.model_copy(update={"metrics": {**last.metrics, **metrics}}))}
+    )
 
 
 def open_session(
@@ -357,7 +419,12 @@ def deploy_lm(
             + "; ".join(f"{k}: {v}" for k, v in skipped.items())
         )
     built, dropped = build(
-        p, chosen, progress, Calibration(windows=p.text.windows, max_kld=o.gate.max_kld, head=o.head)
+        p,
+        chosen,
+        progress,
+        Calibration(windows=p.text.windows, max_kld=o.gate.max_kld, head=o.head),
+        clock=Clock(budget_s=o.time_budget_s or (SEARCH_BUDGET_S if o.search else DEFAULT_BUDGET_S), started=t0),
+        probe=lambda name, art: _probe(p, o, device, transport, progress, name, art),
     )
     if not built:
         raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))

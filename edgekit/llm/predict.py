@@ -150,14 +150,16 @@ def predict(
     if leader is None:
         return Prediction(g * 1e9 / b, spread, f"{source}: {g:g} GB/s effective over {b / 1e6:.2f} MB a token", b)
     lname, measured = leader
-    gl, lspread, lsource = gbps(lname, history)
-    rate = measured * bytes_per_token(w, lname) / b * g / gl
     if lname == name:
-        return Prediction(rate, 1.0, "measured", b)
-    both = spread if source == lsource else max(spread, lspread)
+        return Prediction(measured, 1.0, "measured", b)
+    # the ratio of efficiencies from one source: both rows' device history, else both priors
+    same = history if history and name in history and lname in history else None
+    g, spread, source = gbps(name, same)
+    gl, lspread, _ = gbps(lname, same)
+    rate = measured * bytes_per_token(w, lname) / b * g / gl
     return Prediction(
         rate,
-        both,
+        max(spread, lspread),
         f"calibrated on {lname}'s measured {measured:.1f} tok/s: bytes a token {b / 1e6:.2f} vs "
         f"{bytes_per_token(w, lname) / 1e6:.2f} MB, efficiency {g / gl:.2f}x ({source})",
         b,

@@ -392,7 +392,7 @@ def test_the_short_search_leaves_the_slow_rows_to_search(llama, tmp_path, monkey
 
     seen: list[list[str]] = []
 
-    def stop(p, chosen, progress, cal):
+    def stop(p, chosen, progress, cal, **_kw):
         seen.append([c.name for c in chosen])
         raise BadInputError("stop after choosing")
 

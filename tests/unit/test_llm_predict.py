@@ -54,3 +54,15 @@ def test_history_is_per_device_quiet_only_and_narrows_the_spread(tmp_path, monke
     assert p.spread == spread and "this device's history" in p.basis
     monkeypatch.setenv("EDGEKIT_NO_CACHE", "1")
     assert efficiency.history(key) == {}
+
+
+def test_calibration_takes_both_efficiencies_from_one_source():
+    """The leader's own history must not meet another row's prior: the ratio comes from the benchmark's priors
+    unless the device has both rows' figures."""
+    hist = {"ort-fp32": (1.4, 1.25)}  # a tiny model's figure: far below the 125M model's prior
+    p = predict(LLAMA_125M, "ort-int8", history=hist, leader=("ort-fp32", 47.0))
+    assert p.tokens_per_s == pytest.approx(127.3, rel=0.01) and "the benchmark prior" in p.basis
+    both = {**hist, "ort-int8": (2.8, 1.2)}
+    q = predict(LLAMA_125M, "ort-int8", history=both, leader=("ort-fp32", 47.0))
+    ratio = bytes_per_token(LLAMA_125M, "ort-fp32") / bytes_per_token(LLAMA_125M, "ort-int8")
+    assert q.tokens_per_s == pytest.approx(47.0 * ratio * 2.0) and q.spread == 1.25 and "history" in q.basis

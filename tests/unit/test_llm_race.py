@@ -1,0 +1,140 @@
+"""Issue #45 items 1-3 on a tiny trained Llama (tests/lm_zoo.py): the builds ordered by what can win, a planted slow
+lowering started only when its prediction can beat the measured leader, the time budget holding with a planted
+slow lowering, and a second build of the same rows restored from the build cache, named in the lineage."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from lm_zoo import build_tiny_lm, eval_text
+
+from edgekit.llm import deploy, predict, race
+from edgekit.llm.candidates import CANDIDATES, LMCandidate
+from edgekit.llm.int4_ladder import Calibration
+from edgekit.timeline import Clock, check_deadline
+
+FP32 = next(c for c in CANDIDATES if c.name == "ort-fp32")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    folder = build_tiny_lm("llama")
+    text = eval_text(tmp_path_factory.mktemp("text"))
+    out = tmp_path_factory.mktemp("race-out")
+    o = deploy.LMOptions(context=48, window=24, max_windows=2)
+    return deploy.prepare(folder, text, deploy.target_spec("local"), out, o, lambda _m: None)
+
+
+def _cal(p) -> Calibration:
+    return Calibration(windows=p.text.windows, max_kld=0.05)
+
+
+def _planted(name: str, gbps: float, monkeypatch, sleep_s: float = 0.0, calls: list | None = None) -> LMCandidate:
+    """A slow row that builds by sleeping and hands back the float file, with a prior effective bandwidth ``gbps``
+    and the float file's bytes a token (so its prediction is the leader's x gbps / the float row's)."""
+    monkeypatch.setitem(predict.PRIOR_GBPS, name, gbps)
+    monkeypatch.setitem(predict.ENCODINGS, name, predict.ENCODINGS["ort-fp32"])
+
+    def build(src, out: Path, context: int, built: dict, cal):
+        if calls is not None:
+            calls.append(name)
+        end = time.perf_counter() + sleep_s
+        while time.perf_counter() < end:
+            check_deadline(f"{name}'s planted lowering")
+            time.sleep(0.05)
+        return built["ort-fp32"]
+
+    return LMCandidate(name, "onnxruntime", "fp32", build, "onnxruntime", slow=True)
+
+
+def _probe(decode: float, seen: list):
+    def probe(name, art):
+        seen.append(name)
+        v = SimpleNamespace(generation=SimpleNamespace(decode_tokens_per_s=decode),
+                            quality=SimpleNamespace(kld_mean=0.0), runtime=SimpleNamespace(version="test"),
+                            device_state={"other_cpu_fraction": 0.9})
+        return v, {"device": {"hostname": "planted"}}
+
+    return probe
+
+
+def test_a_planted_slow_build_is_skipped_when_it_cannot_win_and_built_when_it_can(prepared, monkeypatch):
+    calls: list[str] = []
+    probed: list[str] = []
+    fp32_gbps = predict.PRIOR_GBPS["ort-fp32"]
+    lose = _planted("slow-lose", fp32_gbps / 2, monkeypatch, calls=calls)  # at most 0.75x the leader
+    win = _planted("slow-win", fp32_gbps * 2, monkeypatch, calls=calls)  # 2x the leader
+    lines: list[str] = []
+    built, dropped = deploy.build(prepared, [lose, win, FP32], lines.append, _cal(prepared),
+                                  probe=_probe(100.0, probed))
+    # the baseline first; the leader measured once, before the first slow row; the likelier winner first
+    assert probed == ["ort-fp32"] and calls == ["slow-win"], (probed, calls)
+    assert set(built) == {"ort-fp32", "slow-win"}
+    why = dropped["slow-lose"]
+    assert why.startswith("not built: predicted decode 50.0 tok/s (at most 75.0 with its uncertainty) cannot beat "
+                          "the leader ort-fp32's measured 100.0 tok/s"), why
+    # every built file carries its prediction; the slow row's calibrated on the measured leader
+    pred = built["slow-win"].lineage[-1].metrics["predicted_decode"]
+    assert pred["decode_tokens_per_s"] == pytest.approx(200.0) and "calibrated on ort-fp32" in pred["basis"]
+    assert built["ort-fp32"].lineage[-1].metrics["predicted_decode"]["basis"].startswith("the benchmark prior")
+    assert any("predicted decode" in ln and "no time budget" in ln for ln in lines), lines
+
+
+def test_the_budget_holds_with_a_planted_slow_lowering(prepared, monkeypatch):
+    monkeypatch.setattr(race, "MEASURE_S", (0.5, 0.0))
+    monkeypatch.setitem(race.BUILD_S_PER_MPARAM, "slow-long", 0.0)  # predicted to fit: it starts
+    monkeypatch.setitem(race.BUILD_S_PER_MPARAM, "slow-huge", 1e9)  # predicted not to fit: never starts
+    calls: list[str] = []
+    long = _planted("slow-long", 100.0, monkeypatch, sleep_s=120.0, calls=calls)
+    huge = _planted("slow-huge", 200.0, monkeypatch, calls=calls)
+    budget = 12.0
+    clock = Clock(budget_s=budget)
+    built, dropped = deploy.build(prepared, [FP32, long, huge], lambda _m: None, _cal(prepared), clock=clock)
+    assert clock.now() < budget, clock.now()  # the measurement's share of the budget is left
+    assert set(built) == {"ort-fp32"} and calls == ["slow-long"]
+    assert dropped["slow-long"].startswith("not built: out of time budget (slow-long's build stopped by the time "
+                                           "budget after"), dropped
+    assert dropped["slow-huge"].startswith("not built: out of time budget (") and "predicted decode" in \
+        dropped["slow-huge"]
+    assert [s.name for s in clock.spans if s.stage == "build"] == ["ort-fp32", "slow-long"]
+
+
+def test_a_second_build_is_restored_from_the_cache_and_named_in_the_lineage(prepared, monkeypatch, tmp_path):
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
+    rows = [c for c in CANDIDATES if c.name in ("ort-fp32", "ort-int8")]
+    t = time.perf_counter()
+    first, _ = deploy.build(prepared, rows, lambda _m: None, _cal(prepared))
+    cold = time.perf_counter() - t
+    assert all("cache" not in a.lineage[-1].metrics for a in first.values())
+    t = time.perf_counter()
+    again, _ = deploy.build(prepared, rows, lambda _m: None, _cal(prepared))
+    warm = time.perf_counter() - t
+    for name, art in again.items():
+        assert art.sha256 == first[name].sha256 and art.path.is_file()
+        assert art.lineage[-1].metrics["cache"].startswith("cache hit "), art.lineage[-1].metrics
+    print(f"build cache: cold {cold:.1f} s, warm {warm:.1f} s")
+    assert warm < cold
+
+
+def test_a_deploy_measures_the_leader_before_a_slow_row_and_names_the_row_it_skips(prepared, monkeypatch, tmp_path):
+    """The whole loop with the real probe: the float file measured on the device before the planted slow row,
+    which cannot beat it and is named in the report; the budget in the progress lines."""
+    lose = _planted("slow-lose", predict.PRIOR_GBPS["ort-fp32"] / 4, monkeypatch)
+    monkeypatch.setattr(deploy, "candidates_for", lambda spec: ([FP32, lose], {}))
+    lines: list[str] = []
+    folder, text = prepared.src.path, tmp_path / "eval.txt"
+    text.write_text(eval_text(tmp_path / "t").read_text())
+    r = deploy.deploy_lm(folder, eval_text=text, out=tmp_path / "o", progress=lines.append, options=deploy.LMOptions(
+        context=48, window=24, max_windows=2, candidates=("ort-fp32", "slow-lose"), runs=10, warmup=2,
+        min_seconds=0.05, threads=1, time_budget_s=600))
+    assert [v.name for v in r.variants] == ["ort-fp32"] and r.decision.ship == "ort-fp32"
+    leader = r.variant("ort-fp32").generation.decode_tokens_per_s
+    why = next(c.reason for c in r.search.candidates if c.name == "slow-lose")
+    assert why.startswith("not built: predicted decode") and "cannot beat the leader ort-fp32's measured" in why, why
+    assert any(ln.startswith("measuring ort-fp32 now, the likeliest leader") for ln in lines), lines
+    assert any("of the 600 s budget left" in ln for ln in lines), lines
+    pred = r.variant("ort-fp32").lineage[-1]["metrics"]["predicted_decode"]
+    assert pred["decode_tokens_per_s"] > 0 and leader > 0  # the prediction beside the measurement
