@@ -137,4 +137,6 @@ def test_a_deploy_measures_the_leader_before_a_slow_row_and_names_the_row_it_ski
     assert any(ln.startswith("measuring ort-fp32 now, the likeliest leader") for ln in lines), lines
     assert any("of the 600 s budget left" in ln for ln in lines), lines
     pred = r.variant("ort-fp32").lineage[-1]["metrics"]["predicted_decode"]
-    assert pred["decode_tokens_per_s"] > 0 and leader > 0  # the prediction beside the measurement
+    assert pred["decode_tokens_per_s"] > 0 and leader > 0  # the prediction beside the measurement, in the report
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "## Decode predicted before build" in md and f"| ort-fp32 | {pred['decode_tokens_per_s']:.1f} (" in md
