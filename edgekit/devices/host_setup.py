@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from ..errors import DeviceError
 from ..inputs.targets import TargetSpec, list_targets, load_target
-from ..llm.llama_cpp import CROSS  # the triplets edgekit cross-builds for
 from ..sim import arm64
 from ..transport.browser import chromium_path
 from ..transport.web_runtimes import find, install, versions
+from .llama_cpp_build import CROSS  # the triplets edgekit cross-builds for
 
 Say = Callable[[str], None]
 TWIN = "arm64-twin"  # the emulated Raspberry Pi OS twin (`edgekit sim up NAME --arch arm64`), set up with --twin

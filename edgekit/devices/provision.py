@@ -31,8 +31,8 @@ from ..agent.bundle import BundleDeployer
 from ..errors import BadInputError, DeviceError
 from ..formats import spec_for_runtime
 from ..inputs.targets import TargetSpec
-from ..llm import llama_cpp
 from ..paths import wheelhouse_root
+from . import llama_cpp_build
 
 PIP_TIMEOUT_S = 1800.0
 
@@ -85,20 +85,20 @@ def host_built_wheels(spec: TargetSpec, runtimes=()) -> list[str]:
 
 def build_host_wheel(spec: TargetSpec, pin: str, dest: Path, progress: Callable[[str], None]) -> Path:
     """Build the wheel ``pin`` names for the device into ``dest`` (edgekit knows how for llama-cpp-python: the
-    binding with llama.cpp cross-compiled for the target's ``march``; edgekit/llm/llama_cpp.py)."""
+    binding with llama.cpp cross-compiled for the target's ``march``; devices/llama_cpp_build.py)."""
 
     name, _, version = pin.partition("==")
     if re.sub(r"[-_.]+", "-", name.strip().lower()) != "llama-cpp-python":
         raise BadInputError(f"target '{spec.name}': edgekit cannot build {pin} on the host (host_built knows "
                             "llama-cpp-python only)", hint="move it to `packages` or `no_deps` to download it")
-    if version.strip() != llama_cpp.VERSION:
+    if version.strip() != llama_cpp_build.VERSION:
         raise BadInputError(f"target '{spec.name}' asks for {pin}; this edgekit builds llama-cpp-python "
-                            f"{llama_cpp.VERSION} (its GGUF files are written by that version's converter)",
-                            hint=f"host_built: [llama-cpp-python=={llama_cpp.VERSION}]")
+                            f"{llama_cpp_build.VERSION} (its GGUF files are written by that version's converter)",
+                            hint=f"host_built: [llama-cpp-python=={llama_cpp_build.VERSION}]")
     if not spec.march:
         raise BadInputError(f"target '{spec.name}' has no `march`: llama.cpp is compiled for the device's cores",
                             hint="add e.g. `march: armv8.2-a+dotprod+fp16` (Cortex-A76) to the target file")
-    wheel = llama_cpp.board_wheel(llama_cpp.BoardBuild(spec.arch, spec.march), say=progress)
+    wheel = llama_cpp_build.board_wheel(llama_cpp_build.BoardBuild(spec.arch, spec.march), say=progress)
     out = Path(dest) / wheel.name
     if not out.is_file() or out.read_bytes() != wheel.read_bytes():
         tmp = out.with_name(out.name + ".part")

@@ -56,7 +56,7 @@ def test_the_board_wheel_holds_aarch64_libraries_and_builds_byte_identical(tmp_p
     for the board, a RECORD pip verifies; writing it twice from the same build gives the same bytes (a
     re-provision sends nothing new)."""
     from edgekit.inputs.targets import load_target
-    from edgekit.llm import llama_cpp
+    from edgekit.devices import llama_cpp_build as llama_cpp
 
     spec = load_target(TARGET)
     board = llama_cpp.BoardBuild(spec.arch, spec.march or "")

@@ -43,7 +43,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("measure", "devices"): "measure/profile.py drives a device session's per-op profile",
     ("measure", "report"): "measure/profile.py builds report.model's profile sections",
     ("sim", "devices"): "the arm64 twin registers itself in the device inventory and is provisioned like a board",
-    ("devices", "llm"): "provision.py and host_setup.py build llama.cpp's board wheel (llm/llama_cpp.py)",
     ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
     "and deploy hands a run without a recipe to the search",
     ("orchestration", "llm"): "pipeline.py tells a language-model source by llm.source.is_lm_source",

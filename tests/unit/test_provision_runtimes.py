@@ -88,7 +88,7 @@ def test_llama_cpp_wheel_is_built_on_the_host_not_downloaded(tmp_path, monkeypat
     """llama-cpp-python has no aarch64 wheel on any index: the target names it `host_built`, provisioning builds it
     (llama.cpp cross-compiled for the target's march) instead of asking pip, and installs it without deps."""
     from edgekit.devices import provision
-    from edgekit.llm import llama_cpp
+    from edgekit.devices import llama_cpp_build as llama_cpp
 
     spec = load_target("rpi5")
     packages, pins = runtime_wheels(spec, ["llama.cpp"])
@@ -120,7 +120,7 @@ def test_llama_cpp_wheel_is_built_on_the_host_not_downloaded(tmp_path, monkeypat
 
 
 def test_a_board_build_for_an_architecture_without_a_cross_compiler_is_refused():
-    from edgekit.llm.llama_cpp import BoardBuild, LlamaCppMissing
+    from edgekit.devices.llama_cpp_build import BoardBuild, LlamaCppMissing
 
     with pytest.raises(LlamaCppMissing, match="cross-builds llama.cpp for aarch64 only, not armv7l"):
         BoardBuild("armv7l", "armv7-a").cmake_args()
@@ -134,7 +134,7 @@ def test_a_board_build_made_with_other_configure_arguments_is_stale(tmp_path, mo
     with others is built again (checked before and again after waiting for the build lock)."""
     import json
 
-    from edgekit.llm import llama_cpp
+    from edgekit.devices import llama_cpp_build as llama_cpp
 
     monkeypatch.setenv("EDGEKIT_LLAMA_CPP_DIR", str(tmp_path))
     board = llama_cpp.BoardBuild("aarch64", "armv8-a")
