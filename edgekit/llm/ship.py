@@ -5,14 +5,11 @@ called (its inputs and outputs, how its KV cache is held). ``edgekit run ship/ -
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ..artifact import Artifact
-from ..fsutil import atomic_path, atomic_write_text, sha256_files
-from ..orchestration.ship import SHIP_SCHEMA, runtime_settings
+from ..orchestration.ship import write_file_set
 from ..report.model import VariantResult
 from .export_onnx import io_names
 from .request import GenerateSettings
@@ -50,27 +47,12 @@ def calling(art: Artifact, src: LMSource) -> dict[str, Any]:
 def write_lm_ship(
     out_dir: Path, v: VariantResult, art: Artifact, src: LMSource, settings: GenerateSettings
 ) -> dict[str, Any]:
-    ship_dir = out_dir / "ship"
-    ship_dir.mkdir(parents=True, exist_ok=True)
-    before = _listed(ship_dir)
-    dest = ship_dir / f"{v.name}{Path(art.path).suffix}"
-    pairs = [(art.path, dest)] + [(f, ship_dir / f.name) for f in src.files]
-    for a, b in pairs:
-        with atomic_path(b) as tmp:
-            shutil.copyfile(a, tmp)
-    files = [b for _, b in pairs]
+    """A language model's ship folder (the one writer, ``orchestration/ship.write_file_set``): the file with its
+    tokenizer files, and ship.json's generator contract (context, vocabulary, tokenizer, chat template, how
+    the file is called and its cache held) and measured figures."""
     g, q = v.generation, v.quality
-    meta = {
-        "schema": SHIP_SCHEMA,
+    contract = {
         "task": TASK,
-        "variant": v.name,
-        "file": str(dest),
-        "files": [str(f) for f in files],
-        "sha256": art.sha256,
-        "set_sha256": sha256_files(files),
-        "format": art.format.value,
-        "precision": art.precision,
-        "runtime": v.runtime.name,
         "generator": {
             "context": settings.context,
             "vocab_size": src.vocab_size,
@@ -83,7 +65,6 @@ def write_lm_ship(
             "calling": calling(art, src),
         },
         "eval": {"window": int(q.positions // q.windows + 1) if q else None, "windows": q.windows if q else None},
-        "lineage": art.lineage_dicts(),
         "measured": {
             "decode_tokens_per_s": g.decode_tokens_per_s if g else None,
             "ttft_ms": g.ttft_ms if g else None,
@@ -92,24 +73,4 @@ def write_lm_ship(
             "peak_rss_mb": g.peak_rss_mb if g else None,
         },
     }
-    atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
-    rt = {
-        "runtime": v.runtime.name,
-        "version": v.runtime.version,
-        "threads": v.runtime.threads,
-        "options": v.runtime.options or {},
-        "file": dest.name,
-        "apply": runtime_settings(v.runtime.name, v.runtime.threads or 1, v.runtime.options or {}),
-    }
-    atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
-    for old in before - {f.resolve() for f in files}:  # what an earlier run shipped here (another variant's)
-        old.unlink(missing_ok=True)
-    return {"file": str(dest), "sha256": art.sha256}
-
-
-def _listed(ship_dir: Path) -> set[Path]:
-    try:
-        meta = json.loads((ship_dir / "ship.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    return {Path(f).resolve() for f in meta.get("files") or [meta.get("file")] if f}
+    return write_file_set(out_dir, v, art, contract, companions=src.files)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..agent.browser_bridge import _WEB_LEVEL
 from ..artifact import Artifact, IOSpec
 from ..formats import load_named, spec_for_runtime
-from ..fsutil import atomic_path, atomic_write_text
+from ..fsutil import atomic_path, atomic_write_text, sha256_files
 from ..inputs.source import model_batch
 from ..inputs.stateful import of_artifact
 from ..report.model import VariantResult
@@ -30,22 +32,33 @@ SHIP_SCHEMA = 2  # 2: ``interface`` (names, shapes, layouts, transposes, source 
 
 
 def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec) -> dict:
+    """A fixed graph's ship folder: its files, and ship.json's interface (how to call it: names, shapes,
+    layouts, transposes) and measured figures."""
+    measured = {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
+                "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop, **_by_shape(v)}
+    return write_file_set(out_dir, v, art, {"interface": interface(art, source_io), "measured": measured})
+
+
+def write_file_set(out_dir: Path, v: VariantResult, art: Artifact, contract: dict[str, Any],
+                   companions: Sequence[Path] = ()) -> dict[str, Any]:
+    """The one ship writer, for every kind of model: the shipped file set (the model's files, same stem, so a
+    runtime finds its companions such as OpenVINO's .bin beside its .xml; then ``companions``, a language
+    model's tokenizer and configs) copied atomically into ``out_dir/ship/``; ship.json with the fields every
+    ship folder has (the files, each one's and the set's hashes, format, precision, lineage) plus the kind's
+    ``contract`` (a fixed graph's interface, a generator's calling convention); runtime.json with what the
+    application must set for the measured speed; and the model files an earlier run shipped there removed."""
     ship_dir = out_dir / "ship"
     ship_dir.mkdir(parents=True, exist_ok=True)
     before = _shipped_files(ship_dir)
     dest = ship_dir / f"{v.name}{Path(art.path).suffix}"
-    # every file of the model (OpenVINO's .bin beside its .xml), same stem: the runtime finds its companions
-    copies = [(src, dest.with_suffix(src.suffix)) for src in art.files]
+    copies = [(src, dest.with_suffix(src.suffix)) for src in art.files] + [(f, ship_dir / f.name) for f in companions]
     for src, to in copies:
         with atomic_path(to) as tmp:
             shutil.copyfile(src, tmp)
-    meta = {"schema": SHIP_SCHEMA, "variant": v.name, "file": str(dest), "files": [str(to) for _, to in copies],
-            "sha256": art.sha256, "format": art.format.value, "precision": art.precision,
-            "interface": interface(art, source_io),
-            "lineage": art.lineage_dicts(),
-            "measured": {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
-                         "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
-                         **_by_shape(v)}}
+    files = [to for _, to in copies]
+    meta = {"schema": SHIP_SCHEMA, "variant": v.name, "file": str(dest), "files": [str(f) for f in files],
+            "sha256": art.sha256, "set_sha256": sha256_files(files), "format": art.format.value,
+            "precision": art.precision, "runtime": v.runtime.name, "lineage": art.lineage_dicts(), **contract}
     atomic_write_text(ship_dir / "ship.json", json.dumps(meta, indent=2))
     # what the application must set for the measured speed: the runtime, its threads and options,
     # and the runtime API settings they stand for (every one spelled out, defaults included)
@@ -54,7 +67,7 @@ def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec
           "apply": runtime_settings(v.runtime.name, v.runtime.threads or 1, v.runtime.options or {})}
     atomic_write_text(ship_dir / "runtime.json", json.dumps(rt, indent=2))
     # the model files a previous run shipped here (another variant's) go: ship/ holds one model
-    for old in before - {to.resolve() for _, to in copies}:
+    for old in before - {f.resolve() for f in files}:
         old.unlink(missing_ok=True)
     return {"file": str(dest), "sha256": art.sha256, "runtime_config": str(ship_dir / "runtime.json")}
 
