@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import __version__
 from ..artifact import Artifact
 from ..devices.session import DeviceSession, MeasureFailure, RunSettings
 from ..errors import BadInputError, ConversionError, EdgekitError
@@ -42,6 +41,7 @@ from ..report.release import LatencyJudgement
 from ..report.write import write_report
 from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
+from ..version import __version__
 from .build_cache import cached, source_key
 from .candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from .int4_ladder import Calibration
