@@ -24,7 +24,6 @@ from ..artifact import Artifact, IOSpec
 from ..errors import AgentError, DataError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
 from ..inputs.targets import MeasureDefaults
-from ..measure.sustained import request_fields
 from ..transport.base import Transport
 from .bundle import BundleDeployer
 
@@ -82,6 +81,20 @@ class SustainedRequest(_Strict):
     seconds: float
     bin_s: float
     segment_s: float
+
+    @classmethod
+    def for_seconds(
+        cls, seconds: float, *, bin_s: float | None = None, segment_s: float | None = None
+    ) -> SustainedRequest:
+        """Bins of ~1/30 of the run (>= 1 s), first/last segments of a minute (a quarter of the run when it is
+        shorter than four minutes); measure/sustained.py compares those segments."""
+        if seconds <= 0:
+            raise ValueError("sustained seconds must be > 0")
+        return cls(
+            seconds=float(seconds),
+            bin_s=float(bin_s or max(1.0, seconds / 30.0)),
+            segment_s=float(segment_s or min(60.0, seconds / 4.0)),
+        )
 
 
 class ScoreRequest(_Strict):
@@ -262,7 +275,7 @@ def build_request(
         energy=EnergyRequest(sources=sources, external_command=list(o.energy_command) if o.energy_command else None),
         warmup_mode=o.warmup_mode,
         runtime_options={**artifact.runtime_options, **(runtime_options or {})} or None,
-        sustained=SustainedRequest(**request_fields(o.sustained_seconds)) if o.sustained_seconds else None,
+        sustained=SustainedRequest.for_seconds(o.sustained_seconds) if o.sustained_seconds else None,
         stream=StreamRequest(**stream.wire(artifact.io, source_io)) if stream is not None else None,
     )
 

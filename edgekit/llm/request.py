@@ -26,7 +26,6 @@ from ..artifact import Artifact
 from ..formats import format_spec
 from ..inputs.targets import MeasureDefaults
 from ..measure.stats import latency_stats
-from ..measure.sustained import request_fields
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def generate_request(
         generate=gen,
         energy=EnergyRequest(sources=list(energy_sources)),
         max_seconds=max(120.0, sustained_seconds or 0.0),
-        sustained=SustainedRequest(**request_fields(sustained_seconds)) if sustained_seconds else None,
+        sustained=SustainedRequest.for_seconds(sustained_seconds) if sustained_seconds else None,
         runtime_options={**art.runtime_options, **(runtime_options or {})} or None,
     )
 

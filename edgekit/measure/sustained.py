@@ -1,21 +1,13 @@
 """Sustained mode: the device runs the model for N seconds and the agent bins latency over time
 (with temperature and clock per bin). Here the first and last segments are compared, to catch a
-device that slows down as it heats up, which a one-second measurement never shows."""
+device that slows down as it heats up, which a one-second measurement never shows. The request's
+``sustained`` block is ``agent.protocol.SustainedRequest.for_seconds``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 SLOWDOWN_WARN = 1.10  # last-segment median / first-segment median above which the report warns
-
-
-def request_fields(seconds: float, *, bin_s: float | None = None, segment_s: float | None = None) -> dict:
-    """The request's ``sustained`` block: bins of ~1/30 of the run (>= 1 s), first/last segments
-    of a minute (a quarter of the run when it is shorter than four minutes)."""
-    if seconds <= 0:
-        raise ValueError("sustained seconds must be > 0")
-    return {"seconds": float(seconds), "bin_s": float(bin_s or max(1.0, seconds / 30.0)),
-            "segment_s": float(segment_s or min(60.0, seconds / 4.0))}
 
 
 def analyze(summary: dict | None) -> dict | None:

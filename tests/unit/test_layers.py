@@ -50,8 +50,6 @@ UPWARD: dict[tuple[str, str], str] = {
 # packages of one row that import each other (a before b), allowed for now: why. May only shrink. (A circle
 # across rows has an upward import: UPWARD names it.)
 MUTUAL: dict[tuple[str, str], str] = {
-    ("agent", "measure"): "agent/protocol.py takes measure.sustained's request fields; measure/cache.py and "
-    "measure/request.py take the agent protocol",
     ("agent", "transport"): "transport/browser.py uses agent/browser_bridge.py; the agent's bundle delivers over "
     "transport.base",
     ("devices", "lab"): "devices/session.py asks lab.coordinator for a leased device; lab/ locks and lists devices",

@@ -159,10 +159,11 @@ def test_sustained_run_bins_latency_over_time_on_real_onnxruntime(tmp_path):
 
 
 def test_sustained_analysis_warns_on_a_slowdown_with_rising_temperature():
-    from edgekit.measure.sustained import analyze, request_fields
+    from edgekit.agent.protocol import SustainedRequest
+    from edgekit.measure.sustained import analyze
 
-    assert request_fields(600) == {"seconds": 600.0, "bin_s": 20.0, "segment_s": 60.0}
-    assert request_fields(20)["segment_s"] == 5.0 and request_fields(20)["bin_s"] == 1.0
+    assert SustainedRequest.for_seconds(600).model_dump() == {"seconds": 600.0, "bin_s": 20.0, "segment_s": 60.0}
+    assert SustainedRequest.for_seconds(20).segment_s == 5.0 and SustainedRequest.for_seconds(20).bin_s == 1.0
     summary = {"seconds": 300, "segment_s": 60, "first": {"p50": 10.0}, "last": {"p50": 13.0},
                "bins": [{"temperature_c": 55.0, "frequency_mhz": 1800.0}, {"temperature_c": 82.0, "frequency_mhz": 1200.0}]}
     out = analyze(summary)
