@@ -99,7 +99,7 @@ def _restore(key: str, out_dir: Path) -> Artifact | None:
     return art.model_copy(update={"path": (out_dir / art.path.name).resolve()})
 
 
-def _store(key: str, art: Artifact) -> None:
+def _store(key: str, art: Artifact, seconds: float) -> None:
     entry = _entry(key)
     if entry.exists():
         return
@@ -110,6 +110,7 @@ def _store(key: str, art: Artifact) -> None:
         for f in art.files:
             shutil.copyfile(f, tmp / f.name)
         (tmp / "artifact.json").write_text(art.model_dump_json())
+        (tmp / "built.json").write_text(json.dumps({"seconds": round(seconds, 3)}))
         os.replace(tmp, entry)
     except OSError:
         pass  # a cache that cannot be written only costs a rebuild next time
@@ -134,12 +135,15 @@ def cached(doc: dict[str, Any] | None, out_dir: Path, produce: Callable[[], Arti
     art = _restore(key, out_dir)
     if art is None:
         made = produce()
-        _store(key, made)
+        _store(key, made, time.perf_counter() - start)
         return made
+    try:
+        built_s = f"{json.loads((_entry(key) / 'built.json').read_text())['seconds']:.1f} s"
+    except (OSError, ValueError, KeyError):
+        built_s = "? s"
     last = art.lineage[-1]
     note = (
-        f"cache hit {key[:12]}: restored in {time.perf_counter() - start:.1f} s; built in "
-        f"{last.seconds if last.seconds is not None else '?'} s by an earlier run"
+        f"cache hit {key[:12]}: restored in {time.perf_counter() - start:.1f} s; built in {built_s} by an earlier run"
     )
     metrics = {**last.metrics, "cache": note}
     return art.model_copy(update={"lineage": (*art.lineage[:-1], last.model_copy(update={"metrics": metrics}))})
