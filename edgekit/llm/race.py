@@ -31,7 +31,7 @@ from ..report.model import VariantResult
 from ..timeline import Clock
 from . import efficiency
 from .candidates import BASELINE, LMCandidate
-from .predict import Prediction, Weights, bytes_per_token, predict
+from .predict import ENCODINGS, Prediction, Weights, bytes_per_token, predict
 
 DEFAULT_BUDGET_S = 900.0  # the short search of a ~100M model on 2 cores: prepare ~1 min, 7 cheap rows, measurement
 SEARCH_BUDGET_S = 1800.0  # --search: every row, ExecuTorch's lowerings included where they can win
@@ -171,4 +171,19 @@ class Race:
         return self.predict(name).to_dict()
 
 
-__all__ = ["DEFAULT_BUDGET_S", "SEARCH_BUDGET_S", "Race", "build_seconds"]
+def record_measured(results: list[VariantResult], doc: dict[str, Any], target: str, weights: Weights) -> int:
+    """Keep each measured file's effective bandwidth for the device (``efficiency.py``; quiet runs only): what
+    makes the next run's predictions this device's own. Thread-setting rows (``FILE@tN``) and files of rows
+    edgekit does not build (a release's) are left out. Returns how many were kept."""
+    key = efficiency.device_key(target, doc)
+    kept = 0
+    for v in results:
+        decode = v.generation.decode_tokens_per_s if v.generation is not None else None
+        if "@" in v.name or v.name not in ENCODINGS or not decode:
+            continue
+        gbps = decode * bytes_per_token(weights, v.name) / 1e9
+        kept += efficiency.record(key, v.name, v.runtime.version, gbps, v.device_state)
+    return kept
+
+
+__all__ = ["DEFAULT_BUDGET_S", "SEARCH_BUDGET_S", "Race", "build_seconds", "record_measured"]

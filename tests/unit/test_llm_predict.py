@@ -78,3 +78,26 @@ def test_the_priors_predict_another_host_within_20_percent_for_most_rows():
     assert errors[len(errors) // 2] == pytest.approx(0.13, abs=0.01) and sum(e <= 0.2 for e in errors) == 7
     # the slow lowering there (et-8da4w, 49.3 tok/s) could not have beaten the leader: it would not be built
     assert predict(LLAMA_125M, "et-8da4w", leader=("gguf-q4_k_m", 135.0)).optimistic < 135.0
+
+
+def test_measured_files_make_the_next_prediction_this_devices_own(tmp_path, monkeypatch):
+    """race.record_measured keeps each quiet measured file's effective bandwidth; the next run's predictions (and
+    its calibration, once both rows have history) come from them."""
+    from types import SimpleNamespace
+
+    from edgekit.llm.race import record_measured
+
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    monkeypatch.delenv("EDGEKIT_NO_CACHE", raising=False)
+
+    def v(name, decode, busy=0.0):
+        return SimpleNamespace(name=name, generation=SimpleNamespace(decode_tokens_per_s=decode),
+                               runtime=SimpleNamespace(version="1"), device_state={"other_cpu_fraction": busy})
+
+    doc = {"device": {"hostname": "board", "cpu": "A76", "cores": 4}}
+    runs = [v("ort-fp32", 30.0), v("ort-int8", 90.0), v("ort-int8@t2", 150.0), v("gguf-q4_0", 200.0, busy=0.5)]
+    assert record_measured(runs, doc, "pi", LLAMA_125M) == 2  # not the thread row, not the busy one
+    hist = efficiency.history(efficiency.device_key("pi", doc))
+    assert set(hist) == {"ort-fp32", "ort-int8"}
+    p = predict(LLAMA_125M, "ort-int8", history=hist, leader=("ort-fp32", 30.0))
+    assert p.tokens_per_s == pytest.approx(90.0, rel=1e-3) and "this device's history" in p.basis
