@@ -91,6 +91,48 @@ def run_warnings(
     return out + session.warnings()
 
 
+def new_report(
+    *,
+    target: str,
+    session: "DeviceSession",
+    first_doc: dict[str, Any] | None,
+    results: list[VariantResult],
+    model: dict[str, Any],
+    started: float,
+    settings: dict[str, Any],
+    baseline: str,
+    gate: Gate,
+    warnings: list[str],
+    search: SearchSection | None = None,
+) -> Report:
+    """The report every kind of model's run writes: the identity (version, time, target), the device facts
+    (from the first measured document and the session, before and after), what the session delivered, the
+    run's wall time, and the kind's own model facts, settings, rows, gate and warnings."""
+    delivery = session.delivery
+    return Report(
+        edgekit_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        target=target,
+        device=DeviceInfo.model_validate(session.device_info(first_doc, results)) if first_doc else DeviceInfo(),
+        model=model,
+        settings={
+            **settings,
+            "delivery": {
+                "files_sent": delivery.files_sent,
+                "files_reused": delivery.files_reused,
+                "bytes_sent": delivery.bytes_sent,
+                "sent_by_kind": dict(delivery.sent_by_kind),
+            },
+            "wall_seconds": round(time.perf_counter() - started, 2),
+        },
+        baseline=baseline,
+        variants=results,
+        gate=gate,
+        warnings=warnings,
+        search=search,
+    )
+
+
 def assemble_report(
     run: "PreparedRun",
     measured: dict[str, "Measured"],
@@ -113,13 +155,14 @@ def assemble_report(
         warnings += score(measured, run.plan, baseline, run.gate)
     warnings += run_warnings(measured, baseline, session, judged)
     results = [m.result for m in measured.values()]
-    ds, delivery = run.eval_ds, session.delivery
-    report = Report(
-        edgekit_version=__version__,
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    ds = run.eval_ds
+    report = new_report(
         target=run.target.name,
-        device=DeviceInfo.model_validate(session.device_info(measured[baseline].doc, results)),
+        session=session,
+        first_doc=measured[baseline].doc,
+        results=results,
         model=run.model_facts(),
+        started=run.started,
         settings={
             "measure": run.measure.model_dump(),
             "gate": run.gate.model_dump(),
@@ -141,17 +184,9 @@ def assemble_report(
             "eval_subset": ds.sample,
             "calib_data": str(run.calib_ds.path) if run.calib_ds else None,
             "train_data": str(run.train_ds.path) if run.train_ds else None,
-            "delivery": {
-                "files_sent": delivery.files_sent,
-                "files_reused": delivery.files_reused,
-                "bytes_sent": delivery.bytes_sent,
-                "sent_by_kind": dict(delivery.sent_by_kind),
-            },
-            "wall_seconds": round(time.perf_counter() - run.started, 2),
             **(settings or {}),
         },
         baseline=baseline,
-        variants=results,
         gate=gate or Gate(passed=False),
         warnings=warnings,
         search=search,
