@@ -75,7 +75,7 @@ class DeployOptions:
     # each sample, the samples run one at a time in the data's order (batch 1)
     constants: dict | None = None
     state: list[tuple[str, str]] | None = None
-    # per-op profile of EVERY variant on the device (edgekit/measure/profile.py); without it deploy profiles
+    # per-op profile of EVERY variant on the device (edgekit/devices/profile.py); without it deploy profiles
     # the baseline and the variants slower than it, a search the baseline and its selection
     profile: bool = False
     # A fleet run (edgekit/orchestration/fleet.py): the variants measured on every unit of a pool, in parallel.

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from typing_extensions import Unpack
 
+from ..devices.profile import profile_variants, profiled_names
 from ..devices.session import DeviceSession, device_info, emulation_of
 from ..errors import BadInputError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
@@ -24,9 +25,9 @@ from ..host import host_compute, host_threads
 from ..inputs.recipe import Recipe
 from ..inputs.targets import TargetSpec
 from ..llm.source import is_lm_source
-from ..measure.profile import profile_diffs, profile_variants, profiled_names
 from ..report.decision import decide
 from ..report.model import Report
+from ..report.profile_diff import profile_diffs
 from ..report.write import write_report
 from ..transport.base import Transport
 from ..variant_search import SearchOptions

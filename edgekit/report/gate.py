@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..inputs.recipe import GateConfig
-from ..measure.profile import is_slower, measured_p50s, profile_diff
 from .diff import ReportDiff
 from .model import Check, Gate, Report, VariantResult
+from .profile_diff import is_slower, measured_p50s, profile_diff
 from .release import compare_reports, release_checks
 
 

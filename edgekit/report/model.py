@@ -166,7 +166,7 @@ class LineageStep(_Open):
         return repr(sorted(self.config.items()))
 
 
-# --- per-op profiles (computed by edgekit/measure/profile.py) ---------------------------------------------
+# --- per-op profiles (computed by edgekit/devices/profile.py) ---------------------------------------------
 class OpTime(_Open):
     """One executed node: ``total_ms`` over every profiled run, ``mean_ms`` per inference, ``ms``
     per inference from its median call (robust to one disturbed run; what views and diffs use),
@@ -355,7 +355,7 @@ class VariantResult(_Open):
     parity_outputs: dict[str, Parity] | None = None  # every output's, by name
     selected: bool = False  # the variant the decision ships
     device_state: dict[str, Any] = Field(default_factory=dict)  # temperatures, clocks, throttling around the run
-    # per-op times from the runtime's own profiler, traced to PyTorch modules (edgekit.measure.profile);
+    # per-op times from the runtime's own profiler, traced to PyTorch modules (edgekit.devices.profile);
     # None = not profiled (deploy profiles the baseline and slower variants, --profile all; search its selection)
     op_profile: OpProfile | None = None
     # a language model's variant (task text-generation): the generation figures and the quality from the

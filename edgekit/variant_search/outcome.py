@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ..devices.session import DeviceSession
 from ..host import HostThreads
-from ..measure.profile import profile_diffs
 from ..orchestration.assemble import assemble_report
 from ..orchestration.ship import write_nothing_shipped, write_ship
 from ..orchestration.steps import recorded_settings
@@ -20,6 +19,7 @@ from ..report.model import (
     Timeline,
     VariantResult,
 )
+from ..report.profile_diff import profile_diffs
 from ..report.write import write_report
 from ..timeline import Clock
 from .choice import BASE, Candidate

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from ..agent.inprocess import load_agent
 from ..agent.protocol import build_request, load_outputs
 from ..artifact import Artifact
+from ..devices.profile import profile_variants, profiled_names
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
@@ -36,7 +37,6 @@ from ..host import host_compute, host_threads
 from ..inputs.data import eval_bundle, fixed_shape_misfit
 from ..inputs.recipe import Recipe
 from ..inputs.targets import MeasureDefaults, TargetSpec
-from ..measure.profile import profile_variants, profiled_names
 from ..metrics import MetricSpec
 from ..orchestration.assemble import score
 from ..orchestration.options import DeployOptions, refused_by_search

@@ -40,8 +40,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("root", "agent"): "host.py runs the agent in-process (load_agent) for host-side filters",
     ("inputs", "metrics"): "recipe.py validates a recipe's metric spec with metrics.base",
     ("inputs", "passes"): "recipe.py validates pass names against passes.registry",
-    ("measure", "devices"): "measure/profile.py drives a device session's per-op profile",
-    ("measure", "report"): "measure/profile.py builds report.model's profile sections",
     ("sim", "devices"): "the arm64 twin registers itself in the device inventory and is provisioned like a board",
     ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
     "and deploy hands a run without a recipe to the search",

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from edgekit.artifact import Artifact
+from edgekit.devices.profile import op_profile, profile_variants, profiled_names
 from edgekit.devices.session import DeviceSession, RunSettings
 from edgekit.formats import Format
 from edgekit.inputs.targets import MeasureDefaults, load_target
-from edgekit.measure.profile import OpProfile, op_profile, profile_diff, profile_diffs, profile_variants, profiled_names
+from edgekit.report.model import OpProfile
+from edgekit.report.profile_diff import profile_diff, profile_diffs
 from tests.unit.agent_loader import load_agent
 
 SETTINGS = RunSettings(measure=MeasureDefaults(warmup=3, runs=30, min_seconds=0.0, max_runs=30), with_eval=False)

@@ -179,7 +179,8 @@ def test_per_op_profile_from_openvino_counters_and_its_diff_against_fp32(digits,
     # the ops' time is a part of the runs' wall time, never more
     assert sum(op["total_us"] for op in prof["ops"]) <= prof["total_us"] * 1.05
     # the diff against the fp32 ONNX model on onnxruntime, each from its runtime's own profiler
-    from edgekit.measure.profile import op_profile, profile_diff
+    from edgekit.devices.profile import op_profile
+    from edgekit.report.profile_diff import profile_diff
 
     ort = agent.runners.RUNNERS["onnxruntime"](str(digits_onnx.path), 1, [s.model_dump(mode="json") for s in art.io.inputs], [])
     base = op_profile(ort.profile(feeds, 10), digits_onnx)
@@ -187,7 +188,7 @@ def test_per_op_profile_from_openvino_counters_and_its_diff_against_fp32(digits,
     assert base.available and ovp.available and ovp.source == "openvino"
     assert ovp.mapped_nodes == 0 and "not traced" in ovp.mapping  # the IR alone names no module
     # traced through the ONNX model the IR was converted from (the deploy passes it: profile._converted_from)
-    from edgekit.measure.profile import _converted_from
+    from edgekit.devices.profile import _converted_from
 
     class _M:  # a measured variant, as profile_variants sees it
         artifact = digits_onnx
