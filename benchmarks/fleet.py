@@ -205,7 +205,7 @@ def main(argv=None) -> int:
         from lab_coordinator import start_coordinator
 
         from edgekit.devices.inventory import get_device
-        from edgekit.lab.coordinator import Coordinator, parse_address
+        from edgekit.devices.coordinator import Coordinator, parse_address
         from edgekit.lab.export import export_places
 
         coord = start_coordinator(work / "coordinator")

@@ -166,7 +166,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
 
 def _place_holders(devices) -> dict | None:
     """Each device's labgrid place (EDGEKIT_COORDINATOR): its holder in words and as the coordinator names it."""
-    from ..lab.coordinator import address_from_env, describe_holder, place_holders
+    from ..devices.coordinator import address_from_env, describe_holder, place_holders
 
     addr = address_from_env()
     if addr is None:

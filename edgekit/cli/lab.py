@@ -27,7 +27,7 @@ def _lab():
 
 def _address(coordinator: Optional[str]):
     from ..errors import BadInputError
-    from ..lab.coordinator import ENV, address_from_env, parse_address
+    from ..devices.coordinator import ENV, address_from_env, parse_address
 
     if coordinator:
         return parse_address(coordinator, "--coordinator")
@@ -61,7 +61,7 @@ def export_cmd(
 ):
     from ..devices.inventory import get_device, load_inventory
     from ..errors import BadInputError
-    from ..lab.coordinator import Coordinator
+    from ..devices.coordinator import Coordinator
     from ..lab.export import default_exporter_name, export_places, exporter_argv, write_exporter_config
     from ..paths import edgekit_home
 
@@ -104,7 +104,7 @@ def places_cmd(coordinator: Optional[str] = typer.Option(None, "--coordinator", 
                as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     from rich.table import Table
 
-    from ..lab.coordinator import Coordinator, describe_holder
+    from ..devices.coordinator import Coordinator, describe_holder
 
     addr = _address(coordinator)
     with Coordinator(addr) as c:

@@ -27,7 +27,6 @@ from ..errors import AgentError, BadInputError, DeviceError, EdgekitError
 from ..formats import Format, format_spec, spec_for_runtime
 from ..inputs.data import Dataset, eval_bundle
 from ..inputs.targets import MeasureDefaults, TargetSpec
-from ..lab.coordinator import session_place
 from ..measure.cache import open_device_measurements
 from ..measure.stats import ABBlocks, latency_stats
 from ..measure.sustained import analyze
@@ -35,6 +34,7 @@ from ..report.model import VariantResult
 from ..transport.base import Transport
 from ..transport.browser import BrowserTransport
 from ..transport.local import LocalTransport
+from .coordinator import session_place
 from .inventory import _attach_lock, get_device, open_device_transport
 from .lease import session_lease
 from .lock import DeviceLock

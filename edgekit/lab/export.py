@@ -23,9 +23,9 @@ import socket
 import sys
 from pathlib import Path
 
+from ..devices.coordinator import Address, Coordinator, CoordinatorRefused
 from ..devices.inventory import DeviceEntry
 from ..fsutil import atomic_write_text
-from .coordinator import Address, Coordinator, CoordinatorRefused
 
 ADB_RESOURCE = "EdgekitADBDevice"
 OUR_CLASSES = ("NetworkService", ADB_RESOURCE)

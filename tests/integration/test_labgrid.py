@@ -57,7 +57,7 @@ def home(tmp_path, monkeypatch):
 @pytest.fixture
 def lab(home, coordinator, monkeypatch, request):
     """One loopback sshd device exported as a place named uniquely for this test."""
-    from edgekit.lab.coordinator import Coordinator, parse_address
+    from edgekit.devices.coordinator import Coordinator, parse_address
     from edgekit.lab.export import export_places
 
     name = "d-" + request.node.name[5:40].replace("_", "-").strip("-")
@@ -78,7 +78,7 @@ def _session(name: str, **kw):
 
 
 def _place(coordinator, name: str):
-    from edgekit.lab.coordinator import Coordinator, parse_address
+    from edgekit.devices.coordinator import Coordinator, parse_address
 
     with Coordinator(parse_address(coordinator.address)) as c:
         return c.places()[name]
@@ -124,7 +124,7 @@ def _stop(p: subprocess.Popen) -> None:
 
 # --- export --------------------------------------------------------------------------------------
 def test_export_three_devices_as_places_with_their_resources(home, coordinator, cli, tmp_path, monkeypatch):
-    from edgekit.lab.coordinator import Coordinator, parse_address
+    from edgekit.devices.coordinator import Coordinator, parse_address
 
     servers = [start_loopback_sshd(tmp_path / f"sshd{i}") for i in range(3)]
     exporter = None
@@ -216,7 +216,7 @@ def test_two_hosts_contend_through_the_coordinator_without_double_booking(lab, h
 
 # --- refusal, listing, crash recovery ------------------------------------------------------------
 def test_refusal_names_the_holder_and_devices_list_shows_it(lab, coordinator, cli):
-    from edgekit.lab.coordinator import PlaceHeld
+    from edgekit.devices.coordinator import PlaceHeld
 
     name, _ = lab
     holder = _start_holder(name, EDGEKIT_DEVICE_LEASE="0")
@@ -260,7 +260,7 @@ def test_a_sigkilled_holders_place_is_taken_over_at_once_on_its_host(lab, coordi
 
 
 def test_a_dead_holder_elsewhere_is_taken_over_after_its_ttl_a_live_one_never(lab, coordinator):
-    from edgekit.lab.coordinator import PlaceHeld
+    from edgekit.devices.coordinator import PlaceHeld
 
     name, _ = lab
     lg = [PY, "-m", "labgrid.remote.client", "-x", coordinator.address, "-p", name]
@@ -286,7 +286,7 @@ def test_a_dead_holder_elsewhere_is_taken_over_after_its_ttl_a_live_one_never(la
 
 
 def test_a_place_acquired_with_labgrid_client_is_never_taken_over(lab, coordinator):
-    from edgekit.lab.coordinator import PlaceHeld
+    from edgekit.devices.coordinator import PlaceHeld
 
     name, _ = lab
     lg = [PY, "-m", "labgrid.remote.client", "-x", coordinator.address, "-p", name]
@@ -322,7 +322,7 @@ def test_deploy_reserves_and_frees_the_place(lab, coordinator, tmp_path):
 def test_unreachable_coordinator_missing_place_and_missing_labgrid_say_what_to_do(lab, coordinator, monkeypatch,
                                                                                   cli):
     from edgekit.errors import DeviceError
-    from edgekit.lab.coordinator import CoordinatorUnreachable
+    from edgekit.devices.coordinator import CoordinatorUnreachable
     from edgekit.sim.sshd import free_port
 
     name, _ = lab
@@ -357,7 +357,7 @@ def test_unreachable_coordinator_missing_place_and_missing_labgrid_say_what_to_d
                 if name == "labgrid" or name.startswith("labgrid."):
                     raise ModuleNotFoundError("No module named 'labgrid'", name=name)
         sys.meta_path.insert(0, Hide())
-        from edgekit.lab.coordinator import session_place
+        from edgekit.devices.coordinator import session_place
         try:
             session_place("pi-1", wait=False, timeout=None)
         except Exception as exc:
@@ -449,7 +449,7 @@ def test_two_ci_hosts_in_namespaces_contend_for_a_pool_through_the_coordinator(t
 
 
 def _places_at(address: str):
-    from edgekit.lab.coordinator import Coordinator, parse_address
+    from edgekit.devices.coordinator import Coordinator, parse_address
 
     with Coordinator(parse_address(address)) as c:
         return c.places()
@@ -458,7 +458,7 @@ def _places_at(address: str):
 def test_addresses_holder_names_and_tags():
     from edgekit.devices.inventory import DeviceEntry
     from edgekit.errors import BadInputError
-    from edgekit.lab.coordinator import describe_holder, holder_name, host_id, parse_address, parse_holder
+    from edgekit.devices.coordinator import describe_holder, holder_name, host_id, parse_address, parse_holder
     from edgekit.lab.export import exporter_config, place_match, place_tags
 
     assert str(parse_address("lab-server")) == "lab-server:20408"
@@ -487,7 +487,7 @@ def test_a_restarted_coordinator_forgets_acquisitions_and_the_holder_takes_its_p
     the renewing holder notices (AllowPlace refused, the place free) and acquires it again."""
     import logging
 
-    from edgekit.lab.coordinator import Coordinator, PlaceReservation, parse_address
+    from edgekit.devices.coordinator import Coordinator, PlaceReservation, parse_address
 
     caplog.set_level(logging.WARNING, logger="edgekit.lab")
     again = "device p1: acquired the labgrid place again (the coordinator had forgotten it)"

@@ -27,7 +27,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("train",),
     ("passes",),
     ("report",),  # the report schema, its views, the gate and the release statistics
-    ("devices", "lab"),  # the device stage (session, lock, inventory, provisioning), the lab coordinator
+    ("devices",),  # the device stage: session, lock, lease, labgrid places, inventory, provisioning, profiles
+    ("lab",),  # a shared lab: inventory devices exported as labgrid places
     ("variant_search",),
     ("orchestration",),  # deploy, a fleet run, the preparation and steps they share
     ("llm",),  # language models: their exports, race, judge and deploy, over all of the above
@@ -50,7 +51,6 @@ UPWARD: dict[tuple[str, str], str] = {
 MUTUAL: dict[tuple[str, str], str] = {
     ("agent", "transport"): "transport/browser.py uses agent/browser_bridge.py; the agent's bundle delivers over "
     "transport.base",
-    ("devices", "lab"): "devices/session.py asks lab.coordinator for a leased device; lab/ locks and lists devices",
 }
 
 

@@ -2,7 +2,7 @@
 
 With ``EDGEKIT_COORDINATOR=host:port`` set, every DeviceSession on an inventory device acquires the
 labgrid place named after the device before it measures (``session_place``, called from
-device_session.py after the host lock and before the device-side lease) and releases it when the
+devices/session.py after the host lock and before the device-side lease) and releases it when the
 session closes, on success and on error alike. Waiting follows the host lock's options
 (``--no-wait``, ``--lock-timeout``); a refusal names the holder (exit 3). An unreachable coordinator
 is an error naming the address (exit 3), never a silent run without reservations.
@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from ..devices.lock import DeviceLockedError
 from ..errors import BadInputError, DeviceError, require
 from ..sim.procs import alive  # a zombie counts as gone
+from .lock import DeviceLockedError
 
 ENV = "EDGEKIT_COORDINATOR"
 TTL_ENV = "EDGEKIT_PLACE_TTL_S"
