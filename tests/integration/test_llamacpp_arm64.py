@@ -55,8 +55,8 @@ def test_the_board_wheel_holds_aarch64_libraries_and_builds_byte_identical(tmp_p
     """The wheel provisioning sends: the binding's Python with llama.cpp's libraries for aarch64 inside, tagged
     for the board, a RECORD pip verifies; writing it twice from the same build gives the same bytes (a
     re-provision sends nothing new)."""
-    from edgekit.inputs.targets import load_target
     from edgekit.devices import llama_cpp_build as llama_cpp
+    from edgekit.inputs.targets import load_target
 
     spec = load_target(TARGET)
     board = llama_cpp.BoardBuild(spec.arch, spec.march or "")

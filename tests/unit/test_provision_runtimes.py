@@ -87,8 +87,8 @@ def test_openvino_and_ncnn_pins_on_every_board_are_the_host_s_versions():
 def test_llama_cpp_wheel_is_built_on_the_host_not_downloaded(tmp_path, monkeypatch):
     """llama-cpp-python has no aarch64 wheel on any index: the target names it `host_built`, provisioning builds it
     (llama.cpp cross-compiled for the target's march) instead of asking pip, and installs it without deps."""
-    from edgekit.devices import provision
     from edgekit.devices import llama_cpp_build as llama_cpp
+    from edgekit.devices import provision
 
     spec = load_target("rpi5")
     packages, pins = runtime_wheels(spec, ["llama.cpp"])
