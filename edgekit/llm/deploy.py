@@ -25,6 +25,7 @@ from ..formats import format_spec
 from ..fsutil import ensure_writable_dir
 from ..host import host_compute, host_threads
 from ..inputs.targets import MeasureDefaults, TargetSpec
+from ..orchestration.options import RunOptions
 from ..orchestration.prepare import target_spec
 from ..orchestration.ship import write_nothing_shipped
 from ..report.model import (
@@ -68,8 +69,9 @@ DEFAULT_WINDOW = 128  # tokens a scored window holds
 
 
 @dataclass
-class LMOptions:
-    """What ``edgekit deploy`` takes for a language model (defaults documented where they are defined)."""
+class LMOptions(RunOptions):
+    """What ``edgekit deploy`` takes for a language model (defaults documented where they are defined); the
+    measurement and device options every kind of model takes alike are :class:`RunOptions`'."""
 
     context: int | None = None  # default: min(model's, DEFAULT_CONTEXT)
     window: int | None = None  # default: min(context, DEFAULT_WINDOW)
@@ -79,10 +81,6 @@ class LMOptions:
     top_k: int | None = None
     gate: LMGate = field(default_factory=LMGate)
     objective: str = "decode"
-    threads: int | None = None
-    warmup: int | None = None
-    runs: int | None = None
-    min_seconds: float | None = None
     candidates: tuple[str, ...] | None = None  # names from candidates.CANDIDATES; default: the short search's
     search: bool = False  # race every row of candidates.CANDIDATES that runs (default: candidates.SHORT)
     head: str = "int8"  # the output layer in int4 files: float, int8 or int4 (layer_plan.HEADS)
@@ -91,23 +89,13 @@ class LMOptions:
     runtime_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     baseline: str | Path | None = None  # the last release's report.json (release.py): the release gate
     release: ReleaseGate = field(default_factory=ReleaseGate)
-    sustained_seconds: float | None = None  # a sustained decode of this long per variant (thermal throttling)
-    remeasure: bool = False
-    lock_wait: bool = True
-    lock_timeout: float | None = None
     # seconds for the whole run: preparation, builds, the device and the scoring (race.py); None: the default,
     # race.DEFAULT_BUDGET_S (SEARCH_BUDGET_S with --search)
     time_budget_s: float | None = None
 
 
 def _measure(spec: TargetSpec, o: LMOptions) -> MeasureDefaults:
-    m = spec.measure
-    upd = {
-        k: v
-        for k, v in (("threads", o.threads), ("warmup", o.warmup), ("runs", o.runs), ("min_seconds", o.min_seconds))
-        if v is not None
-    }
-    return m.model_copy(update=upd)
+    return spec.measure.model_copy(update=o.measure_overrides())
 
 
 @dataclass

@@ -17,19 +17,11 @@ from ..errors import BadInputError
 from ..inputs.targets import TargetSpec
 from ..report.model import Report
 from ..transport.base import Transport
+from .options import RunOptions
 
-# deploy's overrides that a language model takes: DeployOptions field -> LMOptions field
-SHARED = {
-    "warmup": "warmup",
-    "runs": "runs",
-    "min_seconds": "min_seconds",
-    "threads": "threads",
-    "remeasure": "remeasure",
-    "lock_wait": "lock_wait",
-    "lock_timeout": "lock_timeout",
-    "sustained_seconds": "sustained_seconds",
-    "baseline_report": "baseline",
-}
+# deploy's overrides that a language model takes: DeployOptions field -> LMOptions field (every RunOptions field,
+# which both extend, and the last release's report, which LMOptions calls ``baseline``)
+SHARED = {**{f.name: f.name for f in dataclasses.fields(RunOptions)}, "baseline_report": "baseline"}
 
 
 def lm_options(given: Any, overrides: dict[str, Any], fixed_only: dict[str, Any]) -> Any:

@@ -22,7 +22,29 @@ ReleaseMethod = Literal["auto", "ab", "normalized", "direct"]
 
 
 @dataclass
-class DeployOptions:
+class RunOptions:
+    """What every kind of model's run takes alike (None = the target file's): how each file is measured on the
+    device, and how the device is held. :class:`DeployOptions` (fixed graphs) and ``LMOptions`` (language models)
+    both extend it, so a shared option has one name, type and default."""
+
+    warmup: int | None = None
+    runs: int | None = None
+    min_seconds: float | None = None
+    threads: int | None = None
+    remeasure: bool = False  # measure again even when the measurement cache holds a valid result
+    sustained_seconds: float | None = None  # run each variant this long and report latency over time
+    lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
+    lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
+
+    def measure_overrides(self) -> dict[str, Any]:
+        """The target's measure settings this run overrides (MeasureDefaults field -> value)."""
+        pairs = (("warmup", self.warmup), ("runs", self.runs), ("min_seconds", self.min_seconds),
+                 ("threads", self.threads))
+        return {k: v for k, v in pairs if v is not None}
+
+
+@dataclass
+class DeployOptions(RunOptions):
     """Command-line / API overrides on top of the recipe and the target file (None = keep)."""
 
     max_accuracy_drop: float | None = None  # in the metric's units (points for top1); alias max_metric_drop
@@ -35,20 +57,12 @@ class DeployOptions:
     min_speedup: float | None = None  # fail a variant below this device-measured speed-up over the baseline
     latency_budget_ms: float | None = None
     memory_budget_mb: float | None = None
-    warmup: int | None = None
-    runs: int | None = None
-    min_seconds: float | None = None
-    threads: int | None = None
     max_seconds: float = 120.0
     extra_warnings: list[str] = field(default_factory=list)
-    remeasure: bool = False  # measure again even when the measurement cache holds a valid result
     warmup_mode: str | None = None  # "fixed" (warmup runs) or "auto" (until latency stabilizes)
-    sustained_seconds: float | None = None  # run each variant this long and report latency over time
     energy_command: list[str] | str | None = None  # device-side command printing cumulative joules
     train_data: str | Path | None = None  # .npz (x, y) for pruning fine-tunes and distillation (else the recipe's)
     use_cache: bool = True  # reuse pass outputs from edgekit.orchestration.cache when nothing they depend on changed
-    lock_wait: bool = True  # False: fail at once (exit 3) when another deploy holds the device
-    lock_timeout: float | None = None  # seconds to wait for the device's lock (None = as long as it takes)
     # threads for host-side work (reference outputs, export, calibration, fine-tunes, conversions);
     # None = $EDGEKIT_HOST_THREADS, else the CPU free now (edgekit/host.py)
     host_threads: int | None = None
@@ -147,9 +161,7 @@ class DeployOverrides(TypedDict, total=False):
 def resolve_measure(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> MeasureDefaults:
     m = target.measure.model_dump()
     m.update({k: v for k, v in recipe.measure.model_dump().items() if v is not None})
-    for k in ("warmup", "runs", "min_seconds", "threads"):
-        if getattr(opts, k) is not None:
-            m[k] = getattr(opts, k)
+    m.update(opts.measure_overrides())
     return MeasureDefaults(**m)
 
 
