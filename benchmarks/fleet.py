@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     try:
         for i in range(3):
             if rooted:
-                from edgekit.sim.device import up
+                from edgekit.devices.sim_device import up
 
                 up(f"u{i}", target="local", cpu_quota=args.cpu_quota)
                 sims.append(f"u{i}")
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
         for s in servers:
             s.stop()
         if sims:
-            from edgekit.sim.device import down
+            from edgekit.devices.sim_device import down
 
             for n in sims:
                 down(n)

@@ -39,7 +39,7 @@ def up_cmd(
                                                 "torch + executorch, ~167 MB); repeatable."),
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the simulator's state as JSON."),
 ):
-    from ..sim.device import status, up
+    from ..devices.sim_device import status, up
 
     def say(msg: str) -> None:
         err_console.print(f"sim: {msg}", highlight=False)
@@ -50,7 +50,7 @@ def up_cmd(
         raise BadInputError(f"--arch {arch!r} is not one of: native, arm64")
     timings = None
     if arch == "arm64":
-        from ..sim import arm64 as _arm64
+        from ..devices import sim_arm64 as _arm64
 
         state, entry, timings = _arm64.up(name, target=target, cpu_quota=cpu_quota, memory=memory,
                                           provision=provision, wheelhouse=wheelhouse, say=say,
@@ -78,7 +78,7 @@ def up_cmd(
 def down_cmd(name: Optional[str] = typer.Argument(None, help="Device name."),
              purge: bool = typer.Option(False, "--purge", help="Also delete the cached arm64 rootfs (the next "
                                         "`sim up --arch arm64` builds it again).")):
-    from ..sim.device import down
+    from ..devices.sim_device import down
 
     def say(m: str) -> None:
         err_console.print(f"sim: {m}", highlight=False)
@@ -91,7 +91,7 @@ def down_cmd(name: Optional[str] = typer.Argument(None, help="Device name."),
         down(name, say=say)
         out_console.print(f"simulated device {name} is down")
     if purge:
-        from ..sim.arm64 import purge_rootfs
+        from ..devices.sim_arm64 import purge_rootfs
 
         gone = purge_rootfs(say=say)
         out_console.print(f"deleted {len(gone)} cached arm64 rootfs" if gone else "no cached arm64 rootfs to delete")
@@ -101,7 +101,7 @@ def down_cmd(name: Optional[str] = typer.Argument(None, help="Device name."),
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     from rich.table import Table
 
-    from ..sim.device import load_states, status
+    from ..devices.sim_device import load_states, status
 
     docs = [status(s) for s in load_states()]
     if as_json:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from ..errors import DeviceError
 from ..inputs.targets import TargetSpec, list_targets, load_target
-from ..sim import arm64
 from ..transport.browser import chromium_path
 from ..transport.web_runtimes import find, install, versions
+from . import sim_arm64 as arm64
 from .llama_cpp_build import CROSS  # the triplets edgekit cross-builds for
 
 Say = Callable[[str], None]

@@ -81,8 +81,8 @@ def started_twin(name: str, target: str, runtimes: list[str], tag: str):
               f"timings {doc['timings']}")
         yield doc
     finally:
-        from edgekit.sim.device import _state_file
-        from edgekit.sim.device import down as sim_down
+        from edgekit.devices.sim_device import _state_file
+        from edgekit.devices.sim_device import down as sim_down
 
         if _state_file(name).is_file():
             sim_down(name)
@@ -129,8 +129,8 @@ def twin():
         print(f"[arm64] sim up: {doc['wall_seconds']} s; timings {doc['timings']}")
         yield doc
     finally:
-        from edgekit.sim.device import _state_file
-        from edgekit.sim.device import down as sim_down
+        from edgekit.devices.sim_device import _state_file
+        from edgekit.devices.sim_device import down as sim_down
 
         if _state_file(NAME).is_file():  # a test failed before test_sim_down: stop it by PID
             sim_down(NAME)
@@ -207,8 +207,8 @@ def test_deploy_to_twin_matches_host_accuracy(twin, digits, recipe, tmp_path):
 
 def test_sim_down_cleans_up_and_keeps_the_rootfs(twin):
     from edgekit.devices.inventory import load_inventory
-    from edgekit.sim.arm64 import rootfs_dir
-    from edgekit.sim.device import sim_root
+    from edgekit.devices.sim_arm64 import rootfs_dir
+    from edgekit.devices.sim_device import sim_root
     from edgekit.sim.procs import alive
 
     merged = str(sim_root() / NAME / "root")

@@ -291,7 +291,7 @@ def _mlp_onnx(path: Path, width: int = 2048, n: int = 24, hidden: int = 1) -> tu
 @pytest.mark.slow
 @pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, cgroups)")
 def test_throttled_unit_fails_the_worst_unit_gate_by_name(home, tmp_path):
-    from edgekit.sim.device import down, up
+    from edgekit.devices.sim_device import down, up
 
     # Two 4096x4096 layers: 3-6 ms an inference on the CPUs CI has seen, well over the throttled unit's 1 ms CPU
     # slice per 20 ms period (quota 0.05 core), so every inference there waits out whole periods. With one layer

@@ -7,7 +7,7 @@ ncnn`):
     edgekit deploy model.pt2 --recipe cpu-runtimes.yaml --target rpi5 --device pi5-ov ...
 
 Each twin is its board's cores under qemu (the Pi 5's cortex-a76, ARMv8.2 with fp16 arithmetic; the Pi 4's
-cortex-a72, ARMv8.0 without it) with the board's /proc/cpuinfo and sysfs topology (edgekit/sim/arm64.py
+cortex-a72, ARMv8.0 without it) with the board's /proc/cpuinfo and sysfs topology (edgekit/devices/sim_arm64.py
 ``fake_cpu_topology``): OpenVINO's CPU plugin reads the cores' MIDR_EL1 and hwloc's topology masks and
 segfaults without them. The plugin's default precision is f16 on the A76 and f32 on the A72, which the report
 records as the precision it ran at. Real components only; needs root and the twin's tools (as

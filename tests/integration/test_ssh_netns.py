@@ -81,7 +81,7 @@ def test_deploy_under_20_percent_packet_loss_completes_or_fails_cleanly(digits, 
 @pytest.mark.root
 def test_sim_up_check_down_leaves_nothing_behind(cli, home):
     from edgekit.devices.inventory import get_device, load_inventory
-    from edgekit.sim.device import load_states, sim_root
+    from edgekit.devices.sim_device import load_states, sim_root
     from edgekit.sim.procs import alive
 
     r = cli("sim", "up", "t-sim", "--cpu-quota", "0.5", "--memory", "512M", "--json")

@@ -21,7 +21,7 @@ from test_import_cycles import PKG, _modules, _targets
 LAYERS: list[tuple[str, ...]] = [
     ("root",),  # edgekit/*.py: errors, paths, fsutil, logs, config, host, timeline, formats, artifact, version
     ("inputs",),  # what the user brings: source, data, stateful, recipe, targets
-    ("agent", "transport", "sim", "measure"),  # the agent protocol and bundle, transports, twins, statistics
+    ("agent", "transport", "sim", "measure"),  # agent protocol and bundle, transports, sim hosts, statistics
     ("convert",),
     ("metrics",),
     ("train",),
@@ -41,7 +41,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("root", "agent"): "host.py runs the agent in-process (load_agent) for host-side filters",
     ("inputs", "metrics"): "recipe.py validates a recipe's metric spec with metrics.base",
     ("inputs", "passes"): "recipe.py validates pass names against passes.registry",
-    ("sim", "devices"): "the arm64 twin registers itself in the device inventory and is provisioned like a board",
     ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
     "and deploy hands a run without a recipe to the search",
     ("orchestration", "llm"): "pipeline.py tells a language-model source by llm.source.is_lm_source",

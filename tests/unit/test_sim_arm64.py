@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
+from edgekit.devices import sim_arm64 as arm64
 from edgekit.errors import BadInputError, DeviceError
-from edgekit.sim import arm64
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_purge_deletes_the_cache_but_not_while_a_twin_uses_it(cache, tmp_path, m
     final = arm64.rootfs_dir()
     final.mkdir(parents=True)
     (final / arm64.STAMP).write_text("{}")
-    from edgekit.sim.device import SimState, sim_root
+    from edgekit.devices.sim_device import SimState, sim_root
 
     st = SimState(name="pi-arm", mode="netns", target="rpi4", host="10.213.1.2", port=22, pid=1,
                   sshd_config="/etc/edgekit-sim/pi-arm/sshd_config", arch="arm64", rootfs=str(final))

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from edgekit.sim import device as sim_device
+from edgekit.devices import sim_device
 from edgekit.sim import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")

@@ -213,7 +213,7 @@ def test_setup_failure_is_reported_with_its_hint(cli, host, monkeypatch):
 
 
 def test_setup_twin_builds_the_rootfs_through_the_sim_module_once(cli, host, monkeypatch):
-    from edgekit.sim import arm64
+    from edgekit.devices import sim_arm64 as arm64
 
     rootfs = host / "rootfs" / "debian-bookworm-arm64-v1"
     built: list[int] = []

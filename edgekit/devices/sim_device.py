@@ -4,7 +4,9 @@ As root, a simulated device is a real sshd in its own network namespace (its own
 pair), in CPU and memory cgroups, so the agent measures a slower machine than the host. Without
 root it falls back to an sshd on a loopback port, unthrottled, and says so. It logs in as the
 current user and runs this host's Python (so the runtimes installed here are there). Its state
-lives in ``$EDGEKIT_HOME/sim/NAME/``; `sim down` removes everything `sim up` made.
+lives in ``$EDGEKIT_HOME/sim/NAME/``; `sim down` removes everything `sim up` made. A device (registered,
+listed, provisioned), so in devices/; the host machinery it runs on (sshd, netns, cgroups, processes, state
+files) is ``sim/``'s.
 """
 
 from __future__ import annotations
@@ -15,19 +17,19 @@ import sys
 from pathlib import Path
 from typing import Callable, Literal
 
-from ..devices.inventory import NAME_RE, DeviceEntry, add_device, get_device, load_inventory, remove_device
 from ..errors import BadInputError, DeviceError
 from ..fsutil import atomic_write_text
 from ..inputs.targets import load_target
 from ..paths import locks_dir, sim_root
-from . import cgroup as _cg
-from . import netns as _netns
-from . import sshd as _sshd
-from .procs import alive, kill_tree
+from ..sim import cgroup as _cg
+from ..sim import netns as _netns
+from ..sim import sshd as _sshd
+from ..sim.procs import alive, kill_tree
 
 # the state record is a leaf module (devices.check_device reads it); re-exported for the callers here
-from .state import SimState, find_state, load_states  # noqa: F401
-from .state import state_file as _state_file
+from ..sim.state import SimState, find_state, load_states  # noqa: F401
+from ..sim.state import state_file as _state_file
+from .inventory import NAME_RE, DeviceEntry, add_device, get_device, load_inventory, remove_device
 
 
 def _free_index() -> int:

@@ -37,15 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..devices.inventory import DeviceEntry, add_device, transport_for
-from ..devices.provision import ensure_wheelhouse, provision
 from ..errors import BadInputError, DeviceError
 from ..fsutil import atomic_write_text, cache_dir
-from . import cgroup as _cg
-from . import netns as _netns
-from .device import SimState, _state_file, check_new_sim, create_netns, load_states, sim_root
-from .procs import kill_tree
-from .sshd import keygen
+from ..sim import cgroup as _cg
+from ..sim import netns as _netns
+from ..sim.procs import kill_tree
+from ..sim.sshd import keygen
+from ..sim.state import SimState, load_states
+from ..sim.state import state_file as _state_file
+from .inventory import DeviceEntry, add_device, transport_for
+from .provision import ensure_wheelhouse, provision
+from .sim_device import check_new_sim, create_netns, sim_root
 
 SUITE = "bookworm"
 DEB_ARCH = "arm64"
