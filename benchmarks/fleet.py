@@ -204,8 +204,8 @@ def main(argv=None) -> int:
             return 0 if ok else 1
         from lab_coordinator import start_coordinator
 
-        from edgekit.devices.inventory import get_device
         from edgekit.devices.coordinator import Coordinator, parse_address
+        from edgekit.devices.inventory import get_device
         from edgekit.lab.export import export_places
 
         coord = start_coordinator(work / "coordinator")

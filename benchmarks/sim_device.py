@@ -52,9 +52,9 @@ def main(argv=None) -> int:
     import edgekit
     from edgekit.agent.bundle import BundleDeployer
     from edgekit.devices.inventory import get_device, transport_for
+    from edgekit.devices.sim_device import down, up
     from edgekit.inputs.recipe import Recipe
     from edgekit.orchestration.pipeline import DeployOptions
-    from edgekit.devices.sim_device import down, up
 
     model, example = build(work, args.width)
     fp32_only = Recipe(variants=[])

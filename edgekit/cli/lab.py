@@ -26,8 +26,8 @@ def _lab():
 
 
 def _address(coordinator: Optional[str]):
-    from ..errors import BadInputError
     from ..devices.coordinator import ENV, address_from_env, parse_address
+    from ..errors import BadInputError
 
     if coordinator:
         return parse_address(coordinator, "--coordinator")
@@ -59,9 +59,9 @@ def export_cmd(
                                                 "coordinator (default: edgekit-HOSTNAME)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
+    from ..devices.coordinator import Coordinator
     from ..devices.inventory import get_device, load_inventory
     from ..errors import BadInputError
-    from ..devices.coordinator import Coordinator
     from ..lab.export import default_exporter_name, export_places, exporter_argv, write_exporter_config
     from ..paths import edgekit_home
 

@@ -1,6 +1,6 @@
 """A simulated device's record (``$EDGEKIT_HOME/sim/NAME/state.json``), readable without the
 simulator itself: `devices check` reads a device's simulator limits from it, and the simulator
-(``sim/device.py``, which builds inventory entries) writes it."""
+(``devices/sim_device.py``, which builds inventory entries) writes it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class SimState(BaseModel):
     cpu_quota: float | None = None
     memory_bytes: int | None = None
     notes: list[str] = []
-    arch: Literal["native", "arm64"] = "native"  # arm64: a chroot'd Debian arm64 twin (edgekit/sim/arm64.py)
+    arch: Literal["native", "arm64"] = "native"  # arm64: a chroot'd Debian arm64 twin (edgekit/devices/sim_arm64.py)
     rootfs: str | None = None  # the cached rootfs an arm64 twin runs on
 
 

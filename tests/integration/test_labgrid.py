@@ -321,8 +321,8 @@ def test_deploy_reserves_and_frees_the_place(lab, coordinator, tmp_path):
 # --- errors --------------------------------------------------------------------------------------
 def test_unreachable_coordinator_missing_place_and_missing_labgrid_say_what_to_do(lab, coordinator, monkeypatch,
                                                                                   cli):
-    from edgekit.errors import DeviceError
     from edgekit.devices.coordinator import CoordinatorUnreachable
+    from edgekit.errors import DeviceError
     from edgekit.sim.sshd import free_port
 
     name, _ = lab
@@ -456,9 +456,9 @@ def _places_at(address: str):
 
 
 def test_addresses_holder_names_and_tags():
+    from edgekit.devices.coordinator import describe_holder, holder_name, host_id, parse_address, parse_holder
     from edgekit.devices.inventory import DeviceEntry
     from edgekit.errors import BadInputError
-    from edgekit.devices.coordinator import describe_holder, holder_name, host_id, parse_address, parse_holder
     from edgekit.lab.export import exporter_config, place_match, place_tags
 
     assert str(parse_address("lab-server")) == "lab-server:20408"

@@ -1,4 +1,4 @@
-"""Per-op profiles on the device (edgekit/measure/profile.py + the agent's runners' ``profile``):
+"""Per-op profiles on the device (edgekit/devices/profile.py + the agent's runners' ``profile``):
 the real agent on the local target runs onnxruntime's profiler over a torch-exported model and its
 ORT static-INT8 (QDQ) twin, every node traced to the PyTorch module it came from; a variant made
 slower on purpose (real extra kernels) is picked for profiling by its latency and the diff names the
