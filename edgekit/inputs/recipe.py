@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..config import load_model_file
 from ..errors import ConfigError
-from ..metrics.base import MetricSpec
 from ..passes.registry import known_passes
+from .metric_spec import MetricSpec
 
 
 class _Strict(BaseModel):

@@ -6,7 +6,8 @@ module, a registry by name (``registry.py``; user metrics are ``module:function`
 ``path.py:function``), and paired statistics between two variants (``paired.py``).
 """
 
-from .base import Metric, MetricError, MetricSpec, Score
+from ..inputs.metric_spec import MetricSpec
+from .base import Metric, MetricError, Score
 from .registry import get_metric, known_metrics, resolve_metric
 
 __all__ = ["Metric", "MetricError", "MetricSpec", "Score", "get_metric", "known_metrics", "resolve_metric"]

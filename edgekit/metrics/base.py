@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DataError
 
@@ -27,20 +26,6 @@ Direction = Literal["higher", "lower"]
 
 class MetricError(DataError):
     """The metric does not fit the model's outputs or the labels (exit 2)."""
-
-
-class MetricSpec(BaseModel):
-    """Which metric scores the eval pass (the recipe's ``metric:`` section, or --metric/--output)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field("top1", description="a built-in name (see known_metrics()) or module:function / file.py:function")
-    outputs: list[str] | None = Field(None, description="names (or 0-based indices) of the outputs the metric "
-                                      "reads; default: the first output (detection: the first two)")
-    postprocess: str | None = Field(None, description="detection: module:function turning the raw outputs into "
-                                    "per-image (boxes cxcywh, scores, classes)")
-    options: dict[str, Any] = Field(default_factory=dict, description="metric options, e.g. {k: 5}, "
-                                    "{ignore_index: 255}, {threshold: 0.5}")
 
 
 @dataclass

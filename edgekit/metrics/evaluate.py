@@ -14,8 +14,9 @@ import numpy as np
 
 from ..agent.protocol import BucketOutputs
 from ..convert.parity import compare_outputs
+from ..inputs.metric_spec import MetricSpec
 from ..inputs.stateful import run as run_stream
-from .base import Metric, MetricError, MetricSpec, Score
+from .base import Metric, MetricError, Score
 from .paired import paired_drop
 from .registry import resolve_metric, select_outputs
 

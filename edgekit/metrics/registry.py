@@ -16,8 +16,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ModelLoadError
+from ..inputs.metric_spec import MetricSpec
 from ..inputs.source import import_object
-from .base import Metric, MetricError, MetricSpec
+from .base import Metric, MetricError
 from .classification import MultilabelF1, TopK
 from .ctc import CTCAccuracy, CTCCharAccuracy
 from .detection import MeanAP

@@ -39,7 +39,6 @@ RANK = {p: i for i, row in enumerate(LAYERS) for p in row}
 # (importer, imported): why it still goes up. May only shrink.
 UPWARD: dict[tuple[str, str], str] = {
     ("root", "agent"): "host.py runs the agent in-process (load_agent) for host-side filters",
-    ("inputs", "metrics"): "recipe.py validates a recipe's metric spec with metrics.base",
     ("inputs", "passes"): "recipe.py validates pass names against passes.registry",
     ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
     "and deploy hands a run without a recipe to the search",
