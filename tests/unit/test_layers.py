@@ -20,7 +20,7 @@ from test_import_cycles import PKG, _modules, _targets
 # bottom to top: a package imports packages of its own row or of a row below, never above
 LAYERS: list[tuple[str, ...]] = [
     ("root",),  # edgekit/*.py: errors, paths, fsutil, logs, config, host, timeline, formats, artifact, version
-    ("inputs",),  # what the user brings: source, data, stateful, recipe, targets
+    ("inputs",),  # what the user brings: source, data, stateful, recipe (its metric_spec), targets
     ("agent", "transport", "sim", "measure"),  # agent protocol and bundle, transports, sim hosts, statistics
     ("convert",),
     ("metrics",),
@@ -38,11 +38,12 @@ RANK = {p: i for i, row in enumerate(LAYERS) for p in row}
 
 # (importer, imported): why it still goes up. May only shrink.
 UPWARD: dict[tuple[str, str], str] = {
-    ("root", "agent"): "host.py runs the agent in-process (load_agent) for host-side filters",
+    ("root", "agent"): "host.py reads the CPU budget with the agent's own code (agent.inprocess.load_agent)",
     ("inputs", "passes"): "recipe.py validates pass names against passes.registry",
     ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
     "and deploy hands a run without a recipe to the search",
-    ("orchestration", "llm"): "pipeline.py tells a language-model source by llm.source.is_lm_source",
+    ("orchestration", "llm"): "deploy hands a language model to llm/ (generator.py: llm.deploy; pipeline.py: "
+    "llm.source.is_lm_source), and llm/deploy.py reuses orchestration's options, target lookup and ship writer",
 }
 # packages of one row that import each other (a before b), allowed for now: why. May only shrink. (A circle
 # across rows has an upward import: UPWARD names it.)
