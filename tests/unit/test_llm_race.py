@@ -141,3 +141,21 @@ def test_a_deploy_measures_the_leader_before_a_slow_row_and_names_the_row_it_ski
     assert pred["decode_tokens_per_s"] > 0 and leader > 0  # the prediction beside the measurement, in the report
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Decode predicted before build" in md and f"| ort-fp32 | {pred['decode_tokens_per_s']:.1f} (" in md
+
+
+def test_the_cli_takes_a_language_models_time_budget(prepared, tmp_path, cli, monkeypatch):
+    """--time-budget reaches the language model's options; a budget of 0 is refused before any work."""
+    seen: list = []
+
+    def stop(*_a, options=None, **_kw):
+        seen.append(options.time_budget_s)
+        raise deploy.BadInputError("stopped before any work")
+
+    monkeypatch.setattr(deploy, "deploy_lm", stop)
+    text = tmp_path / "eval.txt"
+    text.write_text("hello")
+    args = ("deploy", str(prepared.src.path), "--eval-text", str(text), "--out", str(tmp_path / "o"), "--time-budget")
+    r = cli(*args, "0")
+    assert r.exit_code == 2 and "--time-budget 0" in r.stdout + r.stderr and not seen
+    r = cli(*args, "120")
+    assert r.exit_code == 2 and seen == [120.0], r.stdout + r.stderr
