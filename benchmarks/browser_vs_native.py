@@ -92,7 +92,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     from edgekit.agent.browser_bridge import measure_in_page
     from edgekit.agent.inprocess import load_agent
-    from edgekit.transport.browser import BrowserTransport
+    from edgekit.agent.browser_transport import BrowserTransport
 
     agent = load_agent()
     load = [os.getloadavg()[0]]  # the host's 1-minute load average at the start and the end (a shared host)

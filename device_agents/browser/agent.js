@@ -1,4 +1,4 @@
-// edgekit's browser agent (the page half). The host half is edgekit/transport/browser.py: it serves this
+// edgekit's browser agent (the page half). The host half is edgekit/agent/browser_transport.py: it serves this
 // page, the runtime and the files on loopback, turns the agent request into a job (the model's URL, the
 // prepared input tensors for the timed runs and for each eval batch) and builds the agent's answer from what
 // this page returns. Here: load the model with ONNX Runtime Web (WASM), warm up, time runs with

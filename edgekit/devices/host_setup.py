@@ -12,9 +12,9 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..agent.browser_transport import chromium_path
 from ..errors import DeviceError
 from ..inputs.targets import TargetSpec, list_targets, load_target
-from ..transport.browser import chromium_path
 from ..transport.web_runtimes import find, install, versions
 from . import sim_arm64 as arm64
 from .llama_cpp_build import CROSS  # the triplets edgekit cross-builds for

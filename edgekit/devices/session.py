@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..agent.benchmark_model import run_benchmark_model
+from ..agent.browser_transport import BrowserTransport
 from ..agent.bundle import BundleDeployer
 from ..agent.protocol import AgentRequest, AgentResult, AgentRunFailed, MeasureOptions, build_request, run_request
 from ..artifact import Artifact, IOSpec
@@ -32,7 +33,6 @@ from ..measure.stats import ABBlocks, latency_stats
 from ..measure.sustained import analyze
 from ..report.model import VariantResult
 from ..transport.base import Transport
-from ..transport.browser import BrowserTransport
 from ..transport.local import LocalTransport
 from .coordinator import session_place
 from .inventory import _attach_lock, get_device, open_device_transport

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.browser_bridge import _WEB_LEVEL
+from ..agent.browser_transport import HEADERS, RUNTIME_PACKAGE, litert_version, runtime_version
 from ..artifact import Artifact, IOSpec
 from ..formats import load_named, spec_for_runtime
 from ..fsutil import atomic_path, atomic_write_text, sha256_files
 from ..inputs.source import model_batch
 from ..inputs.stateful import of_artifact
 from ..report.model import VariantResult
-from ..transport.browser import HEADERS, RUNTIME_PACKAGE, litert_version, runtime_version
 
 SHIP_SCHEMA = 2  # 2: ``interface`` (names, shapes, layouts, transposes, source names)
 
@@ -165,7 +165,7 @@ def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
     call and every setting the agent's runner made for these threads and options (defaults spelled
     out, so a runtime whose defaults change does not change the shipped speed), from the runtime's
     registry row (``ship_apply``). None for a runtime the agent does not run."""
-    if runtime == "onnxruntime-web":  # the browser page's runtimes (edgekit/transport/browser.py): no registry row
+    if runtime == "onnxruntime-web":  # the browser page's runtimes (edgekit/agent/browser_transport.py): no registry row
         return onnxruntime_web_apply(threads, options)
     if runtime == "litert.js":
         return litertjs_apply(threads, options)

@@ -2,7 +2,7 @@
 
 They are npm packages pinned by the lockfile edgekit ships (``device_agents/browser/package-lock.json``, in the
 wheel as ``edgekit/_device_agents/browser/``), installed at setup and never fetched at run time. The page's
-server (edgekit/transport/browser.py) takes the first ``node_modules`` of:
+server (edgekit/agent/browser_transport.py) takes the first ``node_modules`` of:
 
 1. ``$EDGEKIT_BROWSER_RUNTIMES/node_modules`` when that variable is set (and only it: a wrong folder is an error,
    not a silent fall-through to another copy);

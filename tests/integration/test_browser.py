@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.transport import browser
+from edgekit.agent import browser_transport as browser
 
 
 def _missing() -> str | None:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from edgekit.agent import browser_transport as browser
 from edgekit.errors import DeviceError, TransportError
-from edgekit.transport import browser, web_runtimes
+from edgekit.transport import web_runtimes
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_NPM = r"""#!/bin/sh

@@ -9,10 +9,13 @@ is 5 us instead of 100 us). Chromium runs headless with every host name unresolv
 address (``MAP * ~NOTFOUND, EXCLUDE 127.0.0.1``), so the page reaches nothing but the server.
 
 Delivery and hashing work as on the local target (the files land in the served folder); the agent command
-(``python edgekit_agent-<sha>.pyz request.json``) goes to the page through ``edgekit.agent.browser_bridge``, and
+(``python edgekit_agent-<sha>.pyz request.json``) goes to the page through ``browser_bridge.py``, and
 ``--probe`` answers with the browser's facts. A browser that exits or stops answering is a transport failure (exit 3);
 a model ONNX Runtime Web cannot load is the variant's failure. The page reads its WASM thread count once,
 so a request for another count reloads it.
+
+A transport that runs the agent's own request code in-process (``browser_bridge``), so it sits in agent/, above
+the transports it builds on (``transport/local.py``, ``transport/web_runtimes.py``).
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ..agent.browser_bridge import measure_in_page, probe_page
 from ..errors import DeviceError, TransportError
 from ..fsutil import sha256_file
 from ..sim.procs import descendants, kill_tree
-from .base import CommandResult
-from .local import LocalTransport, default_local_workdir
-from .web_runtimes import find, node_modules, page_dir
+from ..transport.base import CommandResult
+from ..transport.local import LocalTransport, default_local_workdir
+from ..transport.web_runtimes import find, node_modules, page_dir
+from .browser_bridge import measure_in_page, probe_page
 
 PAGE_FILES = ("agent.html", "agent.js")
 RUNTIME_PACKAGE = "onnxruntime-web"
