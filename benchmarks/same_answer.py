@@ -3,10 +3,12 @@
     edgekit deploy examples/digits/artifacts/model.pt2 --target local \\
         --eval-data examples/digits/artifacts/eval.npz --calib-data examples/digits/artifacts/calib.npz --out OUT
 
-run N times quiet and N times beside one bounded CPU hog (a `while True: pass` loop this script starts, pins to one
+run N times without and N times beside one bounded CPU hog (a `while True: pass` loop this script starts, pins to one
 core and kills after each run), each with a fresh EDGEKIT_HOME (nothing borrowed from a measurement cache). It
 prints each run's shipped file (name, sha256, size), its wall time and what decided it (the finals' alternating
-rounds: the ratio and its CI), then whether every run shipped the same file. Target: the same file all 2N times.
+rounds: the ratio and its CI) and the host's load as the deploy recorded it ("quiet" means no hog of this script's:
+on a shared machine other work may run), then whether every run shipped the same file. Target: the same file all
+2N times.
 
     .venv/bin/python benchmarks/same_answer.py [--runs 3] [--hog-cpu 0] [--json out.json]
 """
@@ -103,12 +105,13 @@ def main() -> int:
             rows.append(r)
             print(json.dumps(r), flush=True)
     print()
-    print("| run | load | shipped | file sha256 | size KB | wall s | decided by |")
-    print("|---:|---|---|---|---:|---:|---|")
+    print("| run | load | shipped | file sha256 | size KB | wall s | decided by | host as the deploy saw it |")
+    print("|---:|---|---|---|---:|---:|---|---|")
     for r in rows:
         kb = f"{r['size_bytes'] / 1024:.0f}" if r.get("size_bytes") else ""
         print(f"| {r['run']} | {r['load']} | {r.get('shipped') or 'nothing (exit %s)' % r['exit']} | "
-              f"{r.get('sha256', '')} | {kb} | {r['wall_s']} | {r.get('decided_by', r.get('error', ''))} |")
+              f"{r.get('sha256', '')} | {kb} | {r['wall_s']} | {r.get('decided_by', r.get('error', ''))} | "
+              f"{r.get('host') or ''} |")
     # the same file: its bytes (a runtime setting the tuning picked, name@t2, is the same file run another way)
     files = {r.get("sha256") or None for r in rows}
     same = len(files) == 1 and None not in files

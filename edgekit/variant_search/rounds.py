@@ -8,8 +8,8 @@ ONE agent process (``DeviceSession.measure_ab``: A B, B A, A B ...; the release 
 per-round ratio with its bootstrap 95% CI (``report/release.py: judge_ab``) decides, by the project's one tie
 rule (``report/decision.py``: ``speed_tied``, ``settle_tie``): a finalist proved faster than the leader leads
 instead (the rounds run again against it), one tied with it competes on file size, the smaller file ships.
-A pair the agent cannot time together (a page agent has no A/B; an interface it cannot feed) is judged by the
-finals' separate runs, and its reason says so."""
+A pair the agent cannot time together (a page agent has no A/B; an interface it cannot feed), or one reached after
+the search's time budget is spent, is judged by the finals' separate runs, and its reason says so."""
 
 from __future__ import annotations
 
@@ -88,9 +88,14 @@ def decide_in_rounds(session: DeviceSession, qualified: list[VariantResult], art
     for attempt in range(MAX_LEADS):
         close = [v for v in timed if v is not leader and _close(leader, v)]
         for v in close:
-            say(f"finals: {v.name} against the leader {leader.name} in {rounds} alternating rounds"
-                if paired else f"finals: {v.name} against the leader {leader.name} (separate runs)")
-            r = paired_ratio(session, leader, v, arts, settings, rounds) if paired else p50_ratio(leader, v)
+            spent = session.clock is not None and session.clock.remaining() <= 0  # the search's time budget
+            if paired and not spent:
+                say(f"finals: {v.name} against the leader {leader.name} in {rounds} alternating rounds")
+                r = paired_ratio(session, leader, v, arts, settings, rounds)
+            else:
+                r = p50_ratio(leader, v)
+                why = "the time budget was spent" if paired else "this agent has no A/B"
+                r = r and SpeedRatio(r.leader, r.other, r.ratio, r.ci95, f"separate runs ({why})")
             if r is not None:
                 ratios[v.name] = r
         faster = [v for v in close if v.name in ratios and ratios[v.name].faster]
