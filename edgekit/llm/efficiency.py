@@ -1,6 +1,7 @@
 """Each row's measured effective bandwidth on a device, kept from earlier runs (issue #45 item 2): the figure
 ``predict.py`` divides by. A device cost table like the measurement cache: keyed by the device's fingerprint
-(target, hostname, machine id, CPU, architecture, cores), the row and its runtime's version on the device;
+(target, hostname, machine id, CPU, architecture, cores), the row, its runtime's version on the device and
+the threads it ran at;
 a figure measured on a busy device (other processes above ``measure.stats.BUSY_OTHER_CPU`` of its CPU) is not
 stored. The newest ``KEEP`` figures of a row's newest runtime version are its history; their spread is the
 prediction's uncertainty.
@@ -52,13 +53,16 @@ def busy(device_state: dict[str, Any]) -> bool:
     return isinstance(share, (int, float)) and share > BUSY_OTHER_CPU
 
 
-def record(key: str, name: str, version: str | None, gbps: float, device_state: dict[str, Any]) -> bool:
+def record(
+    key: str, name: str, version: str | None, gbps: float, device_state: dict[str, Any], threads: int | None = None
+) -> bool:
     """Keep a measured effective bandwidth; False (nothing kept) on a busy device or with the cache off."""
     if disabled() or busy(device_state) or not gbps > 0:
         return False
     doc = _read(key)
     rows = doc.setdefault("rows", {})
-    rows.setdefault(f"{name}@{version}", []).append({"gbps": round(gbps, 4), "at": round(time.time(), 1)})
+    figure = {"gbps": round(gbps, 4), "at": round(time.time(), 1), "threads": threads}
+    rows.setdefault(f"{name}@{version}", []).append(figure)
     rows[f"{name}@{version}"] = rows[f"{name}@{version}"][-KEEP:]
     f = _file(key)
     try:
@@ -71,13 +75,15 @@ def record(key: str, name: str, version: str | None, gbps: float, device_state: 
     return True
 
 
-def history(key: str | None) -> dict[str, tuple[float, float]]:
-    """{row: (median GB/s, spread)} of the device's newest runtime version of each row."""
+def history(key: str | None, threads: int | None = None) -> dict[str, tuple[float, float]]:
+    """{row: (median GB/s, spread)} of the device's newest runtime version of each row (at ``threads``, when
+    given)."""
     if key is None or disabled():
         return {}
     newest: dict[str, tuple[float, list[float]]] = {}
-    for row_version, figures in (_read(key).get("rows") or {}).items():
+    for row_version, all_figures in (_read(key).get("rows") or {}).items():
         name = row_version.rsplit("@", 1)[0]
+        figures = [f for f in all_figures if threads is None or f.get("threads") in (None, threads)]
         at = max((f.get("at", 0) for f in figures), default=0)
         if figures and (name not in newest or at > newest[name][0]):
             newest[name] = (at, [float(f["gbps"]) for f in figures])

@@ -77,10 +77,11 @@ class Race:
     leader: Leader | None = None
     measure_s: float | None = None  # one file's measurement, once a probe has timed it
     device: str | None = None  # the device's fingerprint (efficiency.device_key), once probed
+    threads: int | None = None  # the threads the probe measured at: the history's figures at the same
     probed: list[str] = field(default_factory=list)
 
     def history(self) -> dict[str, tuple[float, float]]:
-        return efficiency.history(self.device)
+        return efficiency.history(self.device, self.threads)
 
     def predict(self, name: str) -> Prediction:
         lead = (self.leader.name, self.leader.decode) if self.leader else None
@@ -152,14 +153,9 @@ class Race:
             decode = v.generation.decode_tokens_per_s if v.generation else None
             if not decode:
                 continue
-            self.device = efficiency.device_key(self.target, doc)
-            efficiency.record(
-                self.device,
-                name,
-                v.runtime.version,
-                decode * bytes_per_token(self.weights, name) / 1e9,
-                v.device_state,
-            )
+            self.device, self.threads = efficiency.device_key(self.target, doc), v.runtime.threads
+            gbps = decode * bytes_per_token(self.weights, name) / 1e9
+            efficiency.record(self.device, name, v.runtime.version, gbps, v.device_state, v.runtime.threads)
             kld = v.quality.kld_mean if v.quality is not None else None
             if kld is None or kld <= self.max_kld:
                 self.leader = Leader(name, float(decode))
@@ -182,7 +178,7 @@ def record_measured(results: list[VariantResult], doc: dict[str, Any], target: s
         if "@" in v.name or v.name not in ENCODINGS or not decode:
             continue
         gbps = decode * bytes_per_token(weights, v.name) / 1e9
-        kept += efficiency.record(key, v.name, v.runtime.version, gbps, v.device_state)
+        kept += efficiency.record(key, v.name, v.runtime.version, gbps, v.device_state, v.runtime.threads)
     return kept
 
 

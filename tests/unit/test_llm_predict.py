@@ -92,7 +92,8 @@ def test_measured_files_make_the_next_prediction_this_devices_own(tmp_path, monk
 
     def v(name, decode, busy=0.0):
         return SimpleNamespace(name=name, generation=SimpleNamespace(decode_tokens_per_s=decode),
-                               runtime=SimpleNamespace(version="1"), device_state={"other_cpu_fraction": busy})
+                               runtime=SimpleNamespace(version="1", threads=1),
+                               device_state={"other_cpu_fraction": busy})
 
     doc = {"device": {"hostname": "board", "cpu": "A76", "cores": 4}}
     runs = [v("ort-fp32", 30.0), v("ort-int8", 90.0), v("ort-int8@t2", 150.0), v("gguf-q4_0", 200.0, busy=0.5)]
@@ -101,3 +102,8 @@ def test_measured_files_make_the_next_prediction_this_devices_own(tmp_path, monk
     assert set(hist) == {"ort-fp32", "ort-int8"}
     p = predict(LLAMA_125M, "ort-int8", history=hist, leader=("ort-fp32", 30.0))
     assert p.tokens_per_s == pytest.approx(90.0, rel=1e-3) and "this device's history" in p.basis
+    # a figure at other threads is not this setting's
+    record_measured([v("ort-int8", 150.0)], doc, "pi", LLAMA_125M)
+    efficiency.record(efficiency.device_key("pi", doc), "ort-fp32", "1", 99.0, {}, threads=4)
+    at1 = efficiency.history(efficiency.device_key("pi", doc), threads=1)
+    assert at1["ort-fp32"][0] == pytest.approx(30.0 * bytes_per_token(LLAMA_125M, "ort-fp32") / 1e9, rel=1e-3)

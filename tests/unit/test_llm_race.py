@@ -54,7 +54,7 @@ def _probe(decode: float, seen: list):
     def probe(name, art):
         seen.append(name)
         v = SimpleNamespace(generation=SimpleNamespace(decode_tokens_per_s=decode),
-                            quality=SimpleNamespace(kld_mean=0.0), runtime=SimpleNamespace(version="test"),
+                            quality=SimpleNamespace(kld_mean=0.0), runtime=SimpleNamespace(version="test", threads=1),
                             device_state={"other_cpu_fraction": 0.9})
         return v, {"device": {"hostname": "planted"}}
 
