@@ -2,7 +2,7 @@
 runtime and device (llama.cpp's matmuls scale with cores until memory bandwidth is the limit, onnxruntime's
 intra-op pool pays later on small models, XNNPACK in between), so after the race each runtime's best file inside
 the quality gate is measured again, on the device, at the other thread counts up to the cores the agent may use
-(``variant_search.tuning.thread_limit``: the target's cores, at most 4, capped by CPU affinity and cgroup quota).
+(``devices.threads.thread_limit``: the target's cores, at most 4, capped by CPU affinity and cgroup quota).
 
 Each setting is a full row of the race, named ``FILE@tN`` (the fixed-graph search's spelling): the same file,
 its own timings and its own scoring on the device (its logits are scored again rather than assumed unchanged).
@@ -13,9 +13,9 @@ threads."""
 
 from __future__ import annotations
 
+from ..devices.threads import thread_limit
 from ..inputs.targets import TargetSpec
 from ..report.model import VariantResult
-from ..variant_search.tuning import thread_limit
 from .judge import LMGate, objective_value, variant_checks
 
 MARGIN = 0.05  # TTFT / prefill: a setting must be this much better to replace the measured threads

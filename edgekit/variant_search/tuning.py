@@ -37,6 +37,7 @@ import numpy as np
 
 from ..agent.browser_bridge import PAGE_OPTIONS
 from ..devices.session import MeasureFailure
+from ..devices.threads import MAX_THREADS, thread_limit
 from ..formats import FORMATS
 from ..inputs.recipe import VariantSpec
 from ..measure.compare import _thin
@@ -55,33 +56,12 @@ RUNTIME_OPTIONS: dict[str, dict[str, tuple]] = {s.runtime: dict(s.tuning.options
 MULTI_THREAD_ONLY = frozenset(o for s in FORMATS for o in s.tuning.multi_thread_only)
 IMPLIED = {(k, v): o for s in FORMATS for k, v, o in s.tuning.implied}
 SHORT = {k: v for s in FORMATS for k, v in s.tuning.short}
-MAX_THREADS = 4
 # a tuning row's agent run gets its share of the remaining budget, never less than this (a legitimate
 # row on a slow board must finish) and never more than the request's own timeout
 ROW_TIMEOUT_FLOOR_S = 60.0
 # a non-default row whose tail percentile ratio's 95% CI lies above 1 + this loses to the default
 TAIL_MARGIN = 0.05
 TAIL_RESAMPLES = 2000
-
-
-def thread_limit(doc: dict | None, target_cores: int) -> tuple[int, str | None]:
-    """The most threads worth tuning: the target's cores (at most MAX_THREADS), capped by the cores
-    the agent reports usable in a result document (``device.cpu_budget.usable_cores``: affinity and
-    cgroup quota, floored, at least 1; an older agent reports none: the target's cores). Returns the
-    limit and, when the device capped it, why (for the report)."""
-    limit = max(1, min(target_cores, MAX_THREADS))
-    budget = ((doc or {}).get("device") or {}).get("cpu_budget") or {}
-    usable = budget.get("usable_cores")
-    if not isinstance(usable, (int, float)):
-        return limit, None
-    cap = max(1, int(usable + 1e-9))
-    if cap >= limit:
-        return limit, None
-    quota, affinity = budget.get("quota_cores"), budget.get("affinity")
-    why = "cgroup quota" if quota is not None and (affinity is None or quota < affinity) else "CPU affinity"
-    amount = f"{usable:g} of a core" if usable < 1 else f"{usable:g} core{'' if usable == 1 else 's'}"
-    return cap, (f"threads tuned 1..{cap}: the device has {amount} usable ({why}), "
-                 f"the target {target_cores}")
 
 
 def tuning_grid(runtime: str, doc: dict | None, target_cores: int, threads_fixed: int | None,

@@ -17,11 +17,12 @@ import pytest
 from test_search_tuning import FAST, data  # noqa: F401  (the same tiny model and eval set)
 
 from edgekit.devices.session import DeviceSession, MeasureFailure, RunSettings
+from edgekit.devices.threads import thread_limit
 from edgekit.errors import DeviceError, TransportError
 from edgekit.inputs.targets import load_target
 from edgekit.transport.local import LocalTransport
 from edgekit.variant_search import SearchOptions, search, tuning
-from edgekit.variant_search.tuning import row_timeout, tail_worse, thread_limit, tuning_grid
+from edgekit.variant_search.tuning import row_timeout, tail_worse, tuning_grid
 
 ONE_THREAD_OPT = "graph_optimization_level={},threads=1"  # one t1 tuning row on any host
 FAULTY_RUNNER = Path(__file__).with_name("faulty_runner.py")
