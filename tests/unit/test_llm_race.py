@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import pytest
 from lm_zoo import build_tiny_lm, eval_text
 
-from edgekit.llm import deploy, predict, race
+from edgekit.llm import predict, race
 from edgekit.llm.candidates import CANDIDATES, LMCandidate
 from edgekit.llm.int4_ladder import Calibration
+from edgekit.orchestration import generate as deploy
 from edgekit.timeline import Clock, check_deadline
 
 FP32 = next(c for c in CANDIDATES if c.name == "ort-fp32")
