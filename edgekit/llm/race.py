@@ -29,7 +29,7 @@ from typing import Any, Callable
 from ..artifact import Artifact
 from ..report.model import VariantResult
 from ..timeline import Clock
-from . import efficiency
+from . import build_times, efficiency
 from .candidates import BASELINE, LMCandidate
 from .predict import ENCODINGS, Prediction, Weights, bytes_per_token, predict
 
@@ -45,7 +45,11 @@ Probe = Callable[[str, Artifact], "tuple[VariantResult, dict[str, Any]] | None"]
 
 
 def build_seconds(c: LMCandidate, params: int) -> float:
-    """The prior of row ``c``'s build time on ``params`` parameters."""
+    """Row ``c``'s predicted build time on ``params`` parameters: this host's kept builds (``build_times``), else
+    the prior."""
+    kept = build_times.predicted_seconds(c.name, params)
+    if kept is not None:
+        return kept
     if c.name in BUILD_S_PER_MPARAM:
         rate = BUILD_S_PER_MPARAM[c.name]
     elif c.slow:

@@ -107,3 +107,20 @@ def test_measured_files_make_the_next_prediction_this_devices_own(tmp_path, monk
     efficiency.record(efficiency.device_key("pi", doc), "ort-fp32", "1", 99.0, {}, threads=4)
     at1 = efficiency.history(efficiency.device_key("pi", doc), threads=1)
     assert at1["ort-fp32"][0] == pytest.approx(30.0 * bytes_per_token(LLAMA_125M, "ort-fp32") / 1e9, rel=1e-3)
+
+
+def test_a_rows_build_time_is_predicted_from_this_hosts_builds_of_a_model_that_size(tmp_path, monkeypatch):
+    from edgekit.llm import build_times
+    from edgekit.llm.candidates import CANDIDATES
+    from edgekit.llm.race import BUILD_S_PER_MPARAM, build_seconds
+
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    monkeypatch.delenv("EDGEKIT_NO_CACHE", raising=False)
+    et = next(c for c in CANDIDATES if c.name == "et-8da4w")
+    assert build_seconds(et, 135_000_000) == pytest.approx(1 + BUILD_S_PER_MPARAM["slow"] * 135)  # the prior
+    build_times.record("et-8da4w", 1300.0, 130_000_000)
+    build_times.record("et-8da4w", 900.0, 130_000_000)
+    build_times.record("et-8da4w", 30.0, 100_000)  # a tiny model's build: mostly fixed cost, another size
+    assert build_seconds(et, 135_000_000) == pytest.approx(1300.0 * 135 / 130)  # the slowest of that size
+    assert build_seconds(et, 100_000) == pytest.approx(30.0)
+    assert build_seconds(et, 1_000_000_000) == pytest.approx(1 + BUILD_S_PER_MPARAM["slow"] * 1000)  # none kept
