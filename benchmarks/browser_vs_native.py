@@ -91,8 +91,8 @@ def main(argv=None) -> None:
                     help="write the table into docs/benchmarks/browser-and-fleet.md (its browser_vs_native section)")
     args = ap.parse_args(argv)
     from edgekit.agent.browser_bridge import measure_in_page
-    from edgekit.agent.inprocess import load_agent
     from edgekit.agent.browser_transport import BrowserTransport
+    from edgekit.agent.inprocess import load_agent
 
     agent = load_agent()
     load = [os.getloadavg()[0]]  # the host's 1-minute load average at the start and the end (a shared host)

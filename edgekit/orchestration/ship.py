@@ -165,7 +165,7 @@ def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
     call and every setting the agent's runner made for these threads and options (defaults spelled
     out, so a runtime whose defaults change does not change the shipped speed), from the runtime's
     registry row (``ship_apply``). None for a runtime the agent does not run."""
-    if runtime == "onnxruntime-web":  # the browser page's runtimes (edgekit/agent/browser_transport.py): no registry row
+    if runtime == "onnxruntime-web":  # the browser page's runtimes (agent/browser_transport.py): no registry row
         return onnxruntime_web_apply(threads, options)
     if runtime == "litert.js":
         return litertjs_apply(threads, options)
