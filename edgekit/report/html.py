@@ -16,7 +16,7 @@ state; each distinct lineage once. Everything taken from the report is HTML-esca
 
 from __future__ import annotations
 
-from .html_language_model import is_language_model, quantization_accounts, race_table
+from .html_language_model import decode_predictions, is_language_model, quantization_accounts, race_table
 from .html_lineage import lineage_section
 from .html_markup import CSS, esc, kv_table
 from .html_plots import pareto_front, parity_hops, plots, sustained_series
@@ -75,7 +75,12 @@ def _decision(r: Report) -> str:
 
 def _variants(r: Report) -> list[str]:
     if is_language_model(r):
-        return ["<h2 id=variants-h>Variants: the race on the device</h2>", race_table(r), quantization_accounts(r)]
+        return [
+            "<h2 id=variants-h>Variants: the race on the device</h2>",
+            race_table(r),
+            decode_predictions(r),
+            quantization_accounts(r),
+        ]
     reasons = sorted({v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason})
     energy_note = f"<p class=muted>Energy not measured: {esc('; '.join(reasons))}.</p>" if reasons else ""
     return ["<h2 id=variants-h>Variants</h2>", variants_table(r), energy_note, outputs_table(r)]

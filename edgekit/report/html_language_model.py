@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .decode_predictions import HEAD, INTRO, how_close, prediction_rows
 from .html_lineage import group_lineages
 from .html_markup import esc, num
 from .model import Report, VariantResult
@@ -96,6 +97,29 @@ def race_table(r: Report) -> str:
         + "</tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table></div>"
+    )
+
+
+def decode_predictions(r: Report) -> str:
+    """Each file's decode rate predicted before its build beside the measured one (decode_predictions.py)."""
+    rows = prediction_rows(r)
+    if not rows:
+        return ""
+    cells = [
+        [
+            esc(x.variant),
+            f"{num(x.predicted, '{:.1f}')} ({num(x.low, '{:.1f}')}-{num(x.high, '{:.1f}')})",
+            num(x.measured, "{:.1f}"),
+            num(x.ratio, "{:.2f}"),
+            num(x.mb_per_token, "{:.2f}"),
+            esc(x.basis),
+        ]
+        for x in rows
+    ]
+    return (
+        "<h2 id=decode-predictions>Decode predicted before build</h2>"
+        + f"<p>{esc(INTRO)}: {esc(how_close(rows))}.</p>"
+        + _rows_table("predictions", HEAD, cells)
     )
 
 

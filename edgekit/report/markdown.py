@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..timeline import timeline_line
+from .decode_predictions import HEAD, INTRO, how_close, prediction_rows
 from .diff import render_diff_markdown
 from .model import Report, SearchSection, VariantResult
 
@@ -109,43 +110,23 @@ def _generation_table(r: Report) -> list[str]:
 
 
 def _decode_predictions(r: Report) -> list[str]:
-    """Each file's decode rate as predicted before it was built (edgekit/llm/predict.py, race.py) beside the
-    measured one, and how close the predictions came: the prediction's error is visible, run after run."""
-    rows, errors = [], []
-    for v in r.variants:
-        pred = next(
-            (s.metrics["predicted_decode"] for s in reversed(v.lineage) if "predicted_decode" in s.metrics), None
-        )
-        measured = v.generation.decode_tokens_per_s if v.generation is not None else None
-        if "@" in v.name or not isinstance(pred, dict) or not measured:
-            continue
-        ratio = measured / pred["decode_tokens_per_s"] if pred.get("decode_tokens_per_s") else None
-        if ratio is not None and pred.get("basis") != "measured":
-            errors.append(abs(ratio - 1.0))
-        lo, hi = (pred.get("range") or [None, None])[:2]
-        rows.append(
-            f"| {v.name} | {_f(pred.get('decode_tokens_per_s'), '{:.1f}')} ({_f(lo, '{:.1f}')}-"
-            f"{_f(hi, '{:.1f}')}) | {measured:.1f} | {_f(ratio, '{:.2f}')} | "
-            f"{(pred.get('bytes_per_token') or 0) / 1e6:.2f} | {pred.get('basis')} |"
-        )
+    """Each file's decode rate as predicted before it was built beside the measured one (decode_predictions.py)."""
+    rows = prediction_rows(r)
     if not rows:
         return []
-    errors.sort()
-    close = (
-        f"median error {errors[len(errors) // 2]:.0%}, {sum(e <= 0.2 for e in errors)} of {len(errors)} within 20%"
-        if errors
-        else "no file predicted from another's measurement"
-    )
     return [
         "",
         "## Decode predicted before build",
         "",
-        f"Bytes a decode step reads over each row's effective bandwidth, calibrated on the leader once it was "
-        f"measured: {close}.",
+        f"{INTRO}: {how_close(rows)}.",
         "",
-        "| variant | predicted tok/s (range) | measured tok/s | measured / predicted | MB a token | basis |",
+        "| " + " | ".join(HEAD) + " |",
         "|---|---:|---:|---:|---:|---|",
-        *rows,
+        *(
+            f"| {x.variant} | {_f(x.predicted, '{:.1f}')} ({_f(x.low, '{:.1f}')}-{_f(x.high, '{:.1f}')}) | "
+            f"{x.measured:.1f} | {_f(x.ratio, '{:.2f}')} | {x.mb_per_token:.2f} | {x.basis} |"
+            for x in rows
+        ),
     ]
 
 
