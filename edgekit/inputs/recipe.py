@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..config import load_model_file
 from ..errors import ConfigError
-from ..passes.registry import known_passes
+from ..pass_names import known_passes
 from .metric_spec import MetricSpec
 
 

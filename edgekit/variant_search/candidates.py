@@ -19,7 +19,7 @@ from ..formats import FORMATS, Candidate, Format, format_spec, spec_for_runtime
 from ..host import cpu_flags
 from ..inputs.recipe import PassStep, VariantSpec
 from ..inputs.targets import TargetSpec
-from ..passes.registry import known_passes
+from ..pass_names import known_passes
 
 
 def _steps(cand: Candidate) -> list[PassStep]:

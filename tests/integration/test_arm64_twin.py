@@ -93,7 +93,7 @@ def started_twin(name: str, target: str, runtimes: list[str], tag: str):
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory, digits) -> Path:
     """fp32 + static INT8 (ONNX); plus TFLite INT8 when the converter's `convert` step is registered."""
-    from edgekit.passes.registry import known_passes
+    from edgekit.pass_names import known_passes
 
     lines = ["baseline: fp32", "variants:", "  - name: int8-static", "    passes:",
              "      - quantize: {mode: static, format: qdq, per_channel: true}"]

@@ -68,8 +68,8 @@ def test_every_device_runtime_has_an_agent_runner():
 
 def test_candidates_are_valid_recipe_steps():
     from edgekit.inputs.recipe import PassStep
+    from edgekit.pass_names import known_passes
     from edgekit.passes.convert import ConvertConfig
-    from edgekit.passes.registry import known_passes
 
     for row in FORMATS:
         for cand in (*row.default_variants, *row.search_candidates):
