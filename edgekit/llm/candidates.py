@@ -148,7 +148,7 @@ def _et_8da4w(group: int = GROUP) -> Build:
                 ),
             )
 
-        return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name)
+        return build_int4(src.model, cal, context, plan_for=plan_for, make=make, name=name, activations_int8=True)
 
     return build
 

@@ -61,14 +61,30 @@ def host_kld(art: Artifact, model: Any, windows: np.ndarray, context: int) -> fl
     return total / max(n, 1)
 
 
-def fake_quant_kld(model: Any, windows: np.ndarray, plan: list[LayerChoice], float_logp: list[Any]) -> float:
-    """``host_kld`` of the PyTorch model with the plan's layers rounded as the file stores them."""
+def act_int8(x: Any) -> Any:
+    """``x`` rounded as a dynamic int8 activation per token stores it (asymmetric, one scale and zero point a
+    row: ExecuTorch's 8da schemes), returned in float."""
+    import torch
+
+    lo = x.amin(dim=-1, keepdim=True).clamp(max=0.0)
+    hi = x.amax(dim=-1, keepdim=True).clamp(min=0.0)
+    scale = ((hi - lo) / 255.0).clamp(min=1e-12)
+    zero = torch.round(-128.0 - lo / scale)
+    return (torch.clamp(torch.round(x / scale) + zero, -128, 127) - zero) * scale
+
+
+def fake_quant_kld(
+    model: Any, windows: np.ndarray, plan: list[LayerChoice], float_logp: list[Any], *, activations: bool = False
+) -> float:
+    """``host_kld`` of the PyTorch model with the plan's layers rounded as the file stores them (``activations``:
+    their inputs too, as int8 per token)."""
     import torch
 
     from .layer_plan import fake_quant, linear_layers
 
     mods = dict(linear_layers(model))
     saved = {}
+    hooks = []
     try:
         with torch.no_grad():
             for c in plan:
@@ -76,12 +92,16 @@ def fake_quant_kld(model: Any, windows: np.ndarray, plan: list[LayerChoice], flo
                     w = mods[c.name].weight
                     saved[c.name] = w.detach().clone()
                     w.copy_(fake_quant(w.detach().float(), c.scheme, c.group).to(w.dtype))
+                    if activations:
+                        hooks.append(mods[c.name].register_forward_pre_hook(lambda _m, a: (act_int8(a[0]), *a[1:])))
             total, n = 0.0, 0
             for row, p in zip(windows, float_logp):
                 q = torch.log_softmax(model(torch.as_tensor([[int(v) for v in row]])).logits[0].double(), dim=-1)
                 total += float((p.exp() * (p - q)).sum())
                 n += len(row)
     finally:
+        for h in hooks:
+            h.remove()
         with torch.no_grad():
             for name, w in saved.items():
                 mods[name].weight.copy_(w)
@@ -92,9 +112,19 @@ PlanFor = Callable[[set[str], dict[str, str]], list[LayerChoice]]
 Make = Callable[[list[LayerChoice], dict[str, Any]], Artifact]
 
 
-def build_int4(model: Any, cal: Calibration, context: int, *, plan_for: PlanFor, make: Make, name: str) -> Artifact:
+def build_int4(
+    model: Any,
+    cal: Calibration,
+    context: int,
+    *,
+    plan_for: PlanFor,
+    make: Make,
+    name: str,
+    activations_int8: bool = False,
+) -> Artifact:
     """The int4 file by ``plan_for(keep_int8, notes)`` and ``make(plan, account)``, recovered by the ladder: the
-    rung picked on the fake-quantized PyTorch model, then lowered once."""
+    rung picked on the fake-quantized PyTorch model (``activations_int8``: the layers' inputs rounded as int8 per
+    token too, as ExecuTorch's 8da4w computes), then lowered once."""
     import torch
 
     windows = cal.windows[:HOST_WINDOWS]
@@ -129,7 +159,7 @@ def build_int4(model: Any, cal: Calibration, context: int, *, plan_for: PlanFor,
             for i, n in enumerate(keep)
         }
         plan = plan_for(set(keep), notes)
-        kld = fake_quant_kld(model, windows, plan, float_logp)
+        kld = fake_quant_kld(model, windows, plan, float_logp, activations=activations_int8)
         within = kld <= cal.max_kld
         if within or lowered:  # from the first rung inside on the host, the lowered file decides
             errors = layer_errors(model, windows, plan)
