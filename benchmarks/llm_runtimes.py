@@ -49,9 +49,8 @@ CONFIGS = {  # ~100M parameters each (embeddings included)
 def build_model(family: str, dest: Path, context: int) -> Path:
     """A ~100M-parameter model folder of ``family`` with the zoo's tokenizer (random weights, seeded)."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
     from lm_zoo import build_tiny_lm
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if (dest / "config.json").is_file():
         return dest
@@ -256,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from lm_zoo import eval_text
 
-    from edgekit.llm.deploy import LMOptions, deploy_lm
+    from edgekit.llm.options import LMOptions
+    from edgekit.orchestration.generate import deploy_lm
 
     if args.docs and not args.peers_only and not args.variants:
         # the page's tables say "every runtime": a run here without one of them would say less than its heading

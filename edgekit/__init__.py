@@ -49,8 +49,8 @@ _EXPORTS = {
     "DeviceLockedError": "edgekit.devices.lock:DeviceLockedError",
     "BudgetExceeded": "edgekit.timeline:BudgetExceeded",
     "train": "edgekit.train:train",
-    "deploy_lm": "edgekit.llm.deploy:deploy_lm",
-    "LMOptions": "edgekit.llm.deploy:LMOptions",
+    "deploy_lm": "edgekit.orchestration.generate:deploy_lm",
+    "LMOptions": "edgekit.llm.options:LMOptions",
     "LMGate": "edgekit.llm.judge:LMGate",
 }
 
@@ -79,9 +79,9 @@ if TYPE_CHECKING:  # pragma: no cover  (explicit re-exports, so type checkers se
     from .inputs.targets import TargetSpec as TargetSpec
     from .inputs.targets import list_targets as list_targets
     from .inputs.targets import load_target as load_target
-    from .llm.deploy import LMOptions as LMOptions
-    from .llm.deploy import deploy_lm as deploy_lm
     from .llm.judge import LMGate as LMGate
+    from .llm.options import LMOptions as LMOptions
+    from .orchestration.generate import deploy_lm as deploy_lm
     from .orchestration.pipeline import DeployOptions as DeployOptions
     from .orchestration.pipeline import deploy as deploy
     from .orchestration.pipeline import profile as profile

@@ -140,7 +140,7 @@ def deploy_cmd(
     from ..orchestration.pipeline import DeployOptions, deploy
     from .common import parse_key_values
 
-    if _is_lm(model):  # a language model: its own loop (edgekit/llm/deploy.py)
+    if _is_lm(model):  # a language model: the generation workload (edgekit/orchestration/generate.py)
         given = {"--eval-data": eval_data, "--calib-data": calib_data, "--recipe": recipe, "--metric": metric,
                  "--arch": arch, "--devices": devices, "--pool": pool,
                  "--profile": profile or None, "--train-data": train_data}
@@ -230,10 +230,10 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                lm_variants=None, baseline=None, max_latency_regression=None, top_k=None, search=None,
                time_budget=None):
     from ..errors import BadInputError
-    from ..llm.deploy import LMOptions
-    from ..orchestration.pipeline import deploy
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
+    from ..llm.options import LMOptions
     from ..llm.release import ReleaseGate
+    from ..orchestration.pipeline import deploy
 
     if eval_text is None:
         raise BadInputError(f"{model} is a language model: it needs --eval-text FILE (plain text or JSONL of prompts)",

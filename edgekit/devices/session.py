@@ -101,6 +101,10 @@ class Inference:
         return session.inference_request(name, art, settings)
 
     def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
+        if session.plan is None:
+            raise TypeError(
+                "fixed-graph inference reads its outputs with the run's metric plan: DeviceSession(plan=...)"
+            )
         return variant_result(name, art, res, session.plan)
 
     def timeout_s(self, req: AgentRequest) -> float | None:
@@ -209,8 +213,8 @@ class DeviceSession:
         target: TargetSpec,
         device: str | None,
         *,
-        source_io: IOSpec,
-        plan: EvalPlan,
+        source_io: IOSpec | None,
+        plan: EvalPlan | None,
         transport: Transport | None = None,
         lock_wait: bool = True,
         lock_timeout: float | None = None,
@@ -363,6 +367,10 @@ class DeviceSession:
 
     def inference_request(self, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
         """Fixed-graph inference: the timed runs, then the eval set delivered by :meth:`use_eval`."""
+        if self.source_io is None:
+            raise TypeError(
+                "fixed-graph inference builds its request from the source's io: DeviceSession(source_io=...)"
+            )
         with_eval = settings.with_eval and self._eval_bundle is not None
         return build_request(
             variant=name,
@@ -396,7 +404,11 @@ class DeviceSession:
             return MeasureFailure(variant=req.variant, kind=exc.kind, message=exc.message, hint=hint)
 
     def measure(self, name: str, art: Artifact, settings: RunSettings) -> Measured | MeasureFailure:
+        """One variant measured by the session's workload: its request, the agent's run (or the measurement
+        cache's copy), and its answer read as the report's row."""
         req = self.request(name, art, settings)
+        if settings.timeout_s is None:
+            settings = settings.but(timeout_s=self.workload.timeout_s(req))
         res = self.run(req, settings)
         if isinstance(res, MeasureFailure):
             return res

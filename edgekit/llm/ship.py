@@ -5,11 +5,9 @@ called (its inputs and outputs, how its KV cache is held). ``edgekit run ship/ -
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..artifact import Artifact
-from ..orchestration.ship import write_file_set
 from ..report.model import VariantResult
 from .export_onnx import io_names
 from .request import GenerateSettings
@@ -44,12 +42,11 @@ def calling(art: Artifact, src: LMSource) -> dict[str, Any]:
     }
 
 
-def write_lm_ship(
-    out_dir: Path, v: VariantResult, art: Artifact, src: LMSource, settings: GenerateSettings
-) -> dict[str, Any]:
-    """A language model's ship folder (the one writer, ``orchestration/ship.write_file_set``): the file with its
-    tokenizer files, and ship.json's generator contract (context, vocabulary, tokenizer, chat template, how
-    the file is called and its cache held) and measured figures."""
+def lm_contract(v: VariantResult, art: Artifact, src: LMSource, settings: GenerateSettings) -> dict[str, Any]:
+    """A language model's part of ship.json (the folder is written by the one ship writer,
+    ``orchestration/ship.write_file_set``, with the tokenizer files beside the model): the generator contract
+    (context, vocabulary, tokenizer, chat template, how the file is called and its cache held) and the measured
+    figures."""
     g, q = v.generation, v.quality
     contract = {
         "task": TASK,
@@ -73,4 +70,4 @@ def write_lm_ship(
             "peak_rss_mb": g.peak_rss_mb if g else None,
         },
     }
-    return write_file_set(out_dir, v, art, contract, companions=src.files)
+    return contract

@@ -35,7 +35,7 @@ from ..variant_search import search as run_search
 from ..variant_search.candidates import candidate_variants
 from .assemble import assemble_report
 from .fleet import deploy_fleet
-from .generator import deploy_generator
+from .generate import deploy_generator
 from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
 from .release import release_judgement
@@ -95,13 +95,13 @@ def deploy(
     folder or a .gguf) takes ``eval_text`` and ``lm_options`` (:class:`edgekit.LMOptions`) instead.
     """
     progress, spec = progress or _noop, target_spec(target)
-    if _is_lm(model):  # a generator: the same entry, target and shared options (orchestration/generator.py)
+    if _is_lm(model):  # a generator: the same entry, target and shared options (orchestration/generate.py)
         fixed = dict(eval_data=eval_data, calib_data=calib_data, recipe=recipe, arch=arch, options=options,
                      example_inputs=example_inputs, search_options=search_options)  # refused when given
         return deploy_generator(model, eval_text=eval_text, target=spec, device=device, out=out, progress=progress,
                                 transport=transport, search=search, options=lm_options, overrides=dict(overrides),
                                 fixed=fixed)
-    _fixed_graph_inputs(model, eval_data, eval_text, lm_options)
+    eval_data = _fixed_graph_inputs(model, eval_data, eval_text, lm_options)
     opts = _deploy_options(options, overrides)
     mode = variant_mode(recipe, search, opts, spec, calib_data is not None)
     if mode != "recipe":
@@ -121,11 +121,13 @@ def deploy(
                               y_key, opts, progress, transport)
 
 
-def _fixed_graph_inputs(model: Any, eval_data: Any, eval_text: Any, lm_options: Any) -> None:
+def _fixed_graph_inputs(model: Any, eval_data: str | Path | None, eval_text: Any, lm_options: Any) -> str | Path:
+    """A fixed graph's eval data (exit 2 without it, or with a language model's arguments)."""
     if eval_data is None or eval_text is not None or lm_options is not None:
         raise BadInputError(f"{model} needs eval_data (.npz of inputs and labels)" if eval_data is None else
                             "eval_text and lm_options are for a language model (a transformers folder or a .gguf)",
                             hint="a fixed-graph model takes eval_data; a language model takes eval_text")
+    return eval_data
 
 
 def _is_lm(model: Any) -> bool:

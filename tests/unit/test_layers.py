@@ -29,9 +29,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("report",),  # the report schema, its views, the gate and the release statistics
     ("devices",),  # the device stage: session, lock, lease, labgrid places, inventory, provisioning, profiles
     ("lab",),  # a shared lab: inventory devices exported as labgrid places
+    ("llm",),  # language models: their exports, race, quality, judge and generation workload
     ("variant_search",),
-    ("orchestration",),  # deploy, a fleet run, the preparation and steps they share
-    ("llm",),  # language models: their exports, race, judge and deploy, over all of the above
+    ("orchestration",),  # deploy (fixed graphs and generators), a fleet run, the preparation and steps they share
     ("cli", "api"),
 ]
 RANK = {p: i for i, row in enumerate(LAYERS) for p in row}
@@ -41,8 +41,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("root", "agent"): "host.py reads the CPU budget with the agent's own code (agent.inprocess.load_agent)",
     ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
     "and deploy hands a run without a recipe to the search",
-    ("orchestration", "llm"): "deploy hands a language model to llm/ (generator.py: llm.deploy; pipeline.py: "
-    "llm.source.is_lm_source), and llm/deploy.py reuses orchestration's options, target lookup and ship writer",
 }
 # packages of one row that import each other (a before b), allowed for now: why. May only shrink. (A circle
 # across rows has an upward import: UPWARD names it.)

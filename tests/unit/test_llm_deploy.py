@@ -16,7 +16,8 @@ import pytest
 from lm_zoo import build_tiny_lm, eval_text
 
 from edgekit.errors import BadInputError, ConversionError
-from edgekit.llm.deploy import LMOptions, deploy_lm
+from edgekit.llm.options import LMOptions
+from edgekit.orchestration.generate import deploy_lm
 
 ORT_ONLY = ("ort-fp32", "ort-int8")
 FAST = dict(runs=20, warmup=3, min_seconds=0.1, threads=1)  # threads fixed: no FILE@tN rows
@@ -186,9 +187,9 @@ def test_a_planted_degenerate_variant_fails_the_gate_on_the_device(llama, tmp_pa
     from edgekit.artifact import Artifact
     from edgekit.formats import Format
     from edgekit.inputs.targets import load_target
-    from edgekit.llm import deploy as d
     from edgekit.llm.export_onnx import export_onnx, lm_io
     from edgekit.llm.judge import LMGate, judge
+    from edgekit.orchestration import generate as d
 
     folder, text = llama
     o = LMOptions(context=64, window=32, max_windows=4, **FAST)
@@ -388,7 +389,8 @@ def test_threads_are_tuned_per_runtime_and_a_setting_ships_only_when_clearly_fas
 def test_the_short_search_leaves_the_slow_rows_to_search(llama, tmp_path, monkeypatch):
     """Without --lm-variants the race builds the short list (each runtime's likeliest winners); the rest are named
     in settings.skipped with the flag that races them; --search races every row."""
-    from edgekit.llm import candidates, deploy
+    from edgekit.llm import candidates
+    from edgekit.orchestration import generate as deploy
 
     seen: list[list[str]] = []
 

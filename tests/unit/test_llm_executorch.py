@@ -9,7 +9,8 @@ import importlib.util
 import pytest
 from lm_zoo import build_tiny_lm, eval_text
 
-from edgekit.llm.deploy import LMOptions, deploy_lm
+from edgekit.llm.options import LMOptions
+from edgekit.orchestration.generate import deploy_lm
 
 pytestmark = [pytest.mark.executorch,
               pytest.mark.skipif(importlib.util.find_spec("executorch") is None,

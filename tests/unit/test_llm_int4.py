@@ -16,11 +16,12 @@ from lm_zoo import build_tiny_lm, eval_text, planted_outlier_lm
 
 from edgekit.errors import ConversionError
 from edgekit.llm.candidates import CANDIDATES
-from edgekit.llm.deploy import LMOptions, deploy_lm
 from edgekit.llm.int4_ladder import Calibration
 from edgekit.llm.layer_plan import fake_quant, layer_errors, plan_int4
+from edgekit.llm.options import LMOptions
 from edgekit.llm.source import load_lm
 from edgekit.llm.text import load_eval_text
+from edgekit.orchestration.generate import deploy_lm
 
 BUILD = {c.name: c.build for c in CANDIDATES}
 NARROW = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")  # input width = hidden = 48

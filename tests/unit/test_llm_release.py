@@ -14,7 +14,8 @@ import pytest
 from lm_zoo import build_tiny_lm, eval_text
 
 from edgekit.errors import BadInputError, GateFailed
-from edgekit.llm.deploy import LMOptions, deploy_lm
+from edgekit.llm.options import LMOptions
+from edgekit.orchestration.generate import deploy_lm
 
 ONE = dict(context=96, window=48, max_windows=6, candidates=("ort-int8",), runs=40, warmup=5, min_seconds=0.3,
            threads=1)

@@ -11,9 +11,10 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "edgekit"
 MAX_LINES = 60
-# (file, function): the public entry points and the search's real body
+# (file, function): the public entry points (a fixed graph's and a language model's) and the search's real body
 ORCHESTRATIONS = [("orchestration/pipeline.py", "deploy"), ("variant_search/run.py", "search"),
-                 ("variant_search/run.py", "_search")]
+                 ("variant_search/run.py", "_search"), ("orchestration/generate.py", "deploy_lm"),
+                 ("orchestration/generate.py", "deploy_generator")]
 
 
 def function_lines(path: Path, name: str) -> int:
