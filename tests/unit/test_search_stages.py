@@ -9,6 +9,8 @@ so the time-budget tests control when the budget runs out)."""
 
 from __future__ import annotations
 
+import json
+
 import time
 
 import onnx
@@ -189,7 +191,10 @@ def test_nothing_inside_the_budgets_selects_and_ships_nothing(digits_onnx, digit
     rep = _search(digits_onnx, digits, out, target=target, candidates=[DYN])
     assert not rep.gate.passed
     assert rep.search["selected"] is None and rep.search["shipped"] is None
-    assert not (out / "ship").exists()
+    # ship/ says that nothing shipped, and why (edgekit run on it answers so): no model file is there
+    meta = json.loads((out / "ship" / "ship.json").read_text())
+    assert meta["shipped"] is False and meta["reason"] == rep.decision["reason"]
+    assert sorted(p.name for p in (out / "ship").iterdir()) == ["ship.json"]
     search_check = [ch for ch in rep.gate.checks if ch.name == "search"]
     assert search_check and "no candidate stays inside" in search_check[0].message
 
