@@ -27,7 +27,8 @@ from ..formats import format_spec
 from ..host import host_compute, host_threads
 from ..inputs.run_options import RunOptions
 from ..inputs.targets import MeasureDefaults, TargetSpec
-from ..llm.build_cache import cached, source_key
+from ..llm import build_times
+from ..llm.build_cache import cached, hit_note, source_key
 from ..llm.candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from ..llm.int4_ladder import Calibration
 from ..llm.judge import judge
@@ -93,6 +94,7 @@ def build(
         if key is not None and c.calibrated:
             key["calibration"] = cal.key()
         deadline = clock.deadline - TUNING * (len(built) + 1) * race.one_measure_s()
+        started = time.perf_counter()
         try:
             with clock.span("build", c.name), clock.deadline_scope(deadline, f"{c.name}'s build"):
                 with host_compute(host_threads()):
@@ -106,6 +108,8 @@ def build(
         except (ConversionError, EdgekitError) as exc:
             dropped[c.name] = f"dropped at build: {exc.message}"
             continue
+        if hit_note(art) is None:  # built, not restored: this host's build time for the row (build_times.py)
+            build_times.record(c.name, time.perf_counter() - started, p.src.parameters)
         predicted[c.name] = pred
         built[c.name] = _with_metrics(art, cache_parity=figures)
     for name in built:  # the files measured after the race: their prediction from the leader, if one was found

@@ -114,6 +114,10 @@ def test_a_second_build_is_restored_from_the_cache_and_named_in_the_lineage(prep
     first, _ = deploy.build(prepared, rows, lambda _m: None, _cal(prepared))
     cold = time.perf_counter() - t
     assert all("cache" not in a.lineage[-1].metrics for a in first.values())
+    from edgekit.llm import build_times
+
+    kept = {name: build_times.predicted_seconds(name, prepared.src.parameters) for name in first}
+    assert all(s is not None and 0 < s < cold for s in kept.values()), kept  # this host's build times, kept
     t = time.perf_counter()
     again, _ = deploy.build(prepared, rows, lambda _m: None, _cal(prepared))
     warm = time.perf_counter() - t
@@ -122,6 +126,7 @@ def test_a_second_build_is_restored_from_the_cache_and_named_in_the_lineage(prep
         note = art.lineage[-1].metrics["cache"]
         assert note.startswith("cache hit ") and " s by an earlier run" in note and "? s" not in note, note
     print(f"build cache: cold {cold:.1f} s, warm {warm:.1f} s")
+    assert {name: build_times.predicted_seconds(name, prepared.src.parameters) for name in first} == kept  # no hit
     assert warm < cold
 
 
