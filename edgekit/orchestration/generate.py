@@ -27,7 +27,7 @@ from ..formats import format_spec
 from ..host import host_compute, host_threads
 from ..inputs.run_options import RunOptions
 from ..inputs.targets import MeasureDefaults, TargetSpec
-from ..llm import build_times
+from ..llm import build_times, efficiency
 from ..llm.build_cache import cached, hit_note, source_key
 from ..llm.candidates import BASELINE, CANDIDATES, SHORT, LMCandidate, candidates_for
 from ..llm.int4_ladder import Calibration
@@ -37,7 +37,7 @@ from ..llm.options import LMOptions, measure_settings
 from ..llm.parity import cache_parity
 from ..llm.predict import Weights
 from ..llm.prepare import Prepared, prepare
-from ..llm.race import DEFAULT_BUDGET_S, SEARCH_BUDGET_S, TUNING, Probe, Race
+from ..llm.race import DEFAULT_BUDGET_S, SEARCH_BUDGET_S, TUNING, Probe, Race, record_measured
 from ..llm.release import PREFIX as RELEASE_PREFIX
 from ..llm.release import LastRelease, compared_with, load_last_release, release_checks
 from ..llm.release_ab import Side, decode_ab
@@ -64,12 +64,15 @@ def build(
     *,
     clock: Clock | None = None,
     probe: Probe | None = None,
+    device: tuple[dict[str, Any], int] | None = None,
 ) -> tuple[dict[str, Artifact], dict[str, str]]:
     """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it.
     An int4 candidate also checks itself with ``cal`` and climbs its recovery ladder (``int4_ladder``).
     ``race.py`` orders the rows (what can win first), measures the likeliest leader with ``probe`` before a slow
     lowering, and names each row it does not start (it cannot win, or it does not fit ``clock``'s budget).
-    Every file goes through the build cache (``build_cache``) and carries its predicted decode rate."""
+    Every file goes through the build cache (``build_cache``) and carries its predicted decode rate; ``device``
+    (the device's probe document and the threads it is measured at) gives the predictions its history from
+    the first row."""
     art_dir = p.out_dir / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
     built: dict[str, Artifact] = {}
@@ -77,6 +80,8 @@ def build(
     window = [int(v) for v in p.text.windows[0]]
     clock = clock or Clock()
     race = Race(Weights.of(p.src), p.src.parameters, clock, p.spec.name, cal.max_kld, progress, probe)
+    if device is not None:
+        race.device, race.threads = efficiency.device_key(p.spec.name, device[0]), device[1]
     predicted: dict[str, dict[str, Any]] = {}
     for c in race.order(chosen):
         why = race.why_not(c, built)
@@ -127,6 +132,14 @@ def _probe(
     session.deliver([art])
     res = session.measure(name, art, RunSettings(measure=measure_settings(p.spec, o)))
     return None if isinstance(res, MeasureFailure) else (res.result, res.doc)
+
+
+def _device(session: DeviceSession, p: Prepared, o: LMOptions) -> tuple[dict[str, Any], int] | None:
+    """The device's probe document and the threads the race measures at (None: the device cannot say)."""
+    try:
+        return session.measurements.probe_doc(), measure_settings(p.spec, o).threads
+    except EdgekitError:
+        return None
 
 
 def _with_metrics(art: Artifact, **metrics: Any) -> Artifact:
@@ -211,6 +224,8 @@ def measure(
         rows, capped = settings_to_try(ours, o.gate, o.objective, first_doc, p.spec)
         for name, t in rows:
             one(tuned_name(name, t), built[name], m.model_copy(update={"threads": t}))
+    if first_doc:  # each quiet file's effective bandwidth: the next run's predictions (llm/efficiency.py)
+        record_measured(results, first_doc, p.spec.name, Weights.of(p.src))
     return results, dropped, first_doc, capped
 
 
@@ -292,7 +307,7 @@ def deploy_lm(
     with open_session(p, o, device, transport, progress) as session:
         use_generation(session, p, o)
         probe: Probe = partial(_probe, session, p, o)
-        built, dropped = build(p, chosen, progress, cal, clock=clock, probe=probe)
+        built, dropped = build(p, chosen, progress, cal, clock=clock, probe=probe, device=_device(session, p, o))
         if not built:
             raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
         to_measure = {**built, **({last.name: last.artifact} if last else {})}
@@ -382,6 +397,7 @@ def search_section(
         objective=o.objective,
         selected=decision.ship,
         seconds=round(time.perf_counter() - t0, 2),
+        time_budget_s=o.time_budget_s or (SEARCH_BUDGET_S if o.search else DEFAULT_BUDGET_S),
         candidates=[
             SearchCandidate(
                 name=n,

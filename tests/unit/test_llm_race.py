@@ -171,3 +171,26 @@ def test_the_cli_takes_a_language_models_time_budget(prepared, tmp_path, cli, mo
     assert r.exit_code == 2 and "--time-budget 0" in r.stdout + r.stderr and not seen
     r = cli(*args, "120")
     assert r.exit_code == 2 and seen == [120.0], r.stdout + r.stderr
+
+
+def test_a_second_deploy_predicts_from_this_devices_history_from_the_first_row(prepared, monkeypatch, tmp_path):
+    """The first deploy keeps each quiet file's effective bandwidth for the device; the second predicts every row
+    from it, before anything is measured (the device's probe names it), and its report names the budget."""
+    from edgekit.llm import efficiency
+
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(efficiency, "busy", lambda _state: False)  # this shared host: count its runs as quiet
+    folder, text = prepared.src.path, tmp_path / "eval.txt"
+    text.write_text(eval_text(tmp_path / "t").read_text())
+    opts = dict(context=48, window=24, max_windows=2, candidates=("ort-fp32", "ort-int8"), runs=10, warmup=2,
+                min_seconds=0.05, threads=1, time_budget_s=600)
+    first = deploy.deploy_lm(folder, eval_text=text, out=tmp_path / "a", options=deploy.LMOptions(**opts))
+    second = deploy.deploy_lm(folder, eval_text=text, out=tmp_path / "b", options=deploy.LMOptions(**opts))
+    for name in ("ort-fp32", "ort-int8"):
+        before = first.variant(name).lineage[-1]["metrics"]["predicted_decode"]
+        after = second.variant(name).lineage[-1]["metrics"]["predicted_decode"]
+        assert before["basis"].startswith("the benchmark prior") and after["basis"].startswith("this device's history")
+        # the history is the first run's own figure: the prediction is that run's measured rate
+        assert after["decode_tokens_per_s"] == pytest.approx(first.variant(name).generation.decode_tokens_per_s,
+                                                             rel=0.01)
+    assert second.search.time_budget_s == 600
