@@ -194,3 +194,11 @@ def test_a_second_deploy_predicts_from_this_devices_history_from_the_first_row(p
         assert after["decode_tokens_per_s"] == pytest.approx(first.variant(name).generation.decode_tokens_per_s,
                                                              rel=0.01)
     assert second.search.time_budget_s == 600
+    # another gate setting with a --baseline release check: every file restored from the build cache, said so
+    from edgekit.llm.judge import LMGate
+
+    third = deploy.deploy_lm(folder, eval_text=text, out=tmp_path / "c", options=deploy.LMOptions(
+        **opts, gate=LMGate(max_kld=0.04), baseline=tmp_path / "a" / "report.json"))
+    ours = [v for v in third.variants if v.name in ("ort-fp32", "ort-int8")]
+    assert len(ours) == 2 and all(v.lineage[-1]["metrics"]["cache"].startswith("cache hit ") for v in ours)
+    assert third.compared_with is not None
