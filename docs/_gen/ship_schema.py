@@ -145,10 +145,13 @@ class ShipManifest(_Doc):
         description="every file of the model (OpenVINO's `.bin` beside its `.xml`; a language model's tokenizer files)"
     )
     sha256: str = Field(description="the model's hash (covers every file of a multi-file model)")
-    set_sha256: str | None = Field(None, description="language models: the hash of the whole shipped file set")
+    set_sha256: str | None = Field(
+        None,
+        description="the hash of the whole shipped file set (the model's files and a language model's tokenizer files)",
+    )
     format: str = Field(description="`onnx`, `tflite`, `executorch`, `openvino`, `ncnn`, `gguf`, ...")
     precision: str = Field(description="`fp32`, `fp16`, `int8`, `int4`, `mixed`, ...")
-    runtime: str | None = Field(None, description="language models: the runtime it was measured on")
+    runtime: str | None = Field(None, description="the runtime it was measured on (runtime.json says how to set it up)")
     interface: Interface | None = Field(None, description="fixed-graph models: how to call the file")
     generator: Generator | None = Field(None, description="language models: tokenizer and generation settings")
     eval: EvalWindows | None = Field(None, description="language models: the eval text's windowing")

@@ -101,10 +101,6 @@ class Inference:
         return session.inference_request(name, art, settings)
 
     def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
-        if session.plan is None:
-            raise TypeError(
-                "fixed-graph inference reads its outputs with the run's metric plan: DeviceSession(plan=...)"
-            )
         return variant_result(name, art, res, session.plan)
 
     def timeout_s(self, req: AgentRequest) -> float | None:
@@ -568,14 +564,16 @@ def _failure_kind(exc: DeviceError) -> str:
     return "agent_died"
 
 
-def variant_result(name: str, art: Artifact, res: AgentResult, plan: EvalPlan) -> VariantResult:
+def variant_result(name: str, art: Artifact, res: AgentResult, plan: EvalPlan | None) -> VariantResult:
     """The agent's document, parsed once, as the report's VariantResult (statistics, parity and
-    the metric computed here, on the host)."""
+    the metric computed here, on the host, with the run's metric plan; a timing-only run needs none)."""
     doc = res.parsed
     lat = doc.latency_ms
     stats = latency_stats(lat.raw)
     parity = parity_outputs = accuracy = None
     if res.outputs is not None:
+        if plan is None:
+            raise TypeError("the eval outputs are read with the run's metric plan: DeviceSession(plan=...)")
         parity_outputs = plan.parity(res.outputs)
         parity = next(iter(parity_outputs.values()), None)
         accuracy = plan.accuracy_dict(plan.score(res.outputs))

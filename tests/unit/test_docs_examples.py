@@ -255,21 +255,27 @@ def _dict_keys(node) -> dict[str, object]:
 
 
 def test_the_ship_reference_describes_every_key_a_language_models_ship_json_has():
-    """write_lm_ship needs a whole language model to run; its ship.json and runtime.json literals are read from the
-    source instead, key by key, against the reference's models."""
+    """A language model's ship folder needs a whole language model to run; the literals of its ship.json and
+    runtime.json are read from the source instead, key by key, against the reference's models: the one writer's
+    (orchestration/ship.write_file_set: meta, rt) and the generator's contract (llm/ship.lm_contract)."""
     import ast
 
     ShipManifest, RuntimeConfig = _ship_models()
-    tree = ast.parse((ROOT / "edgekit" / "llm" / "ship.py").read_text(encoding="utf-8"))
-    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "write_lm_ship")
-    literals = {
-        t.id: n.value
-        for n in ast.walk(fn)
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
-        for t in n.targets
-        if isinstance(t, ast.Name)
-    }
-    meta, rt = _dict_keys(literals["meta"]), _dict_keys(literals["rt"])
+
+    def literals_of(path: str, name: str) -> dict:
+        tree = ast.parse((ROOT / "edgekit" / path).read_text(encoding="utf-8"))
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        return {
+            t.id: n.value
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+
+    literals = literals_of("orchestration/ship.py", "write_file_set")
+    contract = _dict_keys(literals_of("llm/ship.py", "lm_contract")["contract"])
+    meta, rt = {**_dict_keys(literals["meta"]), **contract}, _dict_keys(literals["rt"])
 
     def fields(model) -> set[str]:
         return {f.alias or name for name, f in model.model_fields.items()}
