@@ -83,6 +83,8 @@ class Race:
     device: str | None = None  # the device's fingerprint (efficiency.device_key), once probed
     threads: int | None = None  # the threads the probe measured at: the history's figures at the same
     probed: list[str] = field(default_factory=list)
+    # rows the user named (--lm-variants): built whatever the prediction says (the time budget still holds)
+    named: frozenset[str] = frozenset()
 
     def history(self) -> dict[str, tuple[float, float]]:
         return efficiency.history(self.device, self.threads)
@@ -116,7 +118,7 @@ class Race:
 
     def why_not(self, c: LMCandidate, built: dict[str, Artifact]) -> str | None:
         """Why row ``c`` is not started (None: build it); a slow row first has the leader measured."""
-        if c.slow and self.leader is None:
+        if c.slow and c.name not in self.named and self.leader is None:
             self._find_leader(built)
         p = self.predict(c.name)
         est = build_seconds(c, self.params)
@@ -127,7 +129,7 @@ class Race:
                 f"building after the measurements; its build predicted {est:.0f} s), predicted decode "
                 f"{p.tokens_per_s:.1f} tok/s" + self.against_leader(p)
             )
-        if c.slow and self.leader is not None and p.optimistic < self.leader.decode:
+        if c.slow and c.name not in self.named and self.leader is not None and p.optimistic < self.leader.decode:
             return (
                 f"not built: predicted decode {p.tokens_per_s:.1f} tok/s (at most {p.optimistic:.1f} with its "
                 f"uncertainty) cannot beat the leader {self.leader.name}'s measured {self.leader.decode:.1f} tok/s; "

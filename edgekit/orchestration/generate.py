@@ -65,11 +65,13 @@ def build(
     clock: Clock | None = None,
     probe: Probe | None = None,
     device: tuple[dict[str, Any], int] | None = None,
+    named: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Artifact], dict[str, str]]:
     """Each candidate exported and proven (``parity.cache_parity`` on an eval window); a failure drops it.
     An int4 candidate also checks itself with ``cal`` and climbs its recovery ladder (``int4_ladder``).
     ``race.py`` orders the rows (what can win first), measures the likeliest leader with ``probe`` before a slow
-    lowering, and names each row it does not start (it cannot win, or it does not fit ``clock``'s budget).
+    lowering, and names each row it does not start (it cannot win, or it does not fit ``clock``'s budget); a row
+    the user named (``named``: --lm-variants) is built whatever its prediction, inside the budget.
     Every file goes through the build cache (``build_cache``) and carries its predicted decode rate; ``device``
     (the device's probe document and the threads it is measured at) gives the predictions its history from
     the first row."""
@@ -79,7 +81,7 @@ def build(
     dropped: dict[str, str] = {}
     window = [int(v) for v in p.text.windows[0]]
     clock = clock or Clock()
-    race = Race(Weights.of(p.src), p.src.parameters, clock, p.spec.name, cal.max_kld, progress, probe)
+    race = Race(Weights.of(p.src), p.src.parameters, clock, p.spec.name, cal.max_kld, progress, probe, named=named)
     if device is not None:
         race.device, race.threads = efficiency.device_key(p.spec.name, device[0]), device[1]
     predicted: dict[str, dict[str, Any]] = {}
@@ -307,7 +309,8 @@ def deploy_lm(
     with open_session(p, o, device, transport, progress) as session:
         use_generation(session, p, o)
         probe: Probe = partial(_probe, session, p, o)
-        built, dropped = build(p, chosen, progress, cal, clock=clock, probe=probe, device=_device(session, p, o))
+        built, dropped = build(p, chosen, progress, cal, clock=clock, probe=probe, device=_device(session, p, o),
+                               named=frozenset(o.candidates or ()))
         if not built:
             raise BadInputError("no variant could be built: " + "; ".join(f"{k}: {v}" for k, v in dropped.items()))
         to_measure = {**built, **({last.name: last.artifact} if last else {})}

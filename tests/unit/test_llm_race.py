@@ -136,14 +136,16 @@ def test_a_second_build_is_restored_from_the_cache_and_named_in_the_lineage(prep
 
 def test_a_deploy_measures_the_leader_before_a_slow_row_and_names_the_row_it_skips(prepared, monkeypatch, tmp_path):
     """The whole loop with the real probe: the float file measured on the device before the planted slow row,
-    which cannot beat it and is named in the report; the budget in the progress lines."""
+    which cannot beat it and is named in the report; the budget in the progress lines. (--search races every row
+    the target runs, here the float file and the planted one; a row named with --lm-variants is built whatever its
+    prediction: test_a_named_slow_row_is_built_whatever_its_prediction.)"""
     lose = _planted("slow-lose", predict.PRIOR_GBPS["ort-fp32"] / 4, monkeypatch)
     monkeypatch.setattr(deploy, "candidates_for", lambda spec: ([FP32, lose], {}))
     lines: list[str] = []
     folder, text = prepared.src.path, tmp_path / "eval.txt"
     text.write_text(eval_text(tmp_path / "t").read_text())
     r = deploy.deploy_lm(folder, eval_text=text, out=tmp_path / "o", progress=lines.append, options=deploy.LMOptions(
-        context=48, window=24, max_windows=2, candidates=("ort-fp32", "slow-lose"), runs=10, warmup=2,
+        context=48, window=24, max_windows=2, search=True, runs=10, warmup=2,
         min_seconds=0.05, threads=1, time_budget_s=600))
     assert [v.name for v in r.variants] == ["ort-fp32"] and r.decision.ship == "ort-fp32"
     leader = r.variant("ort-fp32").generation.decode_tokens_per_s
@@ -157,6 +159,20 @@ def test_a_deploy_measures_the_leader_before_a_slow_row_and_names_the_row_it_ski
     assert "## Decode predicted before build" in md and f"| ort-fp32 | {pred['decode_tokens_per_s']:.1f} (" in md
     assert "1 of 1 within 20%" in md or "0 of 1 within 20%" in md
     assert "Decode predicted before build" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_a_named_slow_row_is_built_whatever_its_prediction(prepared, monkeypatch):
+    """A row the user names (--lm-variants) is built though its prediction cannot beat the leader: the race prunes
+    only what it chose itself; the time budget still holds for named rows."""
+    monkeypatch.setenv("EDGEKIT_HOME", str(prepared.out_dir / "home"))
+    calls: list[str] = []
+    lose = _planted("slow-lose", predict.PRIOR_GBPS["ort-fp32"] / 4, monkeypatch, calls=calls)
+    leader_seen: list[str] = []
+    fast = _probe(1e9, leader_seen)  # a leader no prediction could beat: unnamed, slow-lose would be skipped
+    built, dropped = deploy.build(prepared, [FP32, lose], lambda _m: None, _cal(prepared), clock=Clock(budget_s=600),
+                                  probe=fast, named=frozenset({"ort-fp32", "slow-lose"}))
+    assert calls == ["slow-lose"] and "slow-lose" not in dropped, dropped
+    assert leader_seen == []  # no leader measured for a named row: nothing is pruned
 
 
 def test_the_cli_takes_a_language_models_time_budget(prepared, tmp_path, cli, monkeypatch):
