@@ -17,13 +17,13 @@ import shutil
 import tempfile
 import time
 from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
 from ..artifact import Artifact
 from ..fsutil import sha256_file
 from ..paths import cache_dir
+from ..version import installed_versions
 
 LIBRARIES = (
     "edgekit",
@@ -54,12 +54,7 @@ def disabled() -> bool:
 
 @lru_cache(maxsize=1)
 def _fingerprint() -> dict[str, Any]:
-    libs: dict[str, str | None] = {}
-    for lib in LIBRARIES:
-        try:
-            libs[lib] = version(lib)
-        except PackageNotFoundError:
-            libs[lib] = None
+    libs = installed_versions(LIBRARIES)
     here = Path(__file__).parent
     code = hashlib.sha256(b"".join((here / f).read_bytes() for f in EXPORTERS if (here / f).is_file())).hexdigest()
     return {"libraries": libs, "exporters": code[:16]}

@@ -63,38 +63,25 @@ def kld_check(v: VariantResult, q: LMQuality, cfg: LMGate) -> Check:
         f"mean KL divergence from the float model {q.kld_mean:.4g} nats/token (95% CI {_ci(q.kld_ci95)}) "
         f"vs limit {cfg.max_kld}{bound}"
     )
-    if not loose:
-        return Check(
-            name="kld",
-            variant=v.name,
-            value=q.kld_mean,
-            limit=cfg.max_kld,
-            passed=q.kld_mean <= cfg.max_kld,
-            message=verdict,
-        )
-    if q.coverage_target is not None:
-        return Check(
-            name="kld",
-            variant=v.name,
-            value=q.kld_mean,
-            limit=cfg.max_kld,
-            passed=True,
-            skipped=True,
-            message=f"KLD not judged: the float model's distribution is too flat on this text for the transfer "
+    passed, skipped, message = q.kld_mean <= cfg.max_kld, False, verdict
+    if loose and q.coverage_target is not None:
+        passed, skipped = True, True
+        message = (
+            f"KLD not judged: the float model's distribution is too flat on this text for the transfer "
             f"cap ({q.scored_ids} ids a variant, the flattest positions cut to {q.top_k_capped_at} tokens): the "
             f"scored tokens hold {1 - tail:.0%} of its mass, so {q.kld_mean:.4g} nats/token is only a lower "
-            f"bound; the perplexity and degeneration checks decide (--top-k K scores K tokens everywhere)",
+            f"bound; the perplexity and degeneration checks decide (--top-k K scores K tokens everywhere)"
+        )
+    elif loose:
+        passed = False
+        message = (
+            f"KLD not judgeable: the float model's top-{q.top_k} tokens hold only {1 - tail:.0%} of "
+            f"its probability mass on this text, so {q.kld_mean:.4g} nats/token is a lower bound "
+            f"that could hide a loss (drop --top-k: by default each position's tokens hold "
+            f"{COVERAGE:.1%} of the mass; or a larger --top-k, up to the vocabulary)"
         )
     return Check(
-        name="kld",
-        variant=v.name,
-        value=q.kld_mean,
-        limit=cfg.max_kld,
-        passed=False,
-        message=f"KLD not judgeable: the float model's top-{q.top_k} tokens hold only {1 - tail:.0%} of "
-        f"its probability mass on this text, so {q.kld_mean:.4g} nats/token is a lower bound "
-        f"that could hide a loss (drop --top-k: by default each position's tokens hold "
-        f"{COVERAGE:.1%} of the mass; or a larger --top-k, up to the vocabulary)",
+        name="kld", variant=v.name, value=q.kld_mean, limit=cfg.max_kld, passed=passed, skipped=skipped, message=message
     )
 
 

@@ -33,6 +33,7 @@ from ..config import validate
 from ..formats import Format, model_files
 from ..fsutil import cache_dir, sha256_file, sha256_files
 from ..passes.base import Pass, PassContext
+from ..version import installed_versions
 
 # Libraries whose version can change a pass's output (looked up without importing them).
 LIBRARIES = ("edgekit", "numpy", "onnx", "onnxruntime", "torch", "torch-pruning", "neural-compressor", "torchao")
@@ -42,17 +43,8 @@ def cache_root() -> Path:
     return cache_dir("passes")
 
 
-@lru_cache(maxsize=1)
 def library_versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {}
-    for lib in LIBRARIES:
-        try:
-            out[lib] = version(lib)
-        except PackageNotFoundError:
-            out[lib] = None
-    return out
+    return installed_versions(LIBRARIES)
 
 
 @lru_cache(maxsize=256)

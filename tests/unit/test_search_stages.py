@@ -10,7 +10,6 @@ so the time-budget tests control when the budget runs out)."""
 from __future__ import annotations
 
 import json
-
 import time
 
 import onnx
