@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..report.decision import busy_note, separate_runs_ratio, settle_tie
+from ..report.decision import TIE_TOLERANCE, busy_note, separate_runs_ratio, settle_tie
 from ..report.model import Check, Decision, Gate, LMQuality, VariantResult
 from .quality import COVERAGE
 
@@ -155,6 +155,9 @@ def objective_value(v: VariantResult, objective: str) -> float | None:
     return g.prefill[-1]["tokens_per_s"] if g.prefill else None
 
 
+_TIE_WHY = f"the ratio's 95% CI reaches within {TIE_TOLERANCE:.0%} of even"
+
+
 def _tied(v: VariantResult, fastest: VariantResult, objective: str) -> bool:
     """Decode: tied by the project's one tie rule (``report/decision.py: speed_tied``) on the decode tokens/s 95%
     CIs, as for fixed graphs (the other objectives have no CI: never a tie)."""
@@ -215,7 +218,7 @@ def judge(
         if v in ties:
             lost[v.name] = (
                 f"tied with {best.name} on speed ({describe(v, objective)} vs {describe(best, objective)}: "
-                f"the 95% CIs overlap) and larger ({_mb(v)} vs {_mb(best)})"
+                f"{_TIE_WHY}) and larger ({_mb(v)} vs {_mb(best)})"
             )
         else:
             lost[v.name] = f"slower: {describe(v, objective)} vs {fastest.name}'s {describe(fastest, objective)}"
@@ -224,7 +227,7 @@ def judge(
         f"{best.name}: fastest inside the quality gate ({describe(best, objective)})"
         if best is fastest
         else f"{best.name}: inside the quality gate, tied on speed with the fastest, {fastest.name} "
-        f"({describe(best, objective)} vs {describe(fastest, objective)}: the 95% CIs overlap), and the "
+        f"({describe(best, objective)} vs {describe(fastest, objective)}: {_TIE_WHY}), and the "
         f"smaller file ({_mb(best)} vs {_mb(fastest)})"
     )
     faster = False

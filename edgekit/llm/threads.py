@@ -6,15 +6,16 @@ the quality gate is measured again, on the device, at the other thread counts up
 
 Each setting is a full row of the race, named ``FILE@tN`` (the fixed-graph search's spelling): the same file,
 its own timings and its own scoring on the device (its logits are scored again rather than assumed unchanged).
-A setting competes only when it is clearly faster than its file at the measured threads (decode: the 95% CIs
-of tokens/s separated; TTFT and prefill: 5% better); otherwise it loses with that reason and the default stays.
-``--threads N`` fixes the threads: nothing is tuned. ``ship/runtime.json`` records the shipped setting's
-threads."""
+A setting competes only when it is clearly faster than its file at the measured threads (decode: by the one
+tie rule, ``report/decision.speed_tied``, on the two rows' tokens/s CIs; TTFT and prefill: 5% better);
+otherwise it loses with that reason and the default stays. ``--threads N`` fixes the threads: nothing is tuned.
+``ship/runtime.json`` records the shipped setting's threads."""
 
 from __future__ import annotations
 
 from ..devices.threads import thread_limit
 from ..inputs.targets import TargetSpec
+from ..report.decision import TIE_TOLERANCE, separate_runs_ratio
 from ..report.model import VariantResult
 from .judge import LMGate, objective_value, variant_checks
 
@@ -62,19 +63,31 @@ def not_competing(results: list[VariantResult], objective: str) -> dict[str, str
         if base is None or base is v or v.generation is None or base.generation is None:
             continue
         if objective == "decode":
-            lo, hi = v.generation.decode_tokens_per_s_ci95 or [0.0, 0.0]
-            b_lo, b_hi = base.generation.decode_tokens_per_s_ci95 or [0.0, 0.0]
-            if lo > b_hi:
+            vg, bg = v.generation, base.generation
+            lo, hi = vg.decode_tokens_per_s_ci95 or [0.0, 0.0]
+            b_lo, b_hi = bg.decode_tokens_per_s_ci95 or [0.0, 0.0]
+            # the project's one tie rule (report/decision.speed_tied): the time ratio's CI, from the two rows'
+            # tokens/s CIs, must clear the tie band for the setting to replace its file's measured threads
+            r = separate_runs_ratio(
+                base.name,
+                bg.decode_tokens_per_s or 0.0,
+                (b_lo, b_hi),
+                v.name,
+                vg.decode_tokens_per_s or 0.0,
+                (lo, hi),
+                higher_is_better=True,
+            )
+            if r.faster:
                 continue
             figures = (
-                f"decode {v.generation.decode_tokens_per_s:.1f} tok/s (95% CI {lo:.1f}-{hi:.1f}) vs "
-                f"{base.generation.decode_tokens_per_s:.1f} ({b_lo:.1f}-{b_hi:.1f})"
+                f"decode {vg.decode_tokens_per_s:.1f} tok/s (95% CI {lo:.1f}-{hi:.1f}) vs "
+                f"{bg.decode_tokens_per_s:.1f} ({b_lo:.1f}-{b_hi:.1f})"
             )
             out[v.name] = (
                 f"slower at {v.runtime.threads} threads than {base.name} at {base.runtime.threads}: {figures}"
-                if hi < b_lo
+                if r.slower
                 else f"not proved faster than {base.name} at {base.runtime.threads} thread(s): {figures}: "
-                "the CIs overlap"
+                f"{r.describe()}, within the {TIE_TOLERANCE:.0%} tie band"
             )
         else:
             a, b = objective_value(v, objective), objective_value(base, objective)

@@ -18,6 +18,7 @@ from lm_zoo import build_tiny_lm, eval_text
 from edgekit.errors import BadInputError, ConversionError
 from edgekit.llm.options import LMOptions
 from edgekit.orchestration.generate import deploy_lm
+from edgekit.report.decision import separate_runs_ratio
 
 ORT_ONLY = ("ort-fp32", "ort-int8")
 FAST = dict(runs=20, warmup=3, min_seconds=0.1, threads=1)  # threads fixed: no FILE@tN rows
@@ -368,17 +369,18 @@ def test_threads_are_tuned_per_runtime_and_a_setting_ships_only_when_clearly_fas
         base = r.variant(file_of(row.name))
         assert base.runtime.threads == 1 and row.sha256 == base.sha256
         assert row.quality.positions == base.quality.positions > 0  # scored again on the device, not copied
-        lo, hi = row.generation.decode_tokens_per_s_ci95[0], base.generation.decode_tokens_per_s_ci95[1]
+        rg, bg = row.generation, base.generation
+        ratio = separate_runs_ratio(base.name, bg.decode_tokens_per_s, bg.decode_tokens_per_s_ci95, row.name,
+                                    rg.decode_tokens_per_s, rg.decode_tokens_per_s_ci95, higher_is_better=True)
         if r.decision.ship == row.name:
-            assert lo > hi, (lo, hi)
+            assert ratio.faster, ratio.describe()
         else:
             assert row.name in r.decision.lost
             why = r.decision.lost[row.name]
-            # not clearly faster than its own file, or it was (and so raced) but lost to another file
-            assert ("not proved faster" in why and lo <= hi) or why.startswith("slower") or (
-                why.startswith("tied with") and lo > hi), why
-            if why.startswith("slower at"):  # slower than its own file at fewer threads: both CIs named
-                assert row.generation.decode_tokens_per_s_ci95[1] < base.generation.decode_tokens_per_s_ci95[0]
+            # not clearly faster than its own file (the one tie rule), or it was (and so raced) but lost to another
+            assert (("not proved faster" in why and not ratio.faster)
+                    or (why.startswith("slower at") and ratio.slower)
+                    or (ratio.faster and not why.startswith("slower at"))), why
     shipped = r.variant(r.decision.ship)
     runtime = json.loads((tmp_path / "o" / "ship" / "runtime.json").read_text())
     assert runtime["threads"] == shipped.runtime.threads

@@ -14,12 +14,8 @@ from lm_zoo import build_tiny_lm, eval_text
 from edgekit.llm import predict, race
 from edgekit.llm.candidates import CANDIDATES, LMCandidate
 from edgekit.llm.int4_ladder import Calibration
+from edgekit.orchestration import generate as deploy  # the language model's loop
 from edgekit.timeline import Clock, check_deadline
-
-try:  # the language model's loop: orchestration/generate.py (#43), before it llm/deploy.py; same names in both
-    from edgekit.orchestration import generate as deploy
-except ImportError:
-    from edgekit.llm import deploy  # type: ignore[no-redef]
 
 FP32 = next(c for c in CANDIDATES if c.name == "ort-fp32")
 
