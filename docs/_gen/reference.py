@@ -326,7 +326,11 @@ SCHEMAS = {
         "files as plain dicts (`edgekit/orchestration/ship.py`, `edgekit/llm/ship.py`); the models below describe "
         "them, and "
         "`tests/unit/test_docs_examples.py` checks them against what `write_ship` writes.",
-        [("ship.json", "docs._gen.ship_schema:ShipManifest"), ("runtime.json", "docs._gen.ship_schema:RuntimeConfig")],
+        [
+            ("ship.json", "docs._gen.ship_schema:ShipManifest"),
+            ("runtime.json", "docs._gen.ship_schema:RuntimeConfig"),
+            ("ship.json when nothing shipped", "docs._gen.ship_schema:NothingShipped"),
+        ],
     ),
 }
 

@@ -162,6 +162,18 @@ class ShipManifest(_Doc):
     measured: Measured = Field(description="the device's figures for this file")
 
 
+class NothingShipped(_Doc):
+    """`ship/ship.json` after a deploy that shipped nothing (no variant inside the gate): the model files an
+    earlier run shipped there are removed with its `runtime.json`, and `edgekit run` on the folder answers that
+    nothing shipped, with this reason, instead of running a file the new report does not stand behind."""
+
+    schema_: int = Field(alias="schema", description="the ship contract's version")
+    task: Literal["fixed-graph", "text-generation"] = Field(description="the kind of model the run deployed")
+    shipped: Literal[False] = Field(description="always `false` here: a shipped file's ship.json has no such key")
+    reason: str = Field(description="the decision's reason: why no variant shipped")
+    report: str = Field(description="the report.json of the run that shipped nothing")
+
+
 class RuntimeConfig(_Doc):
     """`ship/runtime.json`: how the application loads the shipped file to run it as it was measured."""
 

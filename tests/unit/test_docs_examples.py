@@ -153,6 +153,24 @@ def _ship_models():
     return ShipManifest, RuntimeConfig
 
 
+@pytest.mark.parametrize("task", ["fixed-graph", "text-generation"])
+def test_the_ship_reference_describes_a_ship_json_that_shipped_nothing(tmp_path, task):
+    """A run that ships nothing writes ship.json with `shipped: false`; the reference's model forbids unknown keys,
+    and a file the earlier run shipped there is gone."""
+    from docs._gen.ship_schema import NothingShipped
+    from edgekit.orchestration.ship import nothing_shipped, write_nothing_shipped
+
+    ship = tmp_path / "ship"
+    ship.mkdir()
+    (ship / "model.onnx").write_bytes(b"an earlier run's file")
+    (ship / "ship.json").write_text(json.dumps({"file": "model.onnx", "files": ["model.onnx"]}))
+    write_nothing_shipped(tmp_path, task, "no variant passes the gate")
+    doc = json.loads((ship / "ship.json").read_text())
+    NothingShipped.model_validate(doc)
+    assert doc["shipped"] is False and not (ship / "model.onnx").exists()
+    assert nothing_shipped(ship) == "no variant passes the gate"
+
+
 def test_the_ship_reference_describes_every_key_write_ship_writes(tmp_path):
     """ship.json and runtime.json are written as dicts; the reference's models forbid unknown keys, so a key added
     to either without a description here fails."""
