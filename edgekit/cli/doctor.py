@@ -29,6 +29,7 @@ PACKAGES = [
     ("neural-compressor", "inc", "INC quantization"), ("paramiko", "ssh", "SSH devices"),
     ("torch-pruning", "prune", "structured pruning"), ("polars", "train", "Parquet training data"),
     ("matplotlib", "report", "plots in report.html"),
+    ("tflite-micro", "micro", "microcontroller targets (TFLite Micro)"),
 ]
 TOOLS = [("adb", "Android devices (apt install adb)"), ("sshd", "edgekit sim (apt install openssh-server)"),
          ("ip", "edgekit sim network namespaces (apt install iproute2)"),

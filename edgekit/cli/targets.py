@@ -22,9 +22,11 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     if as_json:
         print(json.dumps([s.model_dump(mode="json") for s in specs]))
         return
-    table = Table("target", "arch", "os", "cores", "memory MB", "runtimes", "transport", "description")
+    table = Table("target", "arch", "os", "cores", "memory (MB)", "runtimes", "transport", "description")
     for s in specs:
-        table.add_row(s.name, s.arch, s.os, str(s.cores), str(s.memory_mb), ", ".join(s.runtimes), s.transport, s.description)
+        mcu = s.microcontroller  # a microcontroller: its SRAM and flash, KiB
+        memory = f"{mcu.sram_kb:g} KB SRAM, {mcu.flash_kb:g} KB flash" if mcu else f"{s.memory_mb:g}"
+        table.add_row(s.name, s.arch, s.os, str(s.cores), memory, ", ".join(s.runtimes), s.transport, s.description)
     out_console.print(table)
 
 

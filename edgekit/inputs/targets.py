@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -102,20 +102,45 @@ class BrowserProfile(_Strict):
         return f"Chromium CPU throttling x{self.cpu_throttle:g} (DevTools Emulation.setCPUThrottlingRate){screen}"
 
 
+MICRO_RUNTIMES = ("tflite-micro",)  # runtimes of a microcontroller target (edgekit/micro/), not format-registry rows
+
+
+class Microcontroller(_Strict):
+    """A microcontroller part (``microcontroller:`` of a target whose transport is ``host-interpreter``): what
+    the model must fit. No board is attached: TFLite Micro's own kernels run on this host (edgekit/micro/), so fit,
+    op support and accuracy are the part's, and its latency is not measured."""
+
+    core: Literal["cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m4f", "cortex-m7", "cortex-m33", "cortex-m55",
+                  "cortex-m85"]
+    clock_mhz: float = Field(gt=0, description="the core's clock, MHz")
+    sram_kb: float = Field(gt=0, description="on-chip SRAM, KiB: the tensor arena and the application share it")
+    flash_kb: float = Field(gt=0, description="on-chip flash, KiB: the model's bytes and the code")
+    # the fraction of SRAM and of flash kept free for the application (its stack, buffers and code): the model
+    # fits when arena <= sram * (1 - fit_margin) and model + interpreter <= flash * (1 - fit_margin)
+    fit_margin: float = Field(0.1, ge=0, lt=1)
+    # the interpreter's own flash, KiB, and where the figure comes from (nothing here builds TFLM for the part)
+    interpreter_flash_kb: float = Field(16, ge=0)
+    interpreter_flash_source: str = ("TFLite Micro README (github.com/tensorflow/tflite-micro): 'The core runtime "
+                                     "just fits in 16 KB on an Arm Cortex M3'; the op kernels the model uses add "
+                                     "to it and are not counted, so this flash figure is a lower bound")
+
+
 class TargetSpec(_Strict):
     name: str  # the target's name: its file's stem (targets/NAME.yaml, checked on load); inventory devices name it
     description: str = ""  # one line on the hardware class, shown by `edgekit targets list`
     # the device's CPU architecture (wasm32: a browser page); `edgekit devices check` flags a device whose agent
     # reports another, and the report records it (device.target_arch)
-    arch: Literal["x86_64", "aarch64", "armv7l", "arm64", "wasm32"]
+    arch: Literal["x86_64", "aarch64", "armv7l", "arm64", "wasm32", "armv6-m", "armv7-m", "armv7e-m", "armv8-m.main",
+                  "armv8.1-m.main"]
     # the device's operating system (browser: a web page); `edgekit devices check` flags a device whose agent
     # reports another
-    os: Literal["linux", "android", "ios", "macos", "browser"]
+    os: Literal["linux", "android", "ios", "macos", "browser", "none"]  # none: bare metal (a microcontroller)
     # the device's CPU cores: thread tuning (the search, a language model's deploy) tries up to this many, at most
     # 4 (MAX_THREADS) and no more than the agent finds usable
     cores: int = Field(ge=1)
-    # the device's memory, MB: a language model's weights, KV cache and runtime must fit 80% of it
-    memory_mb: int = Field(ge=1)
+    # the device's memory, MB: a language model's weights, KV cache and runtime must fit 80% of it (a
+    # microcontroller's is its SRAM, filled in from `microcontroller.sram_kb` when not given)
+    memory_mb: int | float = Field(gt=0)
     runtimes: tuple[RuntimeName, ...] = Field(min_length=1, description="in order of preference")
     march: str | None = Field(None, description="the GCC -march of the device's cores, for native code edgekit "
                               "cross-builds on the host (llama.cpp); e.g. armv8.2-a+dotprod+fp16 (Cortex-A76)")
@@ -123,12 +148,14 @@ class TargetSpec(_Strict):
     @field_validator("runtimes")
     @classmethod
     def _known_runtimes(cls, v):
-        known = sorted(set(RUNTIME_FOR_FORMAT.values()))
+        known = sorted(set(RUNTIME_FOR_FORMAT.values()) | set(MICRO_RUNTIMES))
         bad = [r for r in v if r not in known]
         if bad:
             raise ValueError(f"unknown runtime(s) {bad}; known: {known}")
         return v
-    transport: Literal["local", "ssh", "adb", "browser"]  # browser: this host's headless Chromium
+    # browser: this host's headless Chromium; host-interpreter: no device, the runtime's interpreter runs on this host
+    # in a child process (a microcontroller's TFLite Micro)
+    transport: Literal["local", "ssh", "adb", "browser", "host-interpreter"]
     # the Python command that runs the agent on an ssh or adb device (an inventory entry's own python wins)
     python: str = "python3"
     # the energy sensors to try on the device, in order: the agent reads the first that works; empty: no energy
@@ -145,6 +172,32 @@ class TargetSpec(_Strict):
     # likeliest winners on a typical CPU; a board where another runtime is known to win names its candidates)
     short_search: tuple[str, ...] = ()
     notes: str = ""  # free text for people (e.g. how the board throttles); edgekit reads nothing from it
+    microcontroller: Microcontroller | None = None  # a microcontroller part: SRAM, flash, core, clock, fit margin
+
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_from_sram(cls, data: Any) -> Any:
+        mcu = data.get("microcontroller") if isinstance(data, dict) else None
+        if isinstance(mcu, dict) and "memory_mb" not in data and isinstance(mcu.get("sram_kb"), (int, float)):
+            return {**data, "memory_mb": mcu["sram_kb"] / 1024}
+        return data
+
+    @model_validator(mode="after")
+    def _microcontroller_is_one_kind(self) -> TargetSpec:
+        micro = [r for r in self.runtimes if r in MICRO_RUNTIMES]
+        parts = {"microcontroller": self.microcontroller is not None, "transport host-interpreter":
+                 self.transport == "host-interpreter", f"runtimes {list(MICRO_RUNTIMES)}": bool(micro)}
+        if any(parts.values()) and not all(parts.values()):
+            missing = [k for k, v in parts.items() if not v]
+            raise ValueError(f"a microcontroller target needs `microcontroller:` (sram_kb, flash_kb, core, clock_mhz), "
+                             f"transport host-interpreter and runtimes [tflite-micro] together; missing: {missing}")
+        if micro and len(self.runtimes) != len(micro):
+            raise ValueError(f"a microcontroller target runs only {list(MICRO_RUNTIMES)}, not {list(self.runtimes)}")
+        return self
+
+    @property
+    def is_microcontroller(self) -> bool:
+        return self.microcontroller is not None
 
     @model_validator(mode="after")
     def _short_search_names_candidates_of_its_runtimes(self):
