@@ -90,6 +90,21 @@ class Workload(Protocol):
         """Seconds one agent run of ``req`` may take (None: the request's own)."""
         ...
 
+    def measure_ab(
+        self,
+        session: DeviceSession,
+        a: Artifact,
+        b: Artifact,
+        settings: RunSettings,
+        settings_b: RunSettings,
+        blocks: int,
+        progress: Progress | None,
+    ) -> ABBlocks:
+        """The latency of ``a`` and ``b`` taking turns (A B, B A, A B ...), ``blocks`` pairs, never from the
+        cache: the one A/B of the release gate and of the search's finals (``report/release.py: judge_ab``
+        judges it). Each side runs with its own settings."""
+        ...
+
 
 class Inference:
     """Fixed-graph inference: timed runs of one input, then the eval set through the model; the host scores the
@@ -105,6 +120,18 @@ class Inference:
 
     def timeout_s(self, req: AgentRequest) -> float | None:
         return None
+
+    def measure_ab(
+        self,
+        session: DeviceSession,
+        a: Artifact,
+        b: Artifact,
+        settings: RunSettings,
+        settings_b: RunSettings,
+        blocks: int,
+        progress: Progress | None,
+    ) -> ABBlocks:
+        return ab_in_one_process(session, a, b, settings, settings_b, blocks)
 
 
 @dataclass
@@ -459,47 +486,22 @@ class DeviceSession:
             return False
         return res.returncode == 0 and isinstance(doc, dict) and bool(doc.get("ok"))
 
-    def measure_ab(self, a: Artifact, b: Artifact, settings: RunSettings, blocks: int) -> ABBlocks:
-        """Latency of ``a`` and ``b`` in alternating blocks (A B, B A, A B ...) inside one agent
-        process, never from the cache, so slow drift of a shared device (load, clocks, heat) hits
-        both sides alike. Blocks are short (a tenth of the target's min_seconds, >= 50 ms). ``b``
-        may be another format on another runtime (the search's finals): the request then carries
-        b's runtime and interface too."""
+    def measure_ab(
+        self,
+        a: Artifact,
+        b: Artifact,
+        settings: RunSettings,
+        blocks: int,
+        *,
+        settings_b: RunSettings | None = None,
+        progress: Progress | None = None,
+    ) -> ABBlocks:
+        """Latency of ``a`` and ``b`` in alternating turns (A B, B A, A B ...), never from the cache, so slow
+        drift of a shared device (load, clocks, heat) hits both sides alike: the workload's A/B (a fixed graph's
+        blocks inside one agent process, a generator's decode-only agent runs). ``settings_b``: b's own settings
+        (threads, runtime options; default ``settings``)."""
         self.deliver([a, b])
-        s = settings.but(with_eval=False, cached=False)
-        block_s = max(0.05, min(0.5, settings.measure.min_seconds / 10))
-        req = self.request("ab", a, s)
-        req_b = self.request("ab-b", b, s)
-        own: dict[str, Any] = (
-            {"runtime": req_b.runtime, "format": req_b.format, "inputs": req_b.inputs, "outputs": req_b.outputs}
-            if (req_b.runtime, req_b.format) != (req.runtime, req.format)
-            else {}
-        )
-        req = req.model_copy(
-            update={
-                "ab": {
-                    **own,
-                    "model": self._remotes[Path(b.path)],
-                    "model_sha256": b.sha256,
-                    "blocks": blocks,
-                    "companions": {f.suffix: self._remotes[f] for f in b.files[1:]} or None,
-                    "runtime_options": {**b.runtime_options, **(s.runtime_options or {})} or None,
-                    "block_seconds": block_s,
-                    "min_runs": 3,
-                    "max_runs": 500,
-                }
-            }
-        )
-        res = self.run(req, s)
-        if isinstance(res, MeasureFailure):
-            raise res.error()
-        doc = res.doc.get("ab") or {}
-        return ABBlocks(
-            a=doc.get("a") or [],
-            b=doc.get("b") or [],
-            order=list(doc.get("order") or ""),
-            warnings=list(res.doc.get("warnings") or []),
-        )
+        return self.workload.measure_ab(self, a, b, settings, settings_b or settings, blocks, progress)
 
     def profile_doc(self, name: str, art: Artifact, settings: RunSettings, runs: int = 20) -> dict[str, Any] | None:
         """The agent's per-op profile of ``art`` (a separate short run, so profiling never touches
@@ -669,3 +671,45 @@ def device_info(
     if emulation:  # the report's readers (and the gate's users) must know the timings are not the board's
         facts.update({"emulated": True, "emulation": emulation, "latency_representative": False})
     return facts
+
+
+def ab_in_one_process(
+    session: DeviceSession, a: Artifact, b: Artifact, settings: RunSettings, settings_b: RunSettings, blocks: int
+) -> ABBlocks:
+    """A fixed graph's A/B: blocks of ``a`` and ``b`` alternating inside one agent process. Blocks are short (a
+    tenth of the target's min_seconds, >= 50 ms). ``b`` may be another format on another runtime (the search's
+    finals): the request then carries b's runtime and interface too."""
+    s = settings.but(with_eval=False, cached=False)
+    block_s = max(0.05, min(0.5, settings.measure.min_seconds / 10))
+    req = session.request("ab", a, s)
+    req_b = session.request("ab-b", b, s)
+    own: dict[str, Any] = (
+        {"runtime": req_b.runtime, "format": req_b.format, "inputs": req_b.inputs, "outputs": req_b.outputs}
+        if (req_b.runtime, req_b.format) != (req.runtime, req.format)
+        else {}
+    )
+    req = req.model_copy(
+        update={
+            "ab": {
+                **own,
+                "model": session.remote(b.path),
+                "model_sha256": b.sha256,
+                "blocks": blocks,
+                "companions": {f.suffix: session.remote(f) for f in b.files[1:]} or None,
+                "runtime_options": {**b.runtime_options, **(settings_b.runtime_options or {})} or None,
+                "block_seconds": block_s,
+                "min_runs": 3,
+                "max_runs": 500,
+            }
+        }
+    )
+    res = session.run(req, s)
+    if isinstance(res, MeasureFailure):
+        raise res.error()
+    doc = res.doc.get("ab") or {}
+    return ABBlocks(
+        a=doc.get("a") or [],
+        b=doc.get("b") or [],
+        order=list(doc.get("order") or ""),
+        warnings=list(res.doc.get("warnings") or []),
+    )

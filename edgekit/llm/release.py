@@ -7,7 +7,8 @@ workload and its own runtime settings (a figure from another day is not comparab
 differ), and the gate adds:
 
 - ``release_decode``: this release's decode speed against the last release's, the two files timed in
-  alternating rounds in this session (``release_ab.py``). It fails when this release decodes more than
+  alternating rounds in this session (the session's A/B: ``workload.GenerationWorkload.measure_ab``). It fails
+  when this release decodes more than
   ``max_decode_regression`` (``--max-latency-regression``, default 10%) slower by the median round ratio and
   the slowdown is significant (its 95% CI excludes no change and the signed-rank test agrees): a drop inside
   the noise is not a regression;
@@ -40,7 +41,7 @@ class ReleaseGate:
     max_decode_regression: float = 0.10  # as --max-latency-regression's default for fixed models
     max_kld_increase: float = 0.01
     max_perplexity_increase: float = 0.02
-    rounds: int = 8  # the decode A/B's pairs of turns (release_ab.ROUNDS)
+    rounds: int = 8  # the decode A/B's pairs of turns (whole decode-only agent runs)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def release_checks(
     ab: LatencyJudgement | None = None,
     ab_failure: str | None = None,
 ) -> list[Check]:
-    """The release checks above (``ab``: the decode A/B's judgement, ``release_ab.decode_ab``); a check that
+    """The release checks above (``ab``: the decode A/B's judgement, ``DeviceSession.measure_ab``); a check that
     cannot be judged says why (and fails: the gate never passes on a figure it does not have)."""
     if new is None:
         return []  # nothing shipped this time: the gate already failed

@@ -11,13 +11,14 @@ quality against the float model, every statistic computed here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ..agent.protocol import AgentRequest, AgentResult
 from ..artifact import Artifact
-from ..devices.session import DeviceSession, RunSettings
-from ..measure.stats import latency_stats
+from ..devices.session import DeviceSession, MeasureFailure, RunSettings
+from ..measure.stats import ABBlocks, latency_stats
 from ..measure.sustained import analyze
 from ..report.model import Accuracy, Generation, LMQuality, RuntimeInfo, VariantResult
 from .quality import Reference, quality
@@ -40,6 +41,9 @@ class GenerationWorkload:
     greedy: list[list[int]] | None = None
     energy_sources: tuple[str, ...] = ()
     sustained_seconds: float | None = None
+    # the positions of a file measured beside this run's that was built at another context (an ExecuTorch file's
+    # static cache): the last release's in the release gate's A/B, by sha256
+    contexts: dict[str, int] = field(default_factory=dict)
     kind: str = field(default="generation", init=False)
 
     def request(self, session: DeviceSession, name: str, art: Artifact, settings: RunSettings) -> AgentRequest:
@@ -60,6 +64,56 @@ class GenerationWorkload:
 
     def timeout_s(self, req: AgentRequest) -> float | None:
         return req.timeout_s + SCORING_TIMEOUT_MARGIN_S
+
+    def measure_ab(
+        self,
+        session: DeviceSession,
+        a: Artifact,
+        b: Artifact,
+        settings: RunSettings,
+        settings_b: RunSettings,
+        blocks: int,
+        progress: Callable[[str], None] | None,
+    ) -> ABBlocks:
+        """A generator's A/B: ``blocks`` pairs of turns (A B, B A, A B ...), each turn a short decode-only agent run
+        (no scoring, the quickest prefill), so slow drift hits both sides alike (on this project's 2-core host a
+        busy neighbour moved decode tokens/s by 15% within a minute). Each turn's figures are its per-token times;
+        each side runs with its own settings (threads, runtime options)."""
+        out = ABBlocks()
+        for i in range(blocks):
+            if progress:
+                progress(f"A/B: round {i + 1} of {blocks} (decode only)")
+            order = ("a", "b") if i % 2 == 0 else ("b", "a")
+            times: dict[str, list[float]] = {}
+            for key in order:
+                art, st = (a, settings) if key == "a" else (b, settings_b)
+                times[key] = self._decode_turn(session, art, st, f"ab{i}-{key}")
+            out.a.append(times["a"])
+            out.b.append(times["b"])
+            out.order.extend(order)
+        return out
+
+    def _decode_turn(self, session: DeviceSession, art: Artifact, st: RunSettings, label: str) -> list[float]:
+        """One decode-only agent run of ``art``: its per-token times (ms); a failure raises with the agent's words."""
+        m = st.measure.model_copy(update={"min_seconds": max(0.1, st.measure.min_seconds / 4)})
+        req = generate_request(
+            variant=label,
+            art=art,
+            model_remote=session.remote(art.path),
+            measure=m,
+            settings=GenerateSettings(
+                context=self.contexts.get(art.sha256, self.settings.context), decode_tokens=1, prefill_repeats=1
+            ),
+            windows=self.windows,
+            scoring=None,
+            greedy=None,
+            outputs_remote=None,
+            runtime_options=st.runtime_options,
+        )
+        res = session.run(req, RunSettings(measure=m, cached=False, timeout_s=req.timeout_s + SCORING_TIMEOUT_MARGIN_S))
+        if isinstance(res, MeasureFailure):
+            raise res.error()
+        return [float(x) for x in res.doc["latency_ms"]["raw"]]
 
     def result(self, session: DeviceSession, name: str, art: Artifact, res: AgentResult) -> VariantResult:
         doc, outputs = res.doc, res.outputs

@@ -40,12 +40,11 @@ from ..llm.prepare import Prepared, prepare
 from ..llm.race import DEFAULT_BUDGET_S, SEARCH_BUDGET_S, TUNING, Probe, Race, record_measured
 from ..llm.release import PREFIX as RELEASE_PREFIX
 from ..llm.release import LastRelease, compared_with, load_last_release, release_checks
-from ..llm.release_ab import Side, decode_ab
 from ..llm.ship import lm_contract
 from ..llm.threads import file_of, not_competing, settings_to_try, tuned_name
 from ..llm.workload import GenerationWorkload
 from ..report.model import Decision, Gate, Report, SearchCandidate, SearchSection, ShippedFile, VariantResult
-from ..report.release import LatencyJudgement
+from ..report.release import LatencyJudgement, judge_ab
 from ..report.write import write_report
 from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
@@ -240,27 +239,28 @@ def _release_ab(
     last: LastRelease,
     progress: Progress,
 ) -> tuple[LatencyJudgement | None, str | None]:
-    """The release gate's decode A/B (``release_ab.py``) in the run's session: (its judgement, or why it could
-    not run)."""
+    """The release gate's decode A/B in the run's session (the session's A/B, ``DeviceSession.measure_ab``, which
+    the generation workload runs as alternating decode-only turns; judged by ``report/release.py: judge_ab`` as
+    for fixed graphs): (its judgement, or why it could not run). Each side runs with its own settings: the last
+    release at the threads and runtime options its report recorded, this release at its shipped row's."""
     m = measure_settings(p.spec, o)
     art = built[file_of(shipped.name)]
-    new = Side(
-        shipped.name,
-        art,
-        p.settings.context,
-        shipped.runtime.threads or m.threads,
-        o.runtime_options.get(str(format_spec(art.format).runtime)),
+    new = RunSettings(
+        measure=m.model_copy(update={"threads": shipped.runtime.threads or m.threads}),
+        runtime_options=o.runtime_options.get(str(format_spec(art.format).runtime)),
     )
-    recorded = last.variant.runtime
-    old = Side(
-        last.name,
-        last.artifact,
-        int((last.report.settings.get("generate") or {}).get("context") or p.settings.context),
-        recorded.threads or m.threads,
-        None,
-    )  # its options: pinned on its artifact by load_last_release
+    # its options: pinned on its artifact by load_last_release
+    old = RunSettings(measure=m.model_copy(update={"threads": last.variant.runtime.threads or m.threads}))
+    context = int((last.report.settings.get("generate") or {}).get("context") or p.settings.context)
+    if isinstance(session.workload, GenerationWorkload):
+        session.workload.contexts[last.artifact.sha256] = context
+
+    def say(msg: str) -> None:
+        progress(f"release {msg}, {last.name} against {shipped.name}")
+
     try:
-        return decode_ab(session, old, new, m, p.text.windows, o.release.rounds, progress), None
+        blocks = session.measure_ab(last.artifact, art, old, o.release.rounds, settings_b=new, progress=say)
+        return judge_ab(blocks), None
     except EdgekitError as exc:
         return None, str(exc)
 

@@ -545,7 +545,8 @@ class ComparedWith(ReportIdentity):
     path: str | None = None  # the baseline report's path (--baseline)
     # the baseline report file's sha256 (a language model's release gate: the last release's shipped file's)
     sha256: str | None = None
-    # ab_interleaved (ab; a language model's release gate: alternating decode rounds, edgekit/llm/release_ab.py)
+    # ab_interleaved (ab; a language model's release gate: alternating decode-only turns,
+    # edgekit/llm/workload.py measure_ab)
     # | normalized_by_reference (normalized) | direct | same_session (language models before this stop's A/B);
     # None in reports before 1.3
     method: str | None = None
