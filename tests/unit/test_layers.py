@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("metrics",),
     ("train",),
     ("passes",),
+    ("micro",),  # microcontrollers: TFLite Micro's kernels on the host (op check, arena, fit, C array)
     ("report",),  # the report schema, its views, the gate and the release statistics
     ("devices",),  # the device stage: session, lock, lease, labgrid places, inventory, provisioning, profiles
     ("lab",),  # a shared lab: inventory devices exported as labgrid places

@@ -1,0 +1,106 @@
+"""A .tflite file's ops and tensors as TFLite Micro sees them: the builtin ops (the firmware's
+``MicroMutableOpResolver`` list), the weights' bytes, and where the activations peak.
+
+The peak is computed from the graph: a non-constant tensor lives from the op that writes it (a graph input from
+the first op) to the last op that reads it (a graph output to the end); at each op the live tensors' bytes are
+summed, and the op with the largest sum names the tensors that hold the peak. This is the lower bound TFLM's
+memory planner packs into; the arena itself is measured by the interpreter (``interpreter.py``), which adds its
+own bookkeeping and the kernels' scratch buffers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .kernels import builtin_names
+
+# TFLite TensorType -> bytes per element
+_ITEMSIZE = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 9: 1, 10: 8, 16: 4, 17: 1}
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    name: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Peak:
+    op_index: int  # the op at which the live activations peak
+    op: str  # its builtin name
+    bytes: int  # the live activations' bytes there
+    tensors: tuple[LiveTensor, ...]  # the live tensors, largest first
+
+    def describe(self, top: int = 4) -> str:
+        names = ", ".join(f"{t.name} ({t.bytes} B)" for t in self.tensors[:top])
+        more = f" and {len(self.tensors) - top} more" if len(self.tensors) > top else ""
+        return f"{self.bytes} B live at op {self.op_index} ({self.op}): {names}{more}"
+
+
+@dataclass(frozen=True)
+class Graph:
+    ops: tuple[str, ...]  # the builtin name of each operator, in execution order
+    weights_bytes: int  # bytes of the constant buffers (weights, biases, quantization tables)
+    peak: Peak | None
+    output_names: tuple[str, ...] = field(default=())  # the subgraph's outputs, in order
+
+    @property
+    def op_set(self) -> list[str]:
+        """The distinct builtin ops, sorted: the resolver's list."""
+        return sorted(set(self.ops))
+
+
+def _model(data: bytes) -> Any:
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema  # heavy: flatbuffers
+
+    return schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(bytearray(data), 0))
+
+
+def _name(t: Any) -> str:
+    n = t.name
+    return n.decode() if isinstance(n, bytes) else str(n)
+
+
+def read_graph(data: bytes) -> Graph:
+    """The first subgraph's ops, weights and activation peak (TFLM runs subgraph 0; control flow is refused)."""
+    model = _model(data)
+    names = builtin_names()
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
+    sub = model.subgraphs[0]
+    operators = list(sub.operators or [])
+    ops = tuple(names.get(codes[o.opcodeIndex], f"CODE_{codes[o.opcodeIndex]}") for o in operators)
+    tensors = list(sub.tensors or [])
+    const = {i for i, t in enumerate(tensors) if t.buffer and model.buffers[t.buffer].data is not None
+             and len(model.buffers[t.buffer].data) > 0}
+    weights = sum(len(model.buffers[tensors[i].buffer].data) for i in const)
+    return Graph(ops=ops, weights_bytes=int(weights), peak=_peak(operators, tensors, const, ops, sub),
+                 output_names=tuple(_name(tensors[i]) for i in (sub.outputs if sub.outputs is not None else [])))
+
+
+def _bytes(t: Any) -> int:
+    shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+    return int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE.get(int(t.type), 4)
+
+
+def _peak(operators: list[Any], tensors: list[Any], const: set[int], ops: tuple[str, ...], sub: Any) -> Peak | None:
+    if not operators:
+        return None
+    last = len(operators) - 1
+    first: dict[int, int] = {int(i): 0 for i in (sub.inputs if sub.inputs is not None else [])}
+    end: dict[int, int] = {int(i): last for i in (sub.outputs if sub.outputs is not None else [])}
+    for k, op in enumerate(operators):
+        for i in (op.outputs if op.outputs is not None else []):
+            first.setdefault(int(i), k)
+        for i in (op.inputs if op.inputs is not None else []):
+            if i >= 0:
+                end[int(i)] = max(end.get(int(i), k), k)
+                first.setdefault(int(i), k)
+    live_at = []
+    for k in range(len(operators)):
+        live = [i for i in first if i not in const and first[i] <= k <= end.get(i, first[i])]
+        live_at.append((sum(_bytes(tensors[i]) for i in live), k, live))
+    total, k, live = max(live_at, key=lambda r: r[0])
+    held = sorted((LiveTensor(_name(tensors[i]), _bytes(tensors[i])) for i in live), key=lambda t: -t.bytes)
+    return Peak(op_index=k, op=ops[k], bytes=int(total), tensors=tuple(held))
