@@ -18,6 +18,8 @@ Every public error is importable from ``edgekit`` itself.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 
 class EdgekitError(Exception):
     """Base of every edgekit error. ``exit_code`` is what the CLI returns."""
@@ -111,7 +113,7 @@ class AgentError(DeviceError):
     """The on-device agent failed or printed something that is not a valid report."""
 
 
-def require(package: str, extra: str, purpose: str):
+def require(package: str, extra: str, purpose: str) -> ModuleType:
     """Import an optional dependency or fail with the exact install hint."""
     import importlib
 

@@ -80,7 +80,7 @@ def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
         out_console.print("  what the targets need on this host:")
         for s in setup:
             mark = "[green]ok[/]" if s["present"] else "[yellow]missing[/]"
-            tail = escape(s["where"]) if s["present"] else f"-> {escape(s['fix'])}"
+            tail = escape(s["where"] or "") if s["present"] else f"-> {escape(s['fix'] or '')}"
             out_console.print(f"    {s['target']}: {mark} {s['requirement']} ({escape(s['for'])}) {tail}",
                               highlight=False)
         a = agent

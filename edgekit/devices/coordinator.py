@@ -50,8 +50,10 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from types import ModuleType, TracebackType
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import BadInputError, DeviceError, require
@@ -68,6 +70,7 @@ POLL_S = 0.3
 RUN_ID = os.environ.get("EDGEKIT_RUN_ID") or os.urandom(6).hex()  # one per process unless CI sets it
 
 log = logging.getLogger("edgekit.lab")
+T = TypeVar("T")
 
 _HELD: set[tuple[str, str]] = set()  # (address, place) held by a live reservation of this process
 _HELD_LOCK = threading.Lock()
@@ -82,7 +85,7 @@ _HOLDER_RE = re.compile(r"^(?P<host>[^:/]+):edgekit-(?P<run>[^:/]+):pid(?P<pid>\
 class CoordinatorUnreachable(DeviceError):
     """No labgrid coordinator answered at the address (exit 3)."""
 
-    def __init__(self, address, why: str):
+    def __init__(self, address: Address, why: str):
         super().__init__(f"the labgrid coordinator at {address} is unreachable: {why}",
                          hint=f"start it there (`labgrid-coordinator --listen {address}`) or fix the address "
                               f"({ENV} / --coordinator); unset {ENV} to measure without labgrid reservations "
@@ -93,7 +96,7 @@ class CoordinatorUnreachable(DeviceError):
 class CoordinatorRefused(DeviceError):
     """The coordinator answered a request with an error (its gRPC status and details)."""
 
-    def __init__(self, address, method: str, code: str, details: str):
+    def __init__(self, address: Address, method: str, code: str, details: str):
         super().__init__(f"the labgrid coordinator at {address} refused {method}: {details} ({code})")
         self.code, self.details = code, details
 
@@ -204,7 +207,7 @@ class PlaceView:
     name: str
     acquired: str | None
     changed: float
-    tags: dict
+    tags: dict[str, str]
     matches: tuple[str, ...]
     comment: str
     acquired_resources: tuple[str, ...]
@@ -215,25 +218,44 @@ class PlaceView:
 class ResourceView:
     path: str  # exporter/group/cls/name
     cls: str
-    params: dict
+    params: dict[str, object]
     acquired: str | None
     avail: bool
 
 
-def _labgrid_client():
+class LabgridSession(Protocol):
+    """What edgekit uses of labgrid's ClientSession (labgrid ships no type information: its place,
+    resource and gRPC objects stay untyped)."""
+
+    holder: str
+    stopping: asyncio.Event
+    stub: Any  # labgrid's generated gRPC stub; its methods are looked up by name
+    places: dict[str, Any]  # place name -> labgrid's Place
+    resources: dict[str, dict[str, dict[str, Any]]]  # exporter -> group -> name -> labgrid's resource entry
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def close(self) -> None: ...
+    async def sync_with_coordinator(self) -> bool: ...
+
+
+def _labgrid_client() -> ModuleType:
     return require("labgrid.remote.client", "lab", f"{ENV} and `edgekit lab` (labgrid place reservations)")
 
 
 @functools.lru_cache(maxsize=1)
-def _session_class():
-    client = _labgrid_client()
+def _session_class() -> Callable[..., LabgridSession]:
+    _labgrid_client()  # labgrid missing: the install hint
+    from labgrid.remote.client import ClientSession
 
-    class EdgekitClientSession(client.ClientSession):
+    # labgrid ships no type information: its ClientSession is untyped (Any), which strict mypy refuses as a base
+    class EdgekitClientSession(ClientSession):  # type: ignore[misc]
         """labgrid's client session, named after the edgekit holder instead of LG_HOSTNAME/LG_USERNAME."""
 
         holder = "?/?"
+        channel: Any  # a grpc.aio channel (grpc ships no type information)
 
-        def __attrs_post_init__(self):
+        def __attrs_post_init__(self) -> None:
             import grpc
             from labgrid.remote.generated import labgrid_coordinator_pb2_grpc
 
@@ -251,10 +273,10 @@ def _session_class():
             self.stub = labgrid_coordinator_pb2_grpc.CoordinatorStub(self.channel)
             self._unused_closing = self.loop.create_task(unused.close())
 
-        def gethostname(self):
+        def gethostname(self) -> str:
             return self.holder.split("/", 1)[0]
 
-        def getuser(self):
+        def getuser(self) -> str:
             return self.holder.split("/", 1)[1]
 
     return EdgekitClientSession
@@ -283,7 +305,7 @@ def _shared_loop() -> asyncio.AbstractEventLoop:
         return _LOOP
 
 
-async def _shutdown(session) -> None:
+async def _shutdown(session: LabgridSession) -> None:
     with contextlib.suppress(Exception):
         await session.stop()
     with contextlib.suppress(Exception):
@@ -298,13 +320,14 @@ class Coordinator:
         self.address = address
         self.holder = holder or holder_name()
         self.timeout = timeout
-        self.session = None
+        self.session: LabgridSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def __enter__(self) -> "Coordinator":
         return self.connect()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def connect(self) -> "Coordinator":
@@ -318,7 +341,7 @@ class Coordinator:
             raise
         return self
 
-    async def _open(self):
+    async def _open(self) -> LabgridSession:
         from labgrid.remote.client import ServerError
 
         s = _session_class()(address=str(self.address), loop=self.loop)
@@ -331,7 +354,7 @@ class Coordinator:
                                          f"answered within {self.timeout:.0f} s ({type(exc).__name__})") from exc
         return s
 
-    async def _ensure(self):
+    async def _ensure(self) -> LabgridSession:
         """The live session (a new one when the stream broke: the coordinator restarted)."""
         if self.session is None or self.session.stopping.is_set():
             old, self.session = self.session, None
@@ -340,8 +363,11 @@ class Coordinator:
             self.session = await self._open()
         return self.session
 
-    def run(self, coro, timeout: float = RPC_TIMEOUT_S + 5):
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = RPC_TIMEOUT_S + 5) -> T:
         """Run ``coro`` on the connection's loop and wait for its result."""
+        if self.loop is None:
+            coro.close()
+            raise RuntimeError(f"the coordinator connection to {self.address} is not open (connect() first)")
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return fut.result(timeout)
@@ -349,7 +375,7 @@ class Coordinator:
             fut.cancel()
             raise CoordinatorUnreachable(self.address, f"no answer within {timeout:.0f} s") from None
 
-    async def rpc_async(self, method: str, **fields):
+    async def rpc_async(self, method: str, **fields: object) -> object:
         import grpc
         from labgrid.remote.generated import labgrid_coordinator_pb2 as pb
 
@@ -364,14 +390,14 @@ class Coordinator:
         await s.sync_with_coordinator()  # the place updates this request caused have arrived
         return response
 
-    def rpc(self, method: str, **fields):
+    def rpc(self, method: str, **fields: object) -> object:
         return self.run(self.rpc_async(method, **fields))
 
     async def places_async(self) -> dict[str, PlaceView]:
         s = await self._ensure()
         if not await s.sync_with_coordinator():
             raise CoordinatorUnreachable(self.address, "the connection dropped")
-        out = {}
+        out: dict[str, PlaceView] = {}
         for name, p in s.places.items():
             out[name] = PlaceView(name=name, acquired=p.acquired or None, changed=float(p.changed or 0.0),
                                   tags=dict(p.tags), matches=tuple(repr(m) for m in p.matches),
@@ -386,7 +412,7 @@ class Coordinator:
     async def _resources(self) -> list[ResourceView]:
         s = await self._ensure()
         await s.sync_with_coordinator()
-        out = []
+        out: list[ResourceView] = []
         for exporter, groups in s.resources.items():
             for group, res in groups.items():
                 for name, r in res.items():
@@ -424,12 +450,18 @@ class PlaceReservation:
     lost: str | None = None  # why the place stopped being ours while held, else None
     waited_s: float = 0.0
     last_error: str | None = None  # the last renewal that failed (retried on the next round)
-    _task: Any = None
-    _stale_seen: dict = field(default_factory=dict)
+    _task: asyncio.Task[None] | None = None
+    _stale_seen: tuple[tuple[str | None, float], float] | None = None  # ((holder, changed), first seen)
 
     @property
     def key(self) -> tuple[str, str]:
         return (str(self.address), self.device)
+
+    def _connected(self) -> Coordinator:
+        """The coordinator connection ``acquire`` opened."""
+        if self.client is None:
+            raise RuntimeError(f"the labgrid place of '{self.device}' is not reserved (acquire() first)")
+        return self.client
 
     def acquire(self, *, wait: bool = True, timeout: float | None = None) -> "PlaceReservation":
         self.client = Coordinator(self.address, holder=holder_name(self.ttl_s)).connect()
@@ -447,7 +479,7 @@ class PlaceReservation:
         return self
 
     def _acquire(self, wait: bool, timeout: float | None) -> None:
-        c, name = self.client, self.device
+        c, name = self._connected(), self.device
         start = time.monotonic()
         while True:
             place = c.places().get(name)
@@ -487,7 +519,7 @@ class PlaceReservation:
         h = parse_holder(place.acquired)
         if h is None:
             return None
-        if place.acquired == self.client.holder:
+        if place.acquired == self._connected().holder:
             with _HELD_LOCK:
                 live = self.key in _HELD
             return None if live else "left acquired by this process (a release that never reached the coordinator)"
@@ -495,10 +527,10 @@ class PlaceReservation:
             return f"its process (PID {h.pid} on this host) is gone"
         seen = (place.acquired, place.changed)
         now = time.monotonic()
-        if self._stale_seen.get("key") != seen:
-            self._stale_seen = {"key": seen, "since": now}
+        if self._stale_seen is None or self._stale_seen[0] != seen:
+            self._stale_seen = (seen, now)
             return None
-        quiet = now - self._stale_seen["since"]
+        quiet = now - self._stale_seen[1]
         if quiet >= max(h.ttl_s, 0.5):
             return f"not renewed for {quiet:.1f} s (it renews every {h.ttl_s / 3:.1f} s; TTL {h.ttl_s:g} s)"
         return None
@@ -531,7 +563,7 @@ class PlaceReservation:
         self._task = asyncio.get_running_loop().create_task(self._renew(), name=f"renew place {self.device}")
 
     async def _renew(self) -> None:
-        c, name = self.client, self.device
+        c, name = self._connected(), self.device
         every = max(0.2, self.ttl_s / 3.0)
         while True:
             await asyncio.sleep(every)

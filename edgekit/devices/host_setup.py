@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ..agent.browser_transport import chromium_path
 from ..errors import DeviceError
@@ -37,6 +38,11 @@ class Requirement:
     setup: Callable[[Say], str] | None = None  # edgekit sets it up (returns where); None: the user runs `fix`
 
 
+# one requirement's row in `edgekit doctor --json` ("for" is a Python keyword: the functional form)
+StatusDoc = TypedDict("StatusDoc", {"target": str, "requirement": str, "for": str, "present": bool,
+                                    "where": str | None, "fix": str | None, "by_edgekit": bool})
+
+
 @dataclass
 class Status:
     target: str
@@ -47,7 +53,7 @@ class Status:
     fix: str
     by_edgekit: bool  # `edgekit setup` installs it
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> StatusDoc:
         return {"target": self.target, "requirement": self.requirement, "for": self.purpose, "present": self.present,
                 "where": self.where, "fix": None if self.present else self.fix, "by_edgekit": self.by_edgekit}
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,7 +72,7 @@ class DeviceEntry(BaseModel):
     labels: list[str] = Field(default_factory=list, description="pool labels (`--pool TARGET:LABEL` selects by them)")
 
     @model_validator(mode="after")
-    def _check(self):
+    def _check(self) -> DeviceEntry:
         for label in self.labels:
             if not NAME_RE.match(label):
                 raise ValueError(f"label {label!r} must be letters, digits, '.', '_' or '-' (max 63)")
@@ -155,6 +156,7 @@ def select_devices(devices: list[str] | None = None, pool: str | None = None) ->
     if devices:
         names = list(dict.fromkeys(d.strip() for d in devices if d.strip()))
         return [get_device(n) for n in names]
+    assert pool  # exactly one of the two was given (checked above)
     target, _, label = pool.partition(":")
     inv = load_inventory()
     found = [d for d in inv.devices if d.target == target and (not label or label in d.labels)]
@@ -167,7 +169,7 @@ def select_devices(devices: list[str] | None = None, pool: str | None = None) ->
     return found
 
 
-def host_lock_holder(name: str) -> dict | None:
+def host_lock_holder(name: str) -> dict[str, object] | None:
     """The lease record of the deploy on THIS host holding the device's flock, or None when free."""
     import fcntl
 
@@ -193,7 +195,7 @@ def known_hosts_files(entry: DeviceEntry) -> tuple[str, ...]:
     return tuple(files)
 
 
-def transport_for(entry: DeviceEntry, target_python: str = "python3"):
+def transport_for(entry: DeviceEntry, target_python: str = "python3") -> Transport:
     """A transport to ``entry`` (not connected yet, no lock)."""
     python = entry.python or target_python
     if entry.kind == "ssh":
@@ -232,18 +234,28 @@ def open_device_transport(device_name: str, target_spec: TargetSpec, *, wait: bo
     return t
 
 
-def _attach_lock(t, lock) -> None:
+# the device lock each open transport holds (released by its close)
+_HELD_LOCKS: weakref.WeakKeyDictionary[Transport, DeviceLock] = weakref.WeakKeyDictionary()
+
+
+def held_lock(t: Transport) -> DeviceLock | None:
+    """The device lock ``t`` holds until it closes (None for a transport opened without one)."""
+    return _HELD_LOCKS.get(t)
+
+
+def _attach_lock(t: Transport, lock: DeviceLock) -> None:
     """Release the lock when the transport closes (the pipeline closes what it opened)."""
     original = t.close
 
-    def close():
+    def close() -> None:
         try:
             original()
         finally:
             lock.release()
 
-    t.close = close
-    t.lock = lock
+    # this one instance's close releases the lock: a per-instance hook, not a new method for the class
+    t.close = close  # type: ignore[method-assign]
+    _HELD_LOCKS[t] = lock
 
 
 # The agent's --probe says what the device is and can run; this stdlib snippet adds free disk in the
@@ -280,10 +292,27 @@ print(json.dumps({'disk_free_mb': shutil.disk_usage(wd).free / 2.0 ** 20, 'mem_t
                   'mem_available_mb': avail, 'memory_limit_mb': limit}))
 """
 
+class DeviceCheck(TypedDict):
+    """``edgekit devices check``'s answer (its --json document)."""
+
+    name: str
+    target: str
+    transport: str
+    workdir: str
+    device: dict[str, Any]  # the agent's --probe "device" section, as the device sent it
+    runtimes: dict[str, Any]  # runtime -> version, as the agent's probe reports it
+    missing_runtimes: list[str]
+    resources: dict[str, Any]  # free disk and memory in MB, or {"error": why}
+    sim: bool
+    matches_target: bool
+    problems: list[str]
+    notes: list[str]
+
+
 _ARCH_ALIASES = {"arm64": "aarch64", "aarch64": "aarch64", "x86_64": "x86_64", "amd64": "x86_64", "armv7l": "armv7l"}
 
 
-def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> dict:
+def check_device(entry: DeviceEntry, *, timeout: float = 60.0) -> DeviceCheck:
     """Connect, install the agent if needed, and describe the device against its target class."""
     import json as _json
 

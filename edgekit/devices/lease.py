@@ -25,18 +25,22 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 from ..errors import DeviceError, TransportError
 from ..inputs.targets import load_target
-from .inventory import get_device, transport_for
+from ..transport.base import Transport
+from .inventory import DeviceEntry, get_device, transport_for
 from .lock import DeviceLockedError
 
 LEASE_FILE = "device.lease"
 DEFAULT_TTL_S = 60.0  # a holder that stops renewing (crash, lost link) frees the device this long after
 POLL_S = 0.5
 RUN_ID = os.environ.get("EDGEKIT_RUN_ID") or uuid.uuid4().hex[:12]  # one per edgekit process unless CI sets it
+# a JSON object the device-side lease snippet printed (its answer, or a lease record inside it)
+LeaseDoc = dict[str, Any]
 
 # op path owner_json ttl -> one JSON line. Every op holds the guard's flock (device kernel) around
 # read-decide-write; the lease file is replaced atomically (temp + rename), never edited in place.
@@ -90,13 +94,13 @@ class DeviceLeaseHeld(DeviceLockedError):
     """Another host holds the device's lease (exit 3)."""
 
 
-def _when(holder: dict, now: float) -> str:
+def _when(holder: LeaseDoc, now: float) -> str:
     left = float(holder.get("expires", 0)) - now
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() + left))
     return f"lease expires in {left:.0f} s (at {stamp}) unless renewed"
 
 
-def describe_holder(holder: dict | None, now: float | None = None) -> str:
+def describe_holder(holder: LeaseDoc | None, now: float | None = None) -> str:
     if not holder:
         return "nobody"
     now = time.time() if now is None else now
@@ -107,7 +111,7 @@ def describe_holder(holder: dict | None, now: float | None = None) -> str:
     return f"{who}, {_when(holder, now)}"
 
 
-def owner_record(device: str, command: str | None = None) -> dict:
+def owner_record(device: str, command: str | None = None) -> dict[str, object]:
     try:
         user = getpass.getuser()
     except Exception:  # no passwd entry (containers): the uid says enough
@@ -116,23 +120,25 @@ def owner_record(device: str, command: str | None = None) -> dict:
             "token": uuid.uuid4().hex, **({"command": command} if command else {})}
 
 
-def lease_op(transport, op: str, owner: dict, ttl_s: float, path: str = LEASE_FILE, timeout: float = 30.0) -> dict:
+def lease_op(transport: Transport, op: str, owner: dict[str, object], ttl_s: float, path: str = LEASE_FILE,
+             timeout: float = 30.0) -> LeaseDoc:
     """Run one lease operation on the device; its JSON answer."""
     remote = transport.remote_path(path)
     r = transport.run([transport.python, "-c", SNIPPET, op, remote, json.dumps(owner), repr(float(ttl_s))],
                       timeout=timeout)
+    doc: object
     try:
         doc = json.loads(r.stdout.strip().splitlines()[-1]) if r.ok else None
     except (ValueError, IndexError):
         doc = None
-    if doc is None:
+    if not isinstance(doc, dict):
         raise DeviceError(f"the device-side lease ({op}) failed on {transport.describe()}: "
                           f"{(r.stderr or r.stdout).strip()[-300:] or f'exit {r.returncode}'}",
                           hint="the device needs a Python with fcntl (Linux); check `edgekit devices check`")
     return doc
 
 
-def read_holder(transport, path: str = LEASE_FILE) -> tuple[dict | None, float]:
+def read_holder(transport: Transport, path: str = LEASE_FILE) -> tuple[LeaseDoc | None, float]:
     """The current lease record (or None) and the device's clock."""
     doc = lease_op(transport, "show", {}, 0.0, path)
     return doc.get("holder"), float(doc.get("now", time.time()))
@@ -143,21 +149,21 @@ class DeviceLease:
     """The device-side lease of one session. ``renew_transport`` makes the connection the renewing
     thread uses (None: renew on ``transport``, for transports that are safe to share between threads)."""
 
-    transport: object
+    transport: Transport
     device: str
     ttl_s: float = DEFAULT_TTL_S
-    renew_transport: Callable[[], object] | None = None
+    renew_transport: Callable[[], Transport] | None = None
     path: str = LEASE_FILE
     command: str | None = None
-    owner: dict = field(default_factory=dict)
-    record: dict | None = None
-    took_over: dict | None = None
+    owner: dict[str, object] = field(default_factory=dict)
+    record: LeaseDoc | None = None
+    took_over: LeaseDoc | None = None
     lost: str | None = None  # why the lease was lost while held (someone took it over), else None
     waited_s: float = 0.0
     last_error: str | None = None  # the last renewal that failed (retried on the next round)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _renewer: object = None
+    _renewer: Transport | None = None
 
     def acquire(self, *, wait: bool = True, timeout: float | None = None) -> "DeviceLease":
         self.owner = owner_record(self.device, self.command)
@@ -222,7 +228,7 @@ class DeviceLease:
         self.record = None
 
 
-def session_lease(transport, device: str, *, wait: bool, timeout: float | None) -> DeviceLease | None:
+def session_lease(transport: Transport, device: str, *, wait: bool, timeout: float | None) -> DeviceLease | None:
     """The lease a DeviceSession takes on an inventory device (None when leases are off:
     ``EDGEKIT_DEVICE_LEASE=0``). The renewing thread gets its own connection to the device."""
     if os.environ.get("EDGEKIT_DEVICE_LEASE", "1") == "0":
@@ -238,12 +244,12 @@ def session_lease(transport, device: str, *, wait: bool, timeout: float | None) 
                        command=" ".join(os.path.basename(a) for a in sys.argv[:2])).acquire(wait=wait, timeout=timeout)
 
 
-def _with_python(t, python: str):
+def _with_python(t: Transport, python: str) -> Transport:
     t.python = python
     return t
 
 
-def device_lease_holder(entry, timeout: float = 15.0) -> str:
+def device_lease_holder(entry: DeviceEntry, timeout: float = 15.0) -> str:
     """Who holds an inventory device's lease, in words (connects to the device; never raises)."""
 
     try:

@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
 
 from ..errors import DeviceError
 from ..paths import locks_dir
@@ -40,7 +41,7 @@ class DeviceLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def holder(self) -> dict | None:
+    def holder(self) -> dict[str, object] | None:
         """The lease record of the current (or last) holder, if readable."""
         try:
             text = self.path.read_text(encoding="utf-8").strip()
@@ -54,8 +55,9 @@ class DeviceLock:
             return "another edgekit process"
         now = time.time()
         desc = f"PID {h.get('pid')} on {h.get('host')} since {h.get('started')}"
-        if h.get("expires_unix") and now > h["expires_unix"]:
-            desc += f" (lease expired {now - h['expires_unix']:.0f} s ago: that deploy is overrunning or hung)"
+        expires = h.get("expires_unix")
+        if isinstance(expires, (int, float)) and expires and now > expires:
+            desc += f" (lease expired {now - expires:.0f} s ago: that deploy is overrunning or hung)"
         return desc
 
     def acquire(self, *, wait: bool = True, timeout: float | None = None) -> "DeviceLock":
@@ -107,5 +109,6 @@ class DeviceLock:
     def __enter__(self) -> "DeviceLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.release()

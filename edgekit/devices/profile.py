@@ -18,13 +18,16 @@ its module. :func:`profile_variants` profiles the chosen variants in a device se
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..report.model import OpProfile, OpTime, OpTypeTime
 from ..report.profile_diff import COMPUTE, QDQ, family, is_slower
 
 if TYPE_CHECKING:
+    from onnx import GraphProto, NodeProto
+
     from .session import DeviceSession, Measured, RunSettings
 
 DEFAULT_RUNS = 20
@@ -43,11 +46,11 @@ def _weight_module(tensor: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- nodes -> modules
-def _module_of(node) -> tuple[str, str | None] | None:
+def _module_of(node: NodeProto) -> tuple[str, str | None] | None:
     """(module path, class name) from the exporter's metadata on one ONNX node, or None."""
     md = {p.key: p.value for p in node.metadata_props}
     scopes = _literal_list(md.get("pkg.torch.onnx.name_scopes"))
-    classes = _literal_list(md.get("pkg.torch.onnx.class_hierarchy"))
+    classes: Sequence[str | None] | None = _literal_list(md.get("pkg.torch.onnx.class_hierarchy"))
     if scopes is None and md.get("namespace"):
         # ": __main__.Net/blocks: torch.nn...Sequential/blocks.0: __main__.Block/add: aten.add.Tensor"
         parts = [p.split(":", 1) for p in md["namespace"].split("/")]
@@ -60,7 +63,7 @@ def _module_of(node) -> tuple[str, str | None] | None:
     return module, (cls.rsplit(".", 1)[-1] if cls else None)
 
 
-def _literal_list(text: str | None) -> list | None:
+def _literal_list(text: str | None) -> list[str] | None:
     if not text:
         return None
     import ast
@@ -69,10 +72,11 @@ def _literal_list(text: str | None) -> list | None:
         v = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return None
-    return list(v) if isinstance(v, (list, tuple)) else None
+    # the exporter writes a list of names
+    return [str(x) for x in v] if isinstance(v, (list, tuple)) else None
 
 
-def _from_quantizer(n) -> bool:
+def _from_quantizer(n: NodeProto) -> bool:
     """A node onnxruntime's quantizer adds or rewrites: Q/DQ, or an integer kernel (QOperator)."""
     t = n.op_type or ""
     return t in QDQ or t.startswith(("QLinear", "QGemm", "DynamicQuantize")) or "Integer" in t
@@ -85,10 +89,10 @@ class ModuleIndex:
     by its data input's producer (an activation's quantization belongs where it was produced; the
     model's input: the model's own forward), then by its consumer (a weight's DequantizeLinear)."""
 
-    def __init__(self, graph):
-        self.nodes = {n.name: n for n in graph.node}
-        self.producer = {o: n for n in graph.node for o in n.output}
-        self.consumers: dict[str, list] = {}
+    def __init__(self, graph: GraphProto):
+        self.nodes: dict[str, NodeProto] = {n.name: n for n in graph.node}
+        self.producer: dict[str, NodeProto] = {o: n for n in graph.node for o in n.output}
+        self.consumers: dict[str, list[NodeProto]] = {}
         for n in graph.node:
             for i in n.input:
                 self.consumers.setdefault(i, []).append(n)
@@ -102,8 +106,8 @@ class ModuleIndex:
                 self.own[n.name] = (wm, mine[1] if mine and mine[0] == wm else None)
         self.modules = {m for m, _ in self.own.values()}
         self.classes = {m: c for m, c in self.own.values() if c}
-        for m in list(self.modules):
-            parts = m.split(".")
+        for mod in list(self.modules):
+            parts = mod.split(".")
             self.modules.update(".".join(parts[:k]) for k in range(1, len(parts)))
         self._memo: dict[tuple[str, str], tuple[str, str | None] | None] = {}
 
@@ -119,7 +123,7 @@ class ModuleIndex:
                     return head, self.classes.get(head)
         return None
 
-    def _node_for(self, name: str):
+    def _node_for(self, name: str) -> NodeProto | None:
         for c in _candidates(name):
             if c in self.nodes:
                 return self.nodes[c]
@@ -127,7 +131,7 @@ class ModuleIndex:
                 return self.producer[c]
         return None
 
-    def _resolve(self, n, way: str = "any"):
+    def _resolve(self, n: NodeProto, way: str = "any") -> tuple[str, str | None] | None:
         key = (n.name, way)
         if key in self._memo:
             return self._memo[key]
@@ -161,9 +165,9 @@ class ModuleIndex:
         if n is None:
             return self._by_weight(_candidates(name))
         if op_type and family(n.op_type) != family(op_type):
-            up = n
+            up: NodeProto | None = n
             for _ in range(3):
-                up = self.producer.get(up.input[0]) if up.input else None
+                up = self.producer.get(up.input[0]) if up is not None and up.input else None
                 if up is None:
                     break
                 if family(up.op_type) == family(op_type):
@@ -178,7 +182,7 @@ def module_index(onnx_path: str | Path) -> ModuleIndex:
     return ModuleIndex(onnx.load(str(onnx_path), load_external_data=False).graph)
 
 
-def _candidates(name: str) -> Iterable[str]:
+def _candidates(name: str) -> Iterator[str]:
     n = name[len("fused "):] if name.startswith("fused ") else name
     while True:
         yield n
@@ -202,7 +206,7 @@ def _ir_node(name: str, index: "ModuleIndex") -> str:
     return name
 
 
-def op_profile(doc: dict | None, artifact: Any = None, onnx_graph: Any = None) -> OpProfile:
+def op_profile(doc: dict[str, Any] | None, artifact: Any = None, onnx_graph: Any = None) -> OpProfile:
     """The agent's ``op_profile`` document as an :class:`OpProfile`, each ONNX node traced to its
     PyTorch module through ``artifact``'s graph (an Artifact, a path, or None); an OpenVINO IR's layers
     through ``onnx_graph``, the ONNX model it was converted from (its layers keep the ONNX node names)."""
@@ -265,13 +269,10 @@ def _index_for(artifact: Any, source: str) -> tuple["ModuleIndex | None", str]:
 
 
 def _by_op_type(ops: list[OpTime], runs: int, total_ms: float | None) -> list[OpTypeTime]:
-    agg: dict[str, list] = {}
+    agg: dict[str, tuple[int, int, float, float]] = {}  # op type -> (nodes, calls, total ms, ms per run)
     for o in ops:
-        a = agg.setdefault(o.op_type or "?", [0, 0, 0.0, 0.0])
-        a[0] += 1
-        a[1] += o.calls
-        a[2] += o.total_ms
-        a[3] += o.ms
+        n, c, t, m = agg.get(o.op_type or "?", (0, 0, 0.0, 0.0))
+        agg[o.op_type or "?"] = (n + 1, c + o.calls, t + o.total_ms, m + o.ms)
     rows = [OpTypeTime(op_type=k, nodes=n, calls=c, mean_ms=round(t / runs, 6), ms=round(m, 6),
                        share=round(t / total_ms, 4) if total_ms else None) for k, (n, c, t, m) in agg.items()]
     return sorted(rows, key=lambda r: -r.ms)

@@ -23,15 +23,16 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..agent.bundle import BundleDeployer
 from ..errors import BadInputError, DeviceError
 from ..formats import spec_for_runtime
 from ..inputs.targets import TargetSpec
 from ..paths import wheelhouse_root
+from ..transport.base import Transport
 from . import llama_cpp_build
 
 PIP_TIMEOUT_S = 1800.0
@@ -52,7 +53,7 @@ def default_wheelhouse(spec: TargetSpec) -> Path:
     return wheelhouse_root() / f"{spec.name}-py{ver}"
 
 
-def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]:
+def runtime_wheels(spec: TargetSpec, runtimes: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """(packages, no_deps pins) the named runtimes add to the target's wheels; an unknown name is refused."""
     table = spec.wheels.runtime_packages if spec.wheels else {}
     packages: list[str] = []
@@ -77,7 +78,7 @@ def runtime_wheels(spec: TargetSpec, runtimes=()) -> tuple[list[str], list[str]]
     return packages, no_deps
 
 
-def host_built_wheels(spec: TargetSpec, runtimes=()) -> list[str]:
+def host_built_wheels(spec: TargetSpec, runtimes: Sequence[str] = ()) -> list[str]:
     """The pins among the named runtimes' wheels that edgekit builds on this host (``host_built``)."""
     table = spec.wheels.runtime_packages if spec.wheels else {}
     return [p for r in runtimes if r in table for p in table[r].host_built]
@@ -116,14 +117,15 @@ def download_command(spec: TargetSpec, dest: Path, packages: list[str] | None = 
             "--python-version", spec.wheels.python_version, "--implementation", "cp", "-d", str(dest)]
     for p in spec.wheels.platforms:
         argv += ["--platform", p]
+    wanted = packages or spec.wheels.packages
     if no_deps:
-        return [*argv, "--no-deps", *packages]
+        return [*argv, "--no-deps", *wanted]
     # pip itself rides along: a device python without pip runs pip straight from its wheel
-    return [*argv, "pip", *(packages or spec.wheels.packages)]
+    return [*argv, "pip", *wanted]
 
 
 def build_wheelhouse(spec: TargetSpec, dest: Path | None = None, packages: list[str] | None = None,
-                     progress: Callable[[str], None] = lambda m: None, *, runtimes=()) -> Path:
+                     progress: Callable[[str], None] = lambda m: None, *, runtimes: Sequence[str] = ()) -> Path:
     """Download the target's wheels (plus the named runtimes' extra wheels) on this host (the one step
     that needs a package index)."""
     dest = Path(dest or default_wheelhouse(spec))
@@ -143,7 +145,7 @@ def build_wheelhouse(spec: TargetSpec, dest: Path | None = None, packages: list[
     return dest
 
 
-def ensure_wheelhouse(spec: TargetSpec, wheelhouse: Path | None = None, runtimes=(),
+def ensure_wheelhouse(spec: TargetSpec, wheelhouse: Path | None = None, runtimes: Sequence[str] = (),
                       progress: Callable[[str], None] = lambda m: None) -> tuple[Path, bool]:
     """The wheelhouse to provision from, and whether it was downloaded now: ``wheelhouse`` as given, or
     the cached default one, downloaded when it lacks the target's or the named runtimes' wheels. A
@@ -159,7 +161,7 @@ def ensure_wheelhouse(spec: TargetSpec, wheelhouse: Path | None = None, runtimes
     return build_wheelhouse(spec, wh, progress=progress, runtimes=runtimes), True
 
 
-def wheelhouse_lacks(spec: TargetSpec, wheelhouse: Path, runtimes=()) -> bool:
+def wheelhouse_lacks(spec: TargetSpec, wheelhouse: Path, runtimes: Sequence[str] = ()) -> bool:
     """Whether ``wheelhouse`` needs a download: no wheels at all, or no wheel for one of the
     named runtimes' packages (at its pinned version where pinned; checked by file name, no index is asked)."""
     wheels = [w.name.lower() for w in Path(wheelhouse).glob("*.whl")]
@@ -170,7 +172,7 @@ def wheelhouse_lacks(spec: TargetSpec, wheelhouse: Path, runtimes=()) -> bool:
     return any(not any(_pin_pattern(pin).match(w) for w in wheels) for pin in pins)
 
 
-def _pin_pattern(pin: str) -> re.Pattern:
+def _pin_pattern(pin: str) -> re.Pattern[str]:
     """The wheel file names a ``NAME==VERSION`` pin matches: NAME-VERSION[+local]-TAGS.whl (wheel
     file names spell the project in lower case with underscores)."""
     name, _, version = pin.partition("==")
@@ -197,9 +199,9 @@ def _wheels(wheelhouse: Path) -> list[Path]:
     return wheels
 
 
-def provision(transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[str] | None = None,
+def provision(transport: Transport, spec: TargetSpec, wheelhouse: Path, *, packages: list[str] | None = None,
               progress: Callable[[str], None] = lambda m: None, timeout: float = PIP_TIMEOUT_S,
-              runtimes=()) -> ProvisionResult:
+              runtimes: Sequence[str] = ()) -> ProvisionResult:
     """Install ``packages`` (default: the target's) and the named ``runtimes``' extra wheels
     (``wheels.runtime_packages``) on the device from ``wheelhouse``."""
 
@@ -265,7 +267,7 @@ def _base_python(python: str) -> str:
     return words[0] if words else "python3"
 
 
-def _check(t, argv: list[str], what: str, timeout: float) -> None:
+def _check(t: Transport, argv: list[str], what: str, timeout: float) -> None:
     res = t.run(argv, timeout=timeout)
     if not res.ok:
         raise DeviceError(f"{what} on the device failed: {(res.stderr or res.stdout).strip()[-400:]}")

@@ -35,7 +35,7 @@ from ..report.model import VariantResult
 from ..transport.base import Transport
 from ..transport.local import LocalTransport
 from .coordinator import session_place
-from .inventory import _attach_lock, get_device, open_device_transport
+from .inventory import _attach_lock, get_device, held_lock, open_device_transport
 from .lease import session_lease
 from .lock import DeviceLock
 
@@ -277,7 +277,8 @@ class DeviceSession:
         t = self._given or open_transport(self.target, self.device, lock_wait=self._lock[0], lock_timeout=self._lock[1])
         self.transport = t
         try:
-            waited = getattr(getattr(t, "lock", None), "waited_s", 0.0)
+            lock = held_lock(t)
+            waited = lock.waited_s if lock is not None else 0.0
             if self._given is None and self.device is not None:  # the device-side lease (other hosts)
                 # with EDGEKIT_COORDINATOR: the device's labgrid place first (None without it)
                 self.place = session_place(

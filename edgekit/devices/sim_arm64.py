@@ -33,12 +33,14 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..errors import BadInputError, DeviceError
-from ..fsutil import atomic_write_text, cache_dir
+from ..fsutil import atomic_write_text
+from ..inputs.targets import TargetSpec
+from ..paths import cache_dir, sim_root
 from ..sim import cgroup as _cg
 from ..sim import netns as _netns
 from ..sim.procs import kill_tree
@@ -47,7 +49,7 @@ from ..sim.state import SimState, load_states
 from ..sim.state import state_file as _state_file
 from .inventory import DeviceEntry, add_device, transport_for
 from .provision import ensure_wheelhouse, provision
-from .sim_device import check_new_sim, create_netns, sim_root
+from .sim_device import check_new_sim, create_netns
 
 SUITE = "bookworm"
 DEB_ARCH = "arm64"
@@ -126,7 +128,7 @@ def qemu_binfmt() -> Path | None:
         return None
 
 
-def ensure_host() -> dict:
+def ensure_host() -> dict[str, str | None]:
     """Check root and the tools, and register qemu-aarch64 with binfmt_misc when it is not
     (mounting binfmt_misc first where the machine has not). Returns what was found."""
     if os.geteuid() != 0:
@@ -170,7 +172,7 @@ class Rootfs:
     path: Path
     built: bool  # False: the cached one was reused
     seconds: float
-    info: dict = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
 
 
 def _check_path_chars(p: Path) -> None:
@@ -180,7 +182,7 @@ def _check_path_chars(p: Path) -> None:
                             hint="set EDGEKIT_HOME / EDGEKIT_ROOTFS_CACHE to a plain path")
 
 
-def _chroot_python(root: Path, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _chroot_python(root: Path, code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["chroot", str(root), TWIN_PYTHON, "-c", code], capture_output=True, text=True,
                           timeout=timeout)
 
@@ -230,7 +232,7 @@ def ensure_rootfs(say: Say = _quiet, *, mirror: str | None = None) -> Rootfs:
         return Rootfs(final, True, time.perf_counter() - started, info)
 
 
-def _finish_rootfs(root: Path) -> dict:
+def _finish_rootfs(root: Path) -> dict[str, object]:
     """Trim the fresh rootfs, and check that it runs: aarch64, Python 3.11."""
     for p in (root / "etc" / "ssh").glob("ssh_host_*"):
         p.unlink()  # each twin gets its own host key in its upper layer
@@ -320,7 +322,7 @@ def fake_cpu_topology(root: Path, n: int, qemu_cpu: str) -> None:
         (cpu / f).write_text(f"{every}\n")
     bus = root / "sys" / "bus" / "cpu" / "devices"
     bus.mkdir(parents=True, exist_ok=True)
-    files = {"regs/identification/midr_el1": lambda i: f"{midr:#018x}",
+    files: dict[str, Callable[[int], str]] = {"regs/identification/midr_el1": lambda i: f"{midr:#018x}",
              "topology/core_id": str, "topology/physical_package_id": lambda i: "0",
              "topology/core_cpus_list": str, "topology/thread_siblings_list": str,
              "topology/core_cpus": lambda i: f"{1 << i:x}", "topology/thread_siblings": lambda i: f"{1 << i:x}",
@@ -331,9 +333,9 @@ def fake_cpu_topology(root: Path, n: int, qemu_cpu: str) -> None:
              "cpufreq/cpuinfo_max_freq": lambda i: "2400000"}
     for i in range(n):
         for rel, value in files.items():
-            f = cpu / f"cpu{i}" / rel
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text(f"{value(i)}\n")
+            path = cpu / f"cpu{i}" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{value(i)}\n")
         link = bus / f"cpu{i}"
         if not link.is_symlink():
             link.symlink_to(f"../../../devices/system/cpu/cpu{i}")
@@ -436,7 +438,8 @@ class TwinTimings:
 
 
 def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memory: str | None = None,
-       provision: bool = True, wheelhouse: Path | None = None, say: Say = _quiet, runtimes=()):
+       provision: bool = True, wheelhouse: Path | None = None, say: Say = _quiet,
+       runtimes: Sequence[str] = ()) -> tuple[SimState, DeviceEntry, TwinTimings]:
     """Build (once) and start an arm64 twin, register it as a ``target`` device (emulated), and
     install the target's runtimes on it from a host-side wheelhouse (plus the extra wheels of the
     named ``runtimes``, e.g. executorch). Returns (state, entry, timings)."""
@@ -507,7 +510,8 @@ def up(name: str, *, target: str = "rpi4", cpu_quota: float | None = None, memor
     return state, entry, timings
 
 
-def provision_runtimes(entry, spec, wheelhouse: Path | None = None, say: Say = _quiet, runtimes=()):
+def provision_runtimes(entry: DeviceEntry, spec: TargetSpec, wheelhouse: Path | None = None, say: Say = _quiet,
+                       runtimes: Sequence[str] = ()) -> tuple[DeviceEntry, bool]:
     """Download the target's aarch64 wheels on this host (once, cached) and install them on the twin
     over SSH with ``pip install --no-index`` (edgekit/devices/provision.py). Updates the inventory entry."""
 

@@ -15,11 +15,11 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from ..errors import BadInputError, DeviceError
 from ..fsutil import atomic_write_text
-from ..inputs.targets import load_target
+from ..inputs.targets import TargetSpec, load_target
 from ..paths import locks_dir, sim_root
 from ..sim import cgroup as _cg
 from ..sim import netns as _netns
@@ -62,7 +62,8 @@ def _is_our_sshd(pid: int, config: str) -> bool:
         return False
 
 
-def check_new_sim(name: str, target: str, cpu_quota: float | None, memory: str | None):
+def check_new_sim(name: str, target: str, cpu_quota: float | None,
+                  memory: str | None) -> tuple[TargetSpec, int | None]:
     """The input checks every `sim up` (plain or arm64) makes before touching anything:
     returns (target spec, memory limit in bytes or None)."""
 
@@ -169,7 +170,8 @@ def down(name: str, say: Callable[[str], None] = lambda m: None) -> None:
     (locks_dir() / f"{name}.lock").unlink(missing_ok=True)
 
 
-def status(state: SimState) -> dict:
-    doc = json.loads(state.model_dump_json())
+def status(state: SimState) -> dict[str, Any]:
+    """The simulated device's state as its JSON document, and whether its sshd still runs."""
+    doc: dict[str, Any] = json.loads(state.model_dump_json())
     doc["running"] = alive(state.pid) and _is_our_sshd(state.pid, state.sshd_config)
     return doc
