@@ -36,6 +36,7 @@ from ..variant_search.candidates import candidate_variants
 from .assemble import assemble_report
 from .fleet import deploy_fleet
 from .generate import deploy_generator
+from .micro import deploy_micro
 from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
 from .prepare import prepare_run, resolve_recipe, target_spec
 from .release import release_judgement
@@ -146,6 +147,10 @@ def _deploy_options(options: DeployOptions | None, overrides: DeployOverrides) -
 
 def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, device, out, example_inputs, arch, x_key,
                    y_key, opts: DeployOptions, progress: Progress, transport) -> Report:
+    if spec.is_microcontroller:  # no board, no device session: TFLite Micro on this host (orchestration/micro.py)
+        return deploy_micro(model, eval_data=eval_data, target=spec, calib_data=calib_data, out=out,
+                            example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, opts=opts,
+                            progress=progress)
     rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
@@ -182,6 +187,11 @@ def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetS
     """"recipe" (measure the given or the fixed default recipe), "quick" (no recipe: the short search)
     or "full" (``search=True``). Without a recipe, options only a recipe run honours (the fleet
     options) keep the fixed default recipe and the report says so."""
+    if spec.is_microcontroller:  # one full-integer INT8 file for TFLite Micro (orchestration/micro.py)
+        if recipe is not None or search:
+            raise BadInputError(f"target {spec.name} is a microcontroller: edgekit builds its one full-integer INT8 "
+                                "file for TFLite Micro, with no recipe or search", hint="drop --recipe/--search")
+        return "recipe"
     if search and recipe is not None:
         raise BadInputError("--search builds its own candidates; it does not take --recipe",
                             hint="drop --recipe, or drop --search to measure the recipe's variants")

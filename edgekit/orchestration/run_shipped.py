@@ -104,6 +104,8 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
     source model's input names, batch first, or an .npz of them), run as the device ran it."""
 
     rt = _read_json(Path(ship_dir) / "runtime.json")
+    if rt.get("runtime") == "tflite-micro":  # a microcontroller's file: TFLite Micro's interpreter, as measured
+        return _run_micro(Path(ship_dir), inputs)
     # a file shipped to a web page runs here on the same runtime's native build (the page's outputs were
     # checked against it: ONNX Runtime Web against onnxruntime, LiteRT.js against the LiteRT interpreter)
     runtime = NATIVE_OF_WEB.get(rt.get("runtime"), rt.get("runtime"))
@@ -131,6 +133,17 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
                     "check the inputs' shapes and dtypes against ship.json's interface")
             raise BadInputError(f"{runtime} could not run {art.path.name}: {exc.message}", hint=hint) from None
         ys = load_outputs(y_path)
+    return {s.name: y for s, y in zip(source_io.outputs, ys)}
+
+
+def _run_micro(ship_dir: Path, inputs: Mapping[str, np.ndarray] | str | Path) -> dict[str, np.ndarray]:
+    """A microcontroller's shipped file through TFLite Micro's kernels with the arena the deploy measured."""
+    from ..micro.interpreter import run_tflm
+
+    art, source_io, _ = shipped_model(ship_dir)
+    arena = int(_read_json(ship_dir / "ship.json")["micro"]["arena_bytes"])
+    feed = _feed(inputs, source_io)
+    ys = run_tflm(art.path, arena, art.io, list(feed.values()))
     return {s.name: y for s, y in zip(source_io.outputs, ys)}
 
 

@@ -1,0 +1,173 @@
+"""A microcontroller target's run (``deploy`` with a target whose transport is ``host-interpreter``): there is no
+board, so no device session. The same preparation as every run (``prepare.prepare_run``: data, model, metric
+plan, fp32 ONNX), then: every op checked against TFLite Micro's kernels (refused before conversion, naming the
+layer), full-integer INT8 TFLite with int8 inputs and outputs through the converter chain, the workload
+(``micro/workload.py``: the smallest arena, the eval set through TFLM and LiteRT), the one report (the gate judges
+the TFLM outputs, the fit and TFLM-vs-LiteRT parity) and the one ship writer, with the firmware's files beside."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..artifact import Artifact
+from ..convert.chain import convert_to_tflite
+from ..convert.tflite.config import TfliteConfig
+from ..errors import BadInputError
+from ..formats import Format
+from ..fsutil import atomic_write_text
+from ..inputs.recipe import Recipe
+from ..inputs.targets import TargetSpec
+from ..metrics.evaluate import EvalPlan, score_drops
+from ..micro.c_array import c_name, to_c_array
+from ..micro.kernels import SOURCE, tflm_version
+from ..micro.onnx_ops import refuse_unsupported
+from ..micro.workload import LATENCY_REASON, PARITY_STEPS, MicroMeasurement, measure_micro
+from ..report.gate import evaluate_gate
+from ..report.model import Accuracy, Check, DeviceInfo, Report, RuntimeInfo, VariantResult
+from ..report.write import write_report
+from ..version import __version__
+from .assemble import metric_settings, tolerance
+from .options import DeployOptions
+from .prepare import prepare_run
+from .ship import interface, write_file_set
+
+Progress = Callable[[str], None]
+BASELINE, JUDGED = "fp32", "tflm-int8"
+_SECTION = "micro"  # the variant's microcontroller section (arena, fit, ops, LiteRT beside)
+MICRO_CONFIG = TfliteConfig(precision="int8", quantization="full", io="int8", parity_bar="breakage")
+
+
+def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib_data: str | Path | None,
+                 out: str | Path, example_inputs: tuple[Any, ...] | None, arch: str | None,
+                 x_key: str | tuple[str, ...], y_key: str, opts: DeployOptions, progress: Progress) -> Report:
+    """The INT8 file TFLM runs, measured for ``target``'s part; the report written, ship/ when the gate passes."""
+    part = target.microcontroller
+    if part is None:
+        raise BadInputError(f"target {target.name} is not a microcontroller",
+                            hint="name a target with a microcontroller: section")
+    run = prepare_run(model, eval_data=eval_data, target=target, recipe=Recipe(baseline=BASELINE, variants=[]),
+                      opts=opts, calib_data=calib_data, out=out, example_inputs=example_inputs, arch=arch,
+                      x_key=x_key, y_key=y_key, progress=progress)
+    if run.fp32.format != Format.ONNX:
+        raise BadInputError(f"a microcontroller target converts from PyTorch or ONNX, not {run.fp32.format.value}",
+                            hint="pass the .pt2 or .onnx model")
+    progress("checking every op against TFLite Micro's kernels")
+    refuse_unsupported(run.fp32.path)
+    warnings = list(opts.extra_warnings)
+    calib = run.calib_ds or run.eval_ds
+    if run.calib_ds is None:
+        warnings.append("no --calib-data: the INT8 activation ranges were calibrated on the eval set")
+    progress("converting to full-integer INT8 TFLite (int8 inputs and outputs)")
+    art = convert_to_tflite(run.fp32, run.art_dir / f"{JUDGED}.tflite", MICRO_CONFIG, source=run.source, calib=calib,
+                            parity_inputs=list(run.eval_ds.xs))
+    progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
+    m = measure_micro(art.path, art.io, part, list(run.eval_ds.xs))
+    base, tflm = _row_fp32(run.fp32, run.plan), _row_tflm(art, m, run.plan)
+    score_drops([base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}, run.plan, BASELINE,
+                tolerance(run.gate, base))
+    gate = evaluate_gate([base, tflm], BASELINE, run.gate, judged=[JUDGED])
+    gate.checks += [Check(**c) for c in _micro_checks(m)]
+    gate.passed = all(c.passed for c in gate.checks)
+    report = Report(edgekit_version=__version__, target=target.name, baseline=BASELINE, variants=[base, tflm],
+                    created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    device=DeviceInfo(name=f"{target.name} (no board: TFLite Micro on this host)",
+                                      arch=target.arch, target_arch=target.arch),
+                    model=run.model_facts(), gate=gate, warnings=warnings + [f"{JUDGED}: latency not measured: "
+                                                                            f"{LATENCY_REASON}"],
+                    settings={"metric": metric_settings(run.plan), "gate": run.gate.model_dump(mode="json"),
+                              "microcontroller": part.model_dump(mode="json"),
+                              "wall_seconds": round(time.perf_counter() - run.started, 2)})
+    if gate.passed:
+        tflm.selected = True
+        ship_micro(run.out_dir, tflm, art, run.source.artifact.io, m)
+    write_report(report, run.out_dir)
+    return report
+
+
+def _accuracy(plan: EvalPlan, outputs: list[Any]) -> Accuracy:
+    return Accuracy.model_validate(plan.accuracy_dict(plan.score(outputs)))
+
+
+def _row_fp32(fp32: Artifact, plan: EvalPlan) -> VariantResult:
+    """The float model's outputs on this host: what the INT8 file's accuracy is compared with."""
+    return VariantResult(name=BASELINE, format=fp32.format.value, precision="fp32", size_bytes=fp32.size_bytes,
+                         runtime=RuntimeInfo(name="the source model on this host (the float reference)"),
+                         sha256=fp32.sha256, artifact_path=str(fp32.path), lineage=fp32.lineage_dicts(),
+                         accuracy=_accuracy(plan, plan.reference))
+
+
+def _row_tflm(art: Artifact, m: MicroMeasurement, plan: EvalPlan) -> VariantResult:
+    v = VariantResult(name=JUDGED, format=art.format.value, precision=art.precision, size_bytes=art.size_bytes,
+                      runtime=RuntimeInfo(name="tflite-micro", version=tflm_version(), threads=1),
+                      sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
+                      accuracy=_accuracy(plan, m.tflm), peak_memory_mb=round(m.arena.bytes / 1e6, 6),
+                      memory={"source": "tflm_arena", "arena_bytes": m.arena.bytes},
+                      parity_outputs=plan.parity(m.tflm))
+    v.parity = next(iter(v.parity_outputs.values()), None) if v.parity_outputs else None
+    setattr(v, _SECTION, _micro_section(art, m, plan))  # an extra section: the report schema keeps extras
+    return v
+
+
+def _micro_section(art: Artifact, m: MicroMeasurement, plan: EvalPlan) -> dict[str, Any]:
+    return {"runtime": "TFLite Micro's reference kernels, the tflite-micro wheel's host build "
+                       f"({tflm_version()}): the kernels and allocator are the part's, the timing is not",
+            "arena": m.arena.as_dict(), "fit": m.fit.as_dict(), "ops": m.graph.op_set, "op_source": SOURCE,
+            "weights_bytes": m.graph.weights_bytes, "io": _io_quantization(art),
+            "litert": {"accuracy": _accuracy(plan, m.litert).model_dump(mode="json"),
+                       "disagreement_with_tflm": m.disagreement, "limit_steps": PARITY_STEPS},
+            "latency_ms": None, "latency_reason": LATENCY_REASON}
+
+
+def _io_quantization(art: Artifact) -> dict[str, list[dict[str, Any]]]:
+    """What the firmware needs to feed and read the int8 tensors: real = (q - zero_point) * scale."""
+    def row(s: Any) -> dict[str, Any]:
+        return {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "scale": s.scale,
+                "zero_point": s.zero_point, "layout_transpose": list(s.transpose) if s.transpose else None}
+    return {"inputs": [row(s) for s in art.io.inputs], "outputs": [row(s) for s in art.io.outputs]}
+
+
+def _micro_checks(m: MicroMeasurement) -> list[dict[str, Any]]:
+    from ..micro.fit import fit_checks
+
+    worst = max((r["max_steps"] or 0.0 for r in m.disagreement.values()), default=0.0)
+    return [*fit_checks(m.fit, JUDGED),
+            {"name": "tflm_vs_litert", "variant": JUDGED, "value": worst, "limit": PARITY_STEPS,
+             "passed": m.within_tolerance, "message": f"TFLM and LiteRT outputs differ by at most {worst:.2f} "
+             f"quantization steps (limit {PARITY_STEPS}) on the eval set"}]
+
+
+def ship_micro(out_dir: Path, v: VariantResult, art: Artifact, source_io: Any, m: MicroMeasurement) -> None:
+    """The one ship writer's folder, plus what a firmware engineer pastes: the aligned C array of the file, the
+    arena size and the op list for a ``MicroMutableOpResolver``."""
+    micro = {"arena_bytes": m.arena.bytes, "ops": m.graph.op_set, "io": _io_quantization(art)}
+    measured = {"accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
+                "arena_bytes": m.arena.bytes, "p50_ms": None, "latency_reason": LATENCY_REASON}
+    write_file_set(out_dir, v, art, {"interface": interface(art, source_io), "measured": measured, "micro": micro})
+    ship = out_dir / "ship"
+    name = c_name(f"{v.name}_model")
+    src, header = to_c_array(Path(art.path).read_bytes(), name)
+    atomic_write_text(ship / f"{name}.cc", src)
+    atomic_write_text(ship / f"{name}.h", header)
+    atomic_write_text(ship / "micro_ops.h", _resolver(m.graph.op_set, m.arena.bytes))
+    atomic_write_text(ship / "micro.json", json.dumps(micro, indent=2))
+
+
+def _method(op: str) -> str:
+    """TFLM's ``MicroMutableOpResolver`` method for a builtin: CONV_2D -> Conv2D, BATCH_TO_SPACE_ND -> BatchToSpaceNd,
+    UNIDIRECTIONAL_SEQUENCE_LSTM -> UnidirectionalSequenceLSTM."""
+    special = {"lstm": "LSTM", "svdf": "Svdf", "padv2": "PadV2"}
+    return "".join(special.get(p, p.upper() if p[:1].isdigit() else p.capitalize()) for p in op.lower().split("_"))
+
+
+def _resolver(ops: list[str], arena: int) -> str:
+    adds = "\n".join(f"  resolver.Add{_method(op)}();  // {op}" for op in ops)
+    return (f"// generated by edgekit: the ops the model uses and the arena TFLite Micro measured for it\n"
+            f"#pragma once\n#include \"tensorflow/lite/micro/micro_mutable_op_resolver.h\"\n\n"
+            f"constexpr int kTensorArenaSize = {arena};  // bytes; declare it alignas(16)\n"
+            f"using EdgekitOpResolver = tflite::MicroMutableOpResolver<{len(ops)}>;\n\n"
+            "inline TfLiteStatus EdgekitRegisterOps(EdgekitOpResolver& resolver) {\n"
+            f"{adds}\n  return kTfLiteOk;\n}}\n")

@@ -1,0 +1,65 @@
+"""`edgekit deploy --target nrf52840` end to end (issue #44): the full-integer INT8 file through TFLite Micro on
+this host, the report's gate judging the TFLM outputs, the fit and TFLM-vs-LiteRT; ship/ with the C array, the
+arena and the resolver's ops; `edgekit run ship/` reproducing the report's accuracy through TFLM."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite_micro", reason="the micro extra (pip install 'edgekit[micro]') is not installed")
+
+
+# exports, converts (onnx2tf + TensorFlow) and runs TFLM: 15 s here
+def test_deploy_to_a_microcontroller_ships_what_the_firmware_needs(tmp_path):
+    import torch
+    from typer.testing import CliRunner
+
+    from edgekit.cli.main import app
+    from edgekit.micro.c_array import from_c_array
+    from edgekit.orchestration.run_shipped import run_shipped
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 8 * 8, 4)).eval()
+    rng = np.random.default_rng(0)
+    x = rng.random((96, 1, 8, 8), dtype=np.float32)
+    y = net(torch.tensor(x)).argmax(1).numpy()  # labels the float model gets right: the drop is the INT8 file's
+    torch.export.save(torch.export.export(net, (torch.tensor(x[:1]),)), tmp_path / "m.pt2")
+    np.savez(tmp_path / "eval.npz", x=x, y=y)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["deploy", str(tmp_path / "m.pt2"), "--eval-data", str(tmp_path / "eval.npz"),
+                                   "--target", "nrf52840", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "report.json").read_text())
+    tflm = next(v for v in report["variants"] if v["name"] == "tflm-int8")
+    checks = {c["name"]: c for c in report["gate"]["checks"]}
+    assert {"micro_sram_fit", "micro_flash_fit", "tflm_vs_litert", "accuracy_drop"} <= set(checks)
+    assert tflm["runtime"]["name"] == "tflite-micro" and tflm["latency_ms"] is None
+    micro = tflm["micro"]
+    assert micro["arena"]["bytes"] == checks["micro_sram_fit"]["value"] and micro["latency_reason"]
+    assert micro["io"]["inputs"][0]["dtype"] == "int8" and micro["io"]["inputs"][0]["scale"] > 0
+    assert "litert" in micro and micro["fit"]["flash"]["interpreter_source"]
+
+    ship = out / "ship"
+    meta = json.loads((ship / "micro.json").read_text())
+    assert meta["arena_bytes"] == micro["arena"]["bytes"] and "CONV_2D" in meta["ops"]
+    assert from_c_array((ship / "tflm_int8_model.cc").read_text()) == (ship / "tflm-int8.tflite").read_bytes()
+    assert "resolver.AddConv2D();" in (ship / "micro_ops.h").read_text()
+    got = run_shipped(ship, {"input": x})
+    top1 = float(np.mean(np.argmax(next(iter(got.values())), -1) == y) * 100)
+    assert abs(top1 - tflm["accuracy"]["value"]) < 1e-6
+
+
+def test_a_microcontroller_target_takes_no_recipe_or_search():
+    from edgekit.errors import BadInputError
+    from edgekit.inputs.targets import load_target
+    from edgekit.orchestration.options import DeployOptions
+    from edgekit.orchestration.pipeline import variant_mode
+
+    spec = load_target("nrf52840")
+    assert variant_mode(None, None, DeployOptions(), spec, False) == "recipe"
+    with pytest.raises(BadInputError, match="microcontroller"):
+        variant_mode(None, True, DeployOptions(), spec, False)
