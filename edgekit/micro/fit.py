@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import GateFailed
 from ..inputs.targets import Microcontroller
 from .interpreter import Arena
-from .tflite_graph import Peak
+from .tflite_graph import LiveTensor, Peak
 
 KIB = 1024
 
@@ -25,6 +25,7 @@ class Fit:
     interpreter_bytes: int
     interpreter_source: str
     peak: Peak | None
+    largest_weights: tuple[LiveTensor, ...] = ()
 
     @property
     def sram_ok(self) -> bool:
@@ -52,24 +53,43 @@ class Fit:
         return (f"flash {self.flash} B (model {self.model_bytes} B + interpreter {self.interpreter_bytes} B, a "
                 f"lower bound) vs budget {self.flash_budget} B: {verdict}")
 
+    def what_must_shrink(self) -> list[str]:
+        """Without training data to prune against the arena: what would have to shrink, and by how much."""
+        out = []
+        if not self.sram_ok and self.peak is not None:
+            need = self.arena - self.sram_budget
+            share = need / self.peak.bytes if self.peak.bytes else 1.0
+            out.append(f"SRAM: the activations live at op {self.peak.op_index} ({self.peak.op}) must shrink by at "
+                       f"least {need} B ({share:.0%} of their {self.peak.bytes} B): fewer channels in the layers "
+                       f"that write {', '.join(t.name for t in self.peak.tensors[:2])}, or a smaller input (these "
+                       "tensors scale with its height x width)")
+        if not self.flash_ok:
+            need = self.flash - self.flash_budget
+            names = ", ".join(t.describe() for t in self.largest_weights[:3])
+            out.append(f"flash: the weights must shrink by at least {need} B; the largest are {names}")
+        return out
+
     def as_dict(self) -> dict[str, Any]:
-        return {"fits": self.fits, "sram": {"arena_bytes": self.arena, "budget_bytes": self.sram_budget,
-                                            "passed": self.sram_ok, "message": self.sram_message()},
+        return {"fits": self.fits, "what_must_shrink": self.what_must_shrink(),
+                "sram": {"arena_bytes": self.arena, "budget_bytes": self.sram_budget, "passed": self.sram_ok,
+                         "message": self.sram_message()},
                 "flash": {"bytes": self.flash, "model_bytes": self.model_bytes,
                           "interpreter_bytes": self.interpreter_bytes, "interpreter_source": self.interpreter_source,
                           "budget_bytes": self.flash_budget, "passed": self.flash_ok,
                           "message": self.flash_message()},
                 "peak": None if self.peak is None else {
                     "op_index": self.peak.op_index, "op": self.peak.op, "bytes": self.peak.bytes,
-                    "tensors": [{"name": t.name, "bytes": t.bytes} for t in self.peak.tensors]}}
+                    "tensors": [{"name": t.name, "shape": list(t.shape), "bytes": t.bytes}
+                                for t in self.peak.tensors]}}
 
 
-def judge_fit(part: Microcontroller, arena: Arena, model_bytes: int, peak: Peak | None) -> Fit:
+def judge_fit(part: Microcontroller, arena: Arena, model_bytes: int, peak: Peak | None,
+              largest_weights: tuple[LiveTensor, ...] = ()) -> Fit:
     keep = 1 - part.fit_margin
     interp = int(round(part.interpreter_flash_kb * KIB))
     return Fit(sram_budget=int(part.sram_kb * KIB * keep), flash_budget=int(part.flash_kb * KIB * keep),
                arena=arena.bytes, flash=model_bytes + interp, model_bytes=model_bytes, interpreter_bytes=interp,
-               interpreter_source=part.interpreter_flash_source, peak=peak)
+               interpreter_source=part.interpreter_flash_source, peak=peak, largest_weights=largest_weights)
 
 
 def fit_checks(fit: Fit, variant: str) -> list[dict[str, Any]]:
@@ -85,5 +105,4 @@ def require_fit(fit: Fit, part_name: str) -> None:
     failed = [(c["name"], c["message"]) for c in fit_checks(fit, part_name) if not c["passed"]]
     if failed:
         raise GateFailed(f"the model does not fit {part_name}: " + "; ".join(m for _, m in failed), failed=failed,
-                         hint="shrink the layers that hold the peak (fewer channels, a smaller input), or pick a "
-                         "part with more SRAM/flash")
+                         hint="; ".join(fit.what_must_shrink()) + "; or pick a part with more SRAM/flash")

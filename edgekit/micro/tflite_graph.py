@@ -24,6 +24,10 @@ _ITEMSIZE = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 9: 1, 10: 8, 16: 4, 17: 1
 class LiveTensor:
     name: str
     bytes: int
+    shape: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        return f"{self.name} {list(self.shape)} ({self.bytes} B)"
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Peak:
     tensors: tuple[LiveTensor, ...]  # the live tensors, largest first
 
     def describe(self, top: int = 4) -> str:
-        names = ", ".join(f"{t.name} ({t.bytes} B)" for t in self.tensors[:top])
+        names = ", ".join(t.describe() for t in self.tensors[:top])
         more = f" and {len(self.tensors) - top} more" if len(self.tensors) > top else ""
         return f"{self.bytes} B live at op {self.op_index} ({self.op}): {names}{more}"
 
@@ -45,6 +49,7 @@ class Graph:
     weights_bytes: int  # bytes of the constant buffers (weights, biases, quantization tables)
     peak: Peak | None
     output_names: tuple[str, ...] = field(default=())  # the subgraph's outputs, in order
+    largest_weights: tuple[LiveTensor, ...] = field(default=())  # the biggest constant tensors, largest first
 
     @property
     def op_set(self) -> list[str]:
@@ -75,8 +80,16 @@ def read_graph(data: bytes) -> Graph:
     const = {i for i, t in enumerate(tensors) if t.buffer and model.buffers[t.buffer].data is not None
              and len(model.buffers[t.buffer].data) > 0}
     weights = sum(len(model.buffers[tensors[i].buffer].data) for i in const)
+    big = sorted((_live(tensors[i], len(model.buffers[tensors[i].buffer].data)) for i in const),
+                 key=lambda t: -t.bytes)[:5]
     return Graph(ops=ops, weights_bytes=int(weights), peak=_peak(operators, tensors, const, ops, sub),
-                 output_names=tuple(_name(tensors[i]) for i in (sub.outputs if sub.outputs is not None else [])))
+                 output_names=tuple(_name(tensors[i]) for i in (sub.outputs if sub.outputs is not None else [])),
+                 largest_weights=tuple(big))
+
+
+def _live(t: Any, size: int | None = None) -> LiveTensor:
+    shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
+    return LiveTensor(_name(t), _bytes(t) if size is None else int(size), shape)
 
 
 def _bytes(t: Any) -> int:
@@ -102,5 +115,5 @@ def _peak(operators: list[Any], tensors: list[Any], const: set[int], ops: tuple[
         live = [i for i in first if i not in const and first[i] <= k <= end.get(i, first[i])]
         live_at.append((sum(_bytes(tensors[i]) for i in live), k, live))
     total, k, live = max(live_at, key=lambda r: r[0])
-    held = sorted((LiveTensor(_name(tensors[i]), _bytes(tensors[i])) for i in live), key=lambda t: -t.bytes)
+    held = sorted((_live(tensors[i]) for i in live), key=lambda t: -t.bytes)
     return Peak(op_index=k, op=ops[k], bytes=int(total), tensors=tuple(held))

@@ -72,7 +72,7 @@ def measure_micro(tflite: Path, io: IOSpec, part: Microcontroller, xs: list[np.n
     graph = read_graph(data)
     refuse_file_ops(graph)
     arena = smallest_arena(Path(tflite))
-    fit = judge_fit(part, arena, len(data), graph.peak)
+    fit = judge_fit(part, arena, len(data), graph.peak, graph.largest_weights)
     tflm = run_tflm(Path(tflite), arena.bytes, io, xs)
     litert = run_tflite_all(Path(tflite), io, xs)
     table, ok = disagreement(tflm, litert, io)

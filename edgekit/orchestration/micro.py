@@ -33,7 +33,7 @@ from ..version import __version__
 from .assemble import metric_settings, tolerance
 from .options import DeployOptions
 from .prepare import prepare_run
-from .ship import interface, write_file_set
+from .ship import interface, write_file_set, write_nothing_shipped
 
 Progress = Callable[[str], None]
 BASELINE, JUDGED = "fp32", "tflm-int8"
@@ -66,6 +66,7 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
                             parity_inputs=list(run.eval_ds.xs))
     progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
     m = measure_micro(art.path, art.io, part, list(run.eval_ds.xs))
+    warnings += [f"{JUDGED} does not fit {target.name}: {what}" for what in m.fit.what_must_shrink()]
     base, tflm = _row_fp32(run.fp32, run.plan), _row_tflm(art, m, run.plan)
     score_drops([base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}, run.plan, BASELINE,
                 tolerance(run.gate, base))
@@ -84,6 +85,9 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     if gate.passed:
         tflm.selected = True
         ship_micro(run.out_dir, tflm, art, run.source.artifact.io, m)
+    else:
+        failed = "; ".join(f"{c.name}: {c.message}" for c in gate.failed_checks)
+        write_nothing_shipped(run.out_dir, "microcontroller", f"the gate failed: {failed}")
     write_report(report, run.out_dir)
     return report
 

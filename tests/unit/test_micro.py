@@ -151,5 +151,7 @@ def test_a_model_ten_percent_over_sram_is_exit_1_naming_the_peak_tensors(int8_mo
     msg = str(e.value)
     assert "does NOT fit" in msg and "(10.0%) over" in msg
     assert graph.peak is not None and graph.peak.tensors[0].name in msg and f"op {graph.peak.op_index}" in msg
+    assert e.value.hint is not None and "must shrink by at least" in e.value.hint  # what would have to shrink
+    assert fit.as_dict()["what_must_shrink"] and fit.as_dict()["peak"]["tensors"][0]["shape"]
     roomy = judge_fit(part.model_copy(update={"sram_kb": arena.bytes / 0.9 / 1024 + 1}), arena, 100, graph.peak)
     require_fit(roomy, "roomy-part")  # one byte of room more than the arena: fits

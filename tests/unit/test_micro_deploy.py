@@ -63,3 +63,33 @@ def test_a_microcontroller_target_takes_no_recipe_or_search():
     assert variant_mode(None, None, DeployOptions(), spec, False) == "recipe"
     with pytest.raises(BadInputError, match="microcontroller"):
         variant_mode(None, True, DeployOptions(), spec, False)
+
+
+@pytest.mark.slow  # a second export and conversion: ~15 s here
+def test_a_model_over_the_parts_sram_is_exit_1_naming_the_peak_tensors(tmp_path):
+    import torch
+    import yaml
+    from typer.testing import CliRunner
+
+    from edgekit.cli.main import app
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(16 * 16 * 16, 2)).eval()
+    x = np.random.default_rng(1).random((32, 1, 16, 16), dtype=np.float32)
+    torch.export.save(torch.export.export(net, (torch.tensor(x[:1]),)), tmp_path / "m.pt2")
+    np.savez(tmp_path / "eval.npz", x=x, y=np.zeros(32, dtype=np.int64))
+    part = {"name": "tiny", "arch": "armv6-m", "os": "none", "cores": 1, "runtimes": ["tflite-micro"],
+            "transport": "host-interpreter", "microcontroller": {"core": "cortex-m0plus", "clock_mhz": 48,
+                                                                 "sram_kb": 4, "flash_kb": 256}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(part))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["deploy", str(tmp_path / "m.pt2"), "--eval-data", str(tmp_path / "eval.npz"),
+                                   "--target", str(tmp_path / "tiny.yaml"), "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    report = json.loads((out / "report.json").read_text())
+    sram = next(c for c in report["gate"]["checks"] if c["name"] == "micro_sram_fit")
+    assert not sram["passed"] and "does NOT fit" in sram["message"] and "the activations peak at" in sram["message"]
+    peak = next(v for v in report["variants"] if v["name"] == "tflm-int8")["micro"]["fit"]["peak"]
+    assert peak["tensors"][0]["name"] in sram["message"]
+    assert any("must shrink by at least" in w for w in report["warnings"])
+    assert json.loads((out / "ship" / "ship.json").read_text())["shipped"] is False
