@@ -29,7 +29,7 @@ def _steps(cand: Candidate) -> list[PassStep]:
 # (name, passes, needs calibration data): the registry's rows, kept under their old names
 ORT_CANDIDATES: list[tuple[str, list[PassStep], bool]] = [
     (c.name, _steps(c), c.needs_calib) for c in format_spec(Format.ONNX).search_candidates]
-TFLITE_CANDIDATES: list[tuple[str, dict, bool]] = [
+TFLITE_CANDIDATES: list[tuple[str, dict[str, object], bool]] = [
     (c.name, dict(c.passes[0][1]), c.needs_calib) for c in format_spec(Format.TFLITE).search_candidates]
 
 

@@ -13,13 +13,14 @@ re-deploy does not churn between near-tied files. :func:`reasons` says why a can
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..artifact import Artifact
 from ..inputs.recipe import VariantSpec
 from ..report.decision import p50_ratio, settle_tie
-from ..report.model import VariantResult
+from ..report.model import Check, VariantResult
 
 Objective = Literal["p50", "p99", "energy", "size"]
 BASE = "fp32"  # the baseline every candidate is judged against
@@ -59,7 +60,7 @@ _WHY = {"accuracy_drop": "outside the metric tolerance", "peak_memory_budget": "
         "model_size_budget": "over the model size budget", "min_speedup": "below the minimum speed-up"}
 
 
-def reasons(failed) -> str:
+def reasons(failed: Iterable[Check]) -> str:
     """The failed gate checks in words, one clause each."""
     return "; ".join(f"{_WHY.get(f.name, f.name)}: {f.message}" for f in failed)
 
@@ -105,11 +106,11 @@ def keep_release_choice(chosen: VariantResult, qualified: list[VariantResult], r
     if released is None or objective not in ("p50", "p99"):
         return chosen, None
     base = released.split("@")[0]
-    scored = {v.name: objective_value(v, objective) for v in qualified}
-    kept = next((v for v in qualified if v.name == base and scored[v.name] is not None), None)
+    scored = {v.name: s for v in qualified if (s := objective_value(v, objective)) is not None}  # None: unmeasured
+    kept = next((v for v in qualified if v.name == base and v.name in scored), None)
     if kept is None or kept.name == chosen.name:
         return chosen, None
-    fastest = min((v for v in qualified if scored[v.name] is not None), key=lambda v: (scored[v.name], v.name))
+    fastest = min((v for v in qualified if v.name in scored), key=lambda v: (scored[v.name], v.name))
     ratio = scored[kept.name] / scored[fastest.name] if scored[fastest.name] > 0 else float("inf")
     if ratio > 1 + tolerance:
         return chosen, None

@@ -32,11 +32,13 @@ On a busy or small device (issue #22):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from ..agent.browser_bridge import PAGE_OPTIONS
-from ..devices.session import MeasureFailure
+from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..devices.threads import MAX_THREADS, thread_limit
 from ..formats import FORMATS
 from ..inputs.recipe import VariantSpec
@@ -44,14 +46,19 @@ from ..measure.compare import _thin
 from ..measure.stats import BOOTSTRAP_SEED
 from ..orchestration.assemble import score
 from ..report.gate import evaluate_gate
-from .choice import BASE, Candidate, choose, reasons
+from ..report.model import VariantResult
+from .choice import BASE, Candidate, Objective, choose, reasons
+
+if TYPE_CHECKING:
+    from ..orchestration.options import DeployOptions
+    from ..orchestration.prepare import PreparedRun
 
 # The tuning tables, derived from the format registry's rows (``formats.FormatSpec.tuning``): runtime ->
 # option -> its values, the runtime's default first (every other value is a setting tried); options tried
 # only above one thread; options sent along with another option's value (= the setting's threads); the
 # candidate table's short names (``name@t2,opt=basic,mode=parallel``). ExecuTorch has none: XNNPACK
 # delegation is fixed when the .pte is lowered, and its thread pool is sized by the threads.
-RUNTIME_OPTIONS: dict[str, dict[str, tuple]] = {s.runtime: dict(s.tuning.options) for s in FORMATS
+RUNTIME_OPTIONS: dict[str, dict[str, tuple[object, ...]]] = {s.runtime: dict(s.tuning.options) for s in FORMATS
                                                if s.runtime and s.agent_runs}
 MULTI_THREAD_ONLY = frozenset(o for s in FORMATS for o in s.tuning.multi_thread_only)
 IMPLIED = {(k, v): o for s in FORMATS for k, v, o in s.tuning.implied}
@@ -64,8 +71,15 @@ TAIL_MARGIN = 0.05
 TAIL_RESAMPLES = 2000
 
 
-def tuning_grid(runtime: str, doc: dict | None, target_cores: int, threads_fixed: int | None,
-                allowed: dict[str, tuple] | None = None) -> tuple[list[dict], str | None]:
+class Setting(TypedDict):
+    """One runtime setting the tuning stage measures: a thread count and the runtime options sent with it."""
+
+    threads: int
+    options: dict[str, object]
+
+
+def tuning_grid(runtime: str, doc: dict[str, object] | None, target_cores: int, threads_fixed: int | None,
+                allowed: Mapping[str, Collection[object]] | None = None) -> tuple[list[Setting], str | None]:
     """:func:`settings_grid` up to :func:`thread_limit`'s threads (the user's ``--threads`` wins),
     only the settings whose every option value is in ``allowed`` when given (a page runtime takes
     fewer options than the native one); returns the grid and the cap's reason (None when not capped)."""
@@ -79,7 +93,8 @@ def tuning_grid(runtime: str, doc: dict | None, target_cores: int, threads_fixed
     return grid, why
 
 
-def percentile_ratio_ci(a, b, q: float, level: float = 0.95, resamples: int = TAIL_RESAMPLES,
+def percentile_ratio_ci(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, q: float,
+                        level: float = 0.95, resamples: int = TAIL_RESAMPLES,
                         seed: int | None = None) -> tuple[float, float]:
     """Percentile bootstrap CI of percentile_q(b) / percentile_q(a), each run resampled on its own
     (``measure/compare.bootstrap_ratio_ci`` does the same for the median), fixed seed."""
@@ -96,7 +111,8 @@ def percentile_ratio_ci(a, b, q: float, level: float = 0.95, resamples: int = TA
     return float(lo), float(hi)
 
 
-def tail_worse(default_raw, row_raw, objective: str = "p50", margin: float = TAIL_MARGIN) -> str | None:
+def tail_worse(default_raw: Sequence[float] | None, row_raw: Sequence[float] | None, objective: str = "p50",
+               margin: float = TAIL_MARGIN) -> str | None:
     """Why a tuning row's tail is significantly worse than the default setting's, or None when it
     is not (or cannot be told: fewer than 5 timings on a side). Compared: p90 for the p50 objective,
     p90 and p99 for p99; worse = the bootstrap 95% CI of the percentile ratio (row / default) lies
@@ -124,12 +140,12 @@ def row_timeout(remaining_s: float, rows_left: int, request_timeout_s: float) ->
     return min(request_timeout_s, max(ROW_TIMEOUT_FLOOR_S, share))
 
 
-def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[dict]:
+def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[Setting]:
     """Every (threads, options) setting to try, the default first: per thread count, the default
     options, then each option's other values one at a time (see the module docstring for the cap)."""
     threads = [threads_fixed] if threads_fixed else list(range(1, max(1, min(cores, MAX_THREADS)) + 1))
     opts = RUNTIME_OPTIONS.get(runtime, {})
-    grid = []
+    grid: list[Setting] = []
     for t in threads:
         grid.append({"threads": t, "options": {}})
         for key in sorted(opts):
@@ -141,7 +157,7 @@ def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[d
     return grid
 
 
-def label(name: str, setting: dict, default_threads: int) -> str:
+def label(name: str, setting: Setting, default_threads: int) -> str:
     """``name@t2,mode=parallel``: the threads when not the default, then each option by its short
     name (an implied option left out when it only repeats the setting's threads)."""
     t = setting["threads"]
@@ -154,8 +170,9 @@ def label(name: str, setting: dict, default_threads: int) -> str:
     return f"{name}@{','.join(parts)}" if parts else name
 
 
-def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts, deadline: float,
-                 progress, objective: str = "p50"):
+def tune_runtime(session: DeviceSession, run: PreparedRun, final: dict[str, Measured], cands: list[Candidate],
+                 chosen: VariantResult, settings: RunSettings, opts: DeployOptions, deadline: float,
+                 progress: Callable[[str], None], objective: Objective = "p50") -> tuple[VariantResult, RunSettings]:
     """Measure ``chosen`` under each runtime setting; returns (the variant to ship, its settings).
     A row that hangs or kills the agent on a device that still answers is dropped with its reason;
     a would-be winner whose tail is worse than the default setting's is dropped and the next judged."""
@@ -212,6 +229,8 @@ def tune_runtime(session, run, final: dict, cands: list, chosen, settings, opts,
         rows[best.name].drop("tuning", why)
         contenders.remove(best)
         best = choose(contenders, objective)
+    if best is None:  # no setting has the objective's figure (not even the default): the default stays
+        return chosen, settings
     if best is not chosen:
         chosen.selected = False
         best.selected = True
