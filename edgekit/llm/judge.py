@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..report.decision import TIE_TOLERANCE, busy_note, separate_runs_ratio, settle_tie
+from ..report.decision import TIE_TOLERANCE, busy_note, objective_cost, objective_tied, settle_tie
 from ..report.model import Check, Decision, Gate, LMQuality, VariantResult
 from .quality import COVERAGE
 
@@ -143,33 +143,7 @@ def _ci(ci: list[float] | None, pct: bool = False) -> str:
     return f"[{ci[0]:+.2%}, {ci[1]:+.2%}]" if pct else f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
-def objective_value(v: VariantResult, objective: str) -> float | None:
-    """Higher is better for every objective (a time is negated)."""
-    g = v.generation
-    if g is None:
-        return None
-    if objective == "decode":
-        return g.decode_tokens_per_s
-    if objective == "ttft":
-        return -g.ttft_ms if g.ttft_ms is not None else None
-    return g.prefill[-1]["tokens_per_s"] if g.prefill else None
-
-
 _TIE_WHY = f"the ratio's 95% CI reaches within {TIE_TOLERANCE:.0%} of even"
-
-
-def _tied(v: VariantResult, fastest: VariantResult, objective: str) -> bool:
-    """Decode: tied by the project's one tie rule (``report/decision.py: speed_tied``) on the decode tokens/s 95%
-    CIs, as for fixed graphs (the other objectives have no CI: never a tie)."""
-    if objective != "decode" or v.generation is None or fastest.generation is None:
-        return False
-    a, b = v.generation.decode_tokens_per_s_ci95, fastest.generation.decode_tokens_per_s_ci95
-    if not (a and b):
-        return False
-    fg, vg = fastest.generation, v.generation
-    return separate_runs_ratio(
-        fastest.name, fg.decode_tokens_per_s or 0.0, b, v.name, vg.decode_tokens_per_s or 0.0, a, higher_is_better=True
-    ).tied
 
 
 def _mb(v: VariantResult) -> str:
@@ -198,7 +172,7 @@ def judge(
         failed = [c for c in variant_checks(v, cfg) if not c.passed]
         if failed:
             lost[v.name] = "fails " + "; ".join(f"{c.name}: {c.message}" for c in failed)
-        elif objective_value(v, objective) is None:
+        elif objective_cost(v, objective) is None:
             lost[v.name] = f"no {objective} figure measured"
         else:
             ok.append(v)
@@ -209,8 +183,10 @@ def judge(
             or [Check(name="measured", passed=False, message="no variant was measured")],
         )
         return gate, Decision(ship=None, reason="no variant passes the quality checks", lost=lost)
-    fastest = max(ok, key=lambda v: (objective_value(v, objective) or 0.0, -v.size_bytes))
-    ties = [v for v in ok if v is fastest or _tied(v, fastest, objective)]
+    # the one objective and tie rule (report/decision.py): the least time by the objective; a decode rate tied
+    # with the fastest's by the tokens/s CIs is settled by the smaller file (TTFT and prefill have no CI here)
+    fastest = min(ok, key=lambda v: (objective_cost(v, objective) or 0.0, v.size_bytes))
+    ties = [v for v in ok if v is fastest or objective_tied(fastest, v, objective)]
     best = settle_tie(ties)  # the one tie settlement: the smaller file
     for v in ok:
         if v is best:

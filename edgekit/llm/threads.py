@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from ..devices.threads import thread_limit
 from ..inputs.targets import TargetSpec
-from ..report.decision import TIE_TOLERANCE, separate_runs_ratio
+from ..report.decision import TIE_TOLERANCE, objective_cost, speed_ratio
 from ..report.model import VariantResult
-from .judge import LMGate, objective_value, variant_checks
+from .judge import LMGate, variant_checks
 
 MARGIN = 0.05  # TTFT / prefill: a setting must be this much better to replace the measured threads
 
@@ -44,11 +44,11 @@ def settings_to_try(
     limit, why = thread_limit(doc, spec.cores)
     best: dict[str, VariantResult] = {}
     for v in results:
-        value = objective_value(v, objective)
+        value = objective_cost(v, objective)
         if value is None or any(not c.passed for c in variant_checks(v, cfg)):
             continue
         cur = best.get(v.runtime.name)
-        if cur is None or value > (objective_value(cur, objective) or 0.0):
+        if cur is None or value < (objective_cost(cur, objective) or float("inf")):
             best[v.runtime.name] = v
     rows = [(v.name, t) for v in best.values() for t in thread_counts(limit) if t != v.runtime.threads]
     return rows, why
@@ -68,15 +68,10 @@ def not_competing(results: list[VariantResult], objective: str) -> dict[str, str
             b_lo, b_hi = bg.decode_tokens_per_s_ci95 or [0.0, 0.0]
             # the project's one tie rule (report/decision.speed_tied): the time ratio's CI, from the two rows'
             # tokens/s CIs, must clear the tie band for the setting to replace its file's measured threads
-            r = separate_runs_ratio(
-                base.name,
-                bg.decode_tokens_per_s or 0.0,
-                (b_lo, b_hi),
-                v.name,
-                vg.decode_tokens_per_s or 0.0,
-                (lo, hi),
-                higher_is_better=True,
-            )
+            r = speed_ratio(base, v, "decode")
+            if r is None:
+                out[v.name] = f"not proved faster than {base.name}: a decode rate without its CI"
+                continue
             if r.faster:
                 continue
             figures = (
@@ -90,8 +85,8 @@ def not_competing(results: list[VariantResult], objective: str) -> dict[str, str
                 f"{r.describe()}, within the {TIE_TOLERANCE:.0%} tie band"
             )
         else:
-            a, b = objective_value(v, objective), objective_value(base, objective)
-            if a is not None and b is not None and a > b + abs(b) * MARGIN:
+            a, b = objective_cost(v, objective), objective_cost(base, objective)
+            if a is not None and b is not None and a < b * (1 - MARGIN):
                 continue
             out[v.name] = f"not {MARGIN:.0%} better than {base.name} at {base.runtime.threads} thread(s) by {objective}"
     return out

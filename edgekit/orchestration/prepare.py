@@ -20,10 +20,10 @@ from ..inputs.source import Source, load_source
 from ..inputs.stateful import for_source
 from ..inputs.targets import MeasureDefaults, TargetSpec, load_target
 from ..measure.request import check_measure_options
-from ..metrics.evaluate import eval_plan
+from ..metrics.evaluate import EvalPlan, eval_plan
 from ..passes.convert import variants_for_target
 from ..report.model import Report
-from .cache import default_cache, key_for
+from .cache import PassCache, default_cache, key_for
 from .options import DeployOptions, check_release_options, resolve_gate, resolve_measure, resolve_metric_spec
 
 Progress = Callable[[str], None]
@@ -44,9 +44,9 @@ class PreparedRun:
     previous: Report | None
     previous_path: Path | None
     source: Source
-    plan: Any  # edgekit.metrics.evaluate.EvalPlan
+    plan: EvalPlan
     fp32: Artifact
-    cache: Any  # edgekit.orchestration.cache.PassCache | None
+    cache: PassCache | None
     started: float = field(default_factory=time.perf_counter)
     arch: str | None = None  # module:Class of a state-dict model (structured pruning rebuilds it)
 

@@ -10,7 +10,9 @@ finals (``variant_search/choice.py``, ``variant_search/rounds.py``), runtime tun
 language-model race (``llm/judge.py``) all call it. Two files are tied when the 95% CI of their time
 ratio reaches into ``1 +- TIE_TOLERANCE``: the paired per-round ratio of an alternating-rounds run
 where there is one, else the ratio of two separate measurements' CI ends (which contains 1 exactly
-when the two CIs overlap, the rule these modules each had before)."""
+when the two CIs overlap, the rule these modules each had before). So is the objective they rank by
+(:func:`objective_cost`: a fixed graph's p50/p99/size/energy and a generator's decode/TTFT/prefill, lower is
+better) and the one speed comparison (:func:`speed_ratio`, :func:`objective_tied`)."""
 
 from __future__ import annotations
 
@@ -105,6 +107,63 @@ def p50_ratio(leader: VariantResult, other: VariantResult) -> SpeedRatio | None:
         return None
     la, lo = leader.latency_ms, other.latency_ms
     return separate_runs_ratio(leader.name, la.p50, la.ci95, other.name, lo.p50, lo.ci95)
+
+
+def objective_cost(v: VariantResult, objective: str) -> float | None:
+    """THE objective: what ``v`` costs by ``objective``, lower is better, for every kind of model (None: not
+    measured). A fixed graph: its p50 or p99 latency (ms), its energy (mJ an inference), its file size (bytes).
+    A generator: its time a decoded token (``decode``, ms: 1000 / tokens/s), its time to the first token
+    (``ttft``, ms), its time a prefilled token at the longest prompt measured (``prefill``, ms)."""
+    if objective == "size":
+        return float(v.size_bytes)
+    if objective == "energy":
+        return v.energy_mj_per_inference
+    if objective in ("p50", "p99"):
+        if v.latency_ms is None:
+            return None
+        return v.latency_ms.p50 if objective == "p50" else v.latency_ms.p99
+    if objective not in ("decode", "ttft", "prefill"):
+        raise ValueError(f"unknown objective {objective!r}")
+    g = v.generation
+    if g is None:
+        return None
+    if objective == "ttft":
+        return g.ttft_ms
+    rate = (
+        g.decode_tokens_per_s
+        if objective == "decode"
+        else (float(g.prefill[-1]["tokens_per_s"]) if g.prefill else None)
+    )
+    return 1000.0 / rate if rate else None
+
+
+def speed_ratio(leader: VariantResult, other: VariantResult, objective: str) -> SpeedRatio | None:
+    """The one comparison of two separately measured variants' speed by ``objective``, with its CI: the p50s'
+    (``p50``, and ``p99``, whose tail has no CI here) or the decode tokens/s' (``decode``); None for an objective
+    without a CI (size, energy, TTFT, prefill) or a variant not timed."""
+    if objective in ("p50", "p99"):
+        return p50_ratio(leader, other)
+    if objective != "decode" or leader.generation is None or other.generation is None:
+        return None
+    lg, og = leader.generation, other.generation
+    if not (lg.decode_tokens_per_s_ci95 and og.decode_tokens_per_s_ci95):
+        return None
+    return separate_runs_ratio(
+        leader.name,
+        lg.decode_tokens_per_s or 0.0,
+        lg.decode_tokens_per_s_ci95,
+        other.name,
+        og.decode_tokens_per_s or 0.0,
+        og.decode_tokens_per_s_ci95,
+        higher_is_better=True,
+    )
+
+
+def objective_tied(leader: VariantResult, other: VariantResult, objective: str) -> bool:
+    """Tied on speed by ``objective`` (:func:`speed_ratio` inside the tie band); an objective without a CI
+    never ties."""
+    r = speed_ratio(leader, other, objective)
+    return r is not None and r.tied
 
 
 class _Sized(Protocol):

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..artifact import Artifact
 from ..inputs.recipe import VariantSpec
-from ..report.decision import p50_ratio, settle_tie
+from ..report.decision import objective_cost, objective_tied, settle_tie
 from ..report.model import Check, VariantResult
 
 Objective = Literal["p50", "p99", "energy", "size"]
@@ -65,18 +65,8 @@ def reasons(failed: Iterable[Check]) -> str:
     return "; ".join(f"{_WHY.get(f.name, f.name)}: {f.message}" for f in failed)
 
 
-def objective_value(v: VariantResult, objective: Objective) -> float | None:
-    if objective == "size":
-        return float(v.size_bytes)
-    if objective == "energy":
-        return v.energy_mj_per_inference
-    if v.latency_ms is None:
-        return None
-    return v.latency_ms.p50 if objective == "p50" else v.latency_ms.p99
-
-
 def choose(finalists: list[VariantResult], objective: Objective) -> VariantResult | None:
-    scored = [(v, objective_value(v, objective)) for v in finalists]
+    scored = [(v, objective_cost(v, objective)) for v in finalists]
     scored = [(v, s) for v, s in scored if s is not None]
     if not scored:
         return None
@@ -85,13 +75,8 @@ def choose(finalists: list[VariantResult], objective: Objective) -> VariantResul
         return best
     # tied with the best on speed (the one tie rule on the p50s' 95% CIs, as for p99 before: a tail has no
     # CI here): the smallest file wins, at the runtime's default options when tuned rows tie
-    ties = [v for v, _ in scored if v is best or _p50_tied(best, v)]
+    ties = [v for v, _ in scored if v is best or objective_tied(best, v, objective)]
     return settle_tie(ties)
-
-
-def _p50_tied(best: VariantResult, v: VariantResult) -> bool:
-    r = p50_ratio(best, v)
-    return r is not None and r.tied
 
 
 def keep_release_choice(chosen: VariantResult, qualified: list[VariantResult], released: str | None,
@@ -106,7 +91,7 @@ def keep_release_choice(chosen: VariantResult, qualified: list[VariantResult], r
     if released is None or objective not in ("p50", "p99"):
         return chosen, None
     base = released.split("@")[0]
-    scored = {v.name: s for v in qualified if (s := objective_value(v, objective)) is not None}  # None: unmeasured
+    scored = {v.name: s for v in qualified if (s := objective_cost(v, objective)) is not None}  # None: unmeasured
     kept = next((v for v in qualified if v.name == base and v.name in scored), None)
     if kept is None or kept.name == chosen.name:
         return chosen, None

@@ -24,6 +24,7 @@ import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 from ..agent.inprocess import load_agent
@@ -33,7 +34,7 @@ from ..devices.profile import profile_variants, profiled_names
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
-from ..host import host_compute, host_threads
+from ..host import HostThreads, host_compute, host_threads
 from ..inputs.data import eval_bundle, fixed_shape_misfit
 from ..inputs.recipe import Recipe
 from ..inputs.targets import MeasureDefaults, TargetSpec
@@ -59,7 +60,7 @@ from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, choose, keep_release_choice, reasons
 from .outcome import search_report
 from .racing import clearly_slower, race_entry
-from .rounds import decide_in_rounds
+from .rounds import RoundsVerdict, decide_in_rounds
 from .state import SearchOptions, SearchState
 from .tuning import tune_runtime
 
@@ -69,7 +70,8 @@ BUILD_SHARE = 0.8  # of the time budget: the rest is left to measure what was bu
 def search(model: Any, *, eval_data: str | Path, calib_data: str | Path | None = None,
            target: str | TargetSpec = "local", device: str | None = None, out: str | Path = "edgekit-out",
            max_accuracy_drop: float | None = None, options: SearchOptions | None = None,
-           deploy_options: DeployOptions | None = None, example_inputs: tuple | None = None, arch: str | None = None,
+           deploy_options: DeployOptions | None = None, example_inputs: tuple[Any, ...] | None = None,
+           arch: str | None = None,
            x_key: str | tuple[str, ...] = "x", y_key: str = "y", transport: Transport | None = None,
            progress: Callable[[str], None] | None = None, baseline_report: str | Path | None = None,
            metric: str | MetricSpec | None = None, eval_samples: int | None = None) -> Report:
@@ -118,10 +120,10 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
                        progress=progress, clock=clock) as session:
         with clock.span("delivery"):
             for c in [c for c in cands if c.status == "built"]:  # nothing sent that the device cannot run
-                if (why := session.lacking_runtime(c.artifact)) is not None:
+                if c.artifact is not None and (why := session.lacking_runtime(c.artifact)) is not None:
                     c.drop("delivery", why)
             session.use_eval(run.eval_ds, run.art_dir)
-            session.deliver([run.fp32, *(c.artifact for c in cands if c.status == "built")])
+            session.deliver([run.fp32, *(art for _, art in _built(cands))])
         with clock.span("screening"):
             st.base_screen = _screen(session, run, cands, st.screen_settings, sopts, progress)
         with clock.span("finals"):
@@ -146,7 +148,9 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
         return search_report(st, session)
 
 
-def _options(deploy_options, sopts: SearchOptions, max_accuracy_drop, baseline_report, metric, eval_samples):
+def _options(deploy_options: DeployOptions | None, sopts: SearchOptions, max_accuracy_drop: float | None,
+             baseline_report: str | Path | None, metric: str | MetricSpec | None,
+             eval_samples: int | None) -> tuple[DeployOptions, Recipe]:
     opts = replace(deploy_options) if deploy_options is not None else DeployOptions()
     if max_accuracy_drop is not None:
         opts.max_accuracy_drop = max_accuracy_drop
@@ -170,7 +174,8 @@ def parity_failure(art: Artifact) -> str | None:
     return bad[0] if bad else None
 
 
-def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> None:
+def _build(run: PreparedRun, cands: list[Candidate], clock: Clock, ht: HostThreads,
+           progress: Callable[[str], None]) -> None:
     """Every candidate's passes (through the pass cache), inside the first BUILD_SHARE of the time
     budget: a build is not started after it, and a running one is stopped there (the long passes check
     the deadline between trials and epochs) and dropped with its time. A failed build drops only that
@@ -211,7 +216,8 @@ def _build(run: PreparedRun, cands: list[Candidate], clock, ht, progress) -> Non
         c.build_seconds = round(time.perf_counter() - started, 3)
 
 
-def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float | None:
+def _host_accuracy(agent: ModuleType, run: PreparedRun, art: Artifact,
+                   eval_file: Path | list[dict[str, Path]]) -> float | None:
     """The metric with the candidate's runtime on this host, through the agent's own code."""
     if RUNTIME_FOR_FORMAT.get(art.format) not in agent.runners.RUNNERS:
         return None
@@ -234,7 +240,8 @@ def _host_accuracy(agent, run: PreparedRun, art: Artifact, eval_file) -> float |
         out.unlink(missing_ok=True)
 
 
-def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions, progress) -> None:
+def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
+                 progress: Callable[[str], None]) -> None:
     """Drop candidates whose accuracy with the same runtime on this host is already far outside."""
     if not sopts.host_filter:
         return
@@ -245,16 +252,21 @@ def _host_filter(run: PreparedRun, cands: list[Candidate], sopts: SearchOptions,
         return
     metric = run.plan.metric
     tol = run.gate.max_accuracy_drop * (abs(base) / 100.0 if run.gate.relative_accuracy_drop else 1.0)
-    for c in [c for c in cands if c.status == "built"]:
+    for c, art in _built(cands):
         progress(f"host {metric.label()} of {c.name}")
         try:
-            c.host_accuracy = _host_accuracy(agent, run, c.artifact, eval_file)
+            c.host_accuracy = _host_accuracy(agent, run, art, eval_file)
         except Exception as exc:  # a candidate that cannot run on the host is measured on the device
             c.reason = f"host check skipped: {str(exc)[:200]}"
             continue
         if c.host_accuracy is not None and metric.worse_by(base, c.host_accuracy) > tol + sopts.host_slack:
             c.drop("host", f"host {metric.label()} {c.host_accuracy:.4g} vs fp32 {base:.4g}: worse by "
                            f"{metric.worse_by(base, c.host_accuracy):.4g} > tolerance {tol:g} (+{sopts.host_slack:g} slack)")
+
+
+def _built(cands: list[Candidate]) -> list[tuple[Candidate, Artifact]]:
+    """The built candidates, each with its artifact."""
+    return [(c, c.artifact) for c in cands if c.status == "built" and c.artifact is not None]
 
 
 def full_int8_kept(cands: list[Candidate]) -> bool:
@@ -264,8 +276,9 @@ def full_int8_kept(cands: list[Candidate]) -> bool:
                and calibrated(c.name) for c in cands)
 
 
-def _float_fallback(run: PreparedRun, spec, cands: list[Candidate], skipped, sopts: SearchOptions, clock, ht,
-                    progress) -> list[tuple[str, str]]:
+def _float_fallback(run: PreparedRun, spec: TargetSpec, cands: list[Candidate], skipped: list[tuple[str, str]],
+                    sopts: SearchOptions, clock: Clock, ht: HostThreads,
+                    progress: Callable[[str], None]) -> list[tuple[str, str]]:
     """When no full-INT8 candidate of the short search kept the accuracy on the host, its float fallbacks
     (``candidate_variants(fallback=True)``: OpenVINO at the CPU's default precision) are built, checked and raced too, so a
     model INT8 cannot serve does not ship a slower float file than the one that needs no calibration.
@@ -302,7 +315,8 @@ def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
 _SCREENED = {"accuracy_drop", "peak_memory_budget", "model_size_budget"}
 
 
-def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[str] | None, representative: bool):
+def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[str] | None,
+                   representative: bool) -> list[Check]:
     """The gate's failed checks for ``cand`` against ``base`` (the same checks deploy's gate makes)."""
     score({BASE: base, cand.name: cand}, run.plan, BASE, run.gate, stats=run.gate.strict_stats)
     g = evaluate_gate([base.result, cand.result], BASE, run.gate, judged=[cand.name],
@@ -310,8 +324,8 @@ def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[
     return [c for c in g.checks if not c.passed and (names is None or c.name in names)]
 
 
-def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings, sopts: SearchOptions,
-            progress) -> VariantResult:
+def _screen(session: DeviceSession, run: PreparedRun, cands: list[Candidate], settings: RunSettings,
+            sopts: SearchOptions, progress: Callable[[str], None]) -> VariantResult:
     """Short measurement of the baseline and every survivor (every built one: past the time budget
     too); drops on accuracy, memory, racing."""
     progress("screening the fp32 baseline on the device")
@@ -322,39 +336,45 @@ def _screen(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
     # a racer must be able to ship: fp32 over the size or memory budget never knocks a candidate out
     base_can_ship = not [c for c in evaluate_gate([base.result], BASE, run.gate, judged=[BASE]).checks
                          if not c.passed and c.name in _SCREENED]
-    entries = [race_entry(BASE, base.result.latency_ms.raw or [])] if latency and base_can_ship else []
-    for c in [c for c in cands if c.status == "built"]:
+    entries = [race_entry(BASE, _raw(base.result))] if latency and base_can_ship else []
+    for c, art in _built(cands):
         progress(f"screening {c.name} on the device ({settings.measure.runs} runs)")
-        r = session.measure_or_drop(c.name, c.artifact, settings)  # a candidate that kills the agent is its own fault
+        r = session.measure_or_drop(c.name, art, settings)  # a candidate that kills the agent is its own fault
         if isinstance(r, MeasureFailure):
             c.drop("screening", f"failed on the device ({r.kind}): {r.message}")
             continue
         v = r.result
         failed = _failed_checks(run, base, r, _SCREENED, session.emulation is None)
-        c.screening = {"p50": v.latency_ms.p50, "ci95": v.latency_ms.ci95,
+        c.screening = {"p50": v.latency_ms.p50 if v.latency_ms else None,
+                       "ci95": v.latency_ms.ci95 if v.latency_ms else None,
                        "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,
                        "peak_memory_mb": v.peak_memory_mb, "energy_mj_per_inference": v.energy_mj_per_inference}
         if failed:
             c.drop("screening", reasons(failed))
             continue
         if latency:
-            entries.append(race_entry(c.name, v.latency_ms.raw or []))
+            entries.append(race_entry(c.name, _raw(v)))
     for name, why in clearly_slower(entries, sopts.race_margin).items():
         if name != BASE:  # the baseline is measured in the finals anyway: it is the reference
             next(c for c in cands if c.name == name).drop("racing", why)
     return base.result
 
 
-def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettings,
-            progress) -> dict[str, Measured]:
+def _raw(v: VariantResult) -> list[float]:
+    """The run's timings (none when it has no latency)."""
+    return (v.latency_ms.raw or []) if v.latency_ms is not None else []
+
+
+def _finals(session: DeviceSession, run: PreparedRun, cands: list[Candidate], settings: RunSettings,
+            progress: Callable[[str], None]) -> dict[str, Measured]:
     progress("final measurement of the fp32 baseline")
     base = session.measure(BASE, run.fp32, settings)
     if isinstance(base, MeasureFailure):
         raise base.error()
     final = {BASE: base}
-    for c in [c for c in cands if c.status == "built"]:
+    for c, art in _built(cands):
         progress(f"final measurement of {c.name}")
-        r = session.measure_or_drop(c.name, c.artifact, settings)
+        r = session.measure_or_drop(c.name, art, settings)
         if isinstance(r, MeasureFailure):
             c.drop("finals", f"failed on the device ({r.kind}): {r.message}")
             continue
@@ -363,8 +383,12 @@ def _finals(session: DeviceSession, run: PreparedRun, cands, settings: RunSettin
     return final
 
 
+# (the variant to ship, the failed gate when none qualified, the release's choice kept, the rounds' verdict)
+Selection = tuple[VariantResult | None, Gate | None, dict[str, Any] | None, RoundsVerdict | None]
+
+
 def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate], sopts: SearchOptions,
-            session: DeviceSession, settings: RunSettings, progress: Callable[[str], None]):
+            session: DeviceSession, settings: RunSettings, progress: Callable[[str], None]) -> Selection:
     """The finalists that pass the gate (every check deploy's gate makes), then the best by the
     objective; by p50, the leader and the close finalists are timed again in alternating rounds in this
     session and the paired ratio decides (``rounds.py``). fp32 may ship too: when nothing compressed beats

@@ -72,3 +72,21 @@ def test_a_decode_speed_measured_on_a_busy_device_says_so():
     assert busy.ship == "ort-int4-b128"
     assert "measured on a busy device: other processes used ort-int4-b128 65%, ort-fp32 62% of its CPU" in busy.reason
     assert "gguf-q4_0" not in busy.reason  # only the shipped file and the baseline the ratio is against
+
+
+def test_one_objective_ranks_fixed_graphs_and_generators_alike():
+    """report/decision.objective_cost is every decision's objective (lower is better): a generator's decode rate
+    as time a token, its prefill rate likewise, its TTFT as is; a fixed graph's p50 and size."""
+    from edgekit.report.decision import objective_cost, objective_tied
+    from tests.unit.report_factory import variant
+
+    fast, slow = _v("a", tok_s=200.0, ci=[190.0, 210.0], size=1, ttft=3.0), _v("b", tok_s=100.0, ci=[95.0, 105.0],
+                                                                              size=1, ttft=1.0)
+    assert objective_cost(fast, "decode") == 5.0 and objective_cost(slow, "decode") == 10.0
+    assert objective_cost(fast, "prefill") == 1.0 and objective_cost(fast, "ttft") == 3.0
+    assert not objective_tied(fast, slow, "decode")  # 2x apart: CIs far beyond the tie band
+    assert objective_tied(slow, _v("c", tok_s=102.0, ci=[97.0, 107.0], size=1), "decode")
+    assert not objective_tied(slow, _v("c", tok_s=102.0, ci=[97.0, 107.0], size=1), "ttft")  # no CI: never a tie
+    fp32 = variant("fp32", median=1.0, seed=1)
+    assert objective_cost(fp32, "p50") == fp32.latency_ms.p50 and objective_cost(fp32, "size") == fp32.size_bytes
+    assert objective_cost(fp32, "decode") is None and objective_cost(fast, "p50") is None  # not measured: None
