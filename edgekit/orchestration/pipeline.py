@@ -188,9 +188,10 @@ def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetS
     or "full" (``search=True``). Without a recipe, options only a recipe run honours (the fleet
     options) keep the fixed default recipe and the report says so."""
     if spec.is_microcontroller:  # one full-integer INT8 file for TFLite Micro (orchestration/micro.py)
-        if recipe is not None or search:
+        if recipe is not None or search or opts.devices or opts.pool:
             raise BadInputError(f"target {spec.name} is a microcontroller: edgekit builds its one full-integer INT8 "
-                                "file for TFLite Micro, with no recipe or search", hint="drop --recipe/--search")
+                                "file for TFLite Micro on this host, with no recipe, search or device pool",
+                                hint="drop --recipe/--search/--devices/--pool")
         return "recipe"
     if search and recipe is not None:
         raise BadInputError("--search builds its own candidates; it does not take --recipe",
