@@ -20,7 +20,7 @@ from ..formats import Format
 from ..inputs.targets import TargetSpec
 from .build_cache import cached, hit_note, source_key
 from .export_executorch import et_io, export_executorch
-from .export_gguf import convert_to_gguf, quantize_gguf
+from .export_gguf import GGUFFile, convert_to_gguf, quantize_gguf
 from .export_onnx import export_onnx, quantize_onnx_int8, quantize_onnx_nbits
 from .int4_ladder import Calibration, build_int4
 from .layer_plan import LayerChoice, plan_int4
@@ -87,12 +87,12 @@ def _ort_int4(block: int = GROUP) -> Build:
     def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
         base = _ort_base(src, out, context, built)
 
-        def plan_for(keep: set[str], notes: dict[str, str]) -> list:
+        def plan_for(keep: set[str], notes: dict[str, str]) -> list[LayerChoice]:
             return plan_int4(
                 src.model, group=block, head=cal.head, keep_int8=keep, pads=True, int8_group=block, ladder_note=notes
             )
 
-        def make(plan: list, acc: dict) -> Artifact:
+        def make(plan: list[LayerChoice], acc: dict[str, Any]) -> Artifact:
             return _lowered(
                 src,
                 name,
@@ -129,12 +129,12 @@ def _et_8da4w(group: int = GROUP) -> Build:
     name = "et-8da4w" if group == GROUP else f"et-8da4w-g{group}"
 
     def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
-        def plan_for(keep: set[str], notes: dict[str, str]) -> list:
+        def plan_for(keep: set[str], notes: dict[str, str]) -> list[LayerChoice]:
             return plan_int4(
                 src.model, group=group, head=cal.head, keep_int8=keep, pads=False, int8_group=None, ladder_note=notes
             )
 
-        def make(plan: list, acc: dict) -> Artifact:
+        def make(plan: list[LayerChoice], acc: dict[str, Any]) -> Artifact:
             return _lowered(
                 src,
                 name,
@@ -172,7 +172,7 @@ def _gguf(file_type: str) -> Build:
     return build
 
 
-_GGUF_BASE: dict[tuple[str, str], Any] = {}
+_GGUF_BASE: dict[tuple[str, str | None], GGUFFile] = {}  # (f16 file, source sha256) -> the f16 conversion
 GGUF_PRECISION = {"F16": "fp16", "Q8_0": "int8", "Q4_0": "int4", "Q4_K_M": "int4"}
 
 

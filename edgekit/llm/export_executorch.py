@@ -68,6 +68,9 @@ def _int8_linear_class() -> Any:
         """``linear(x, int8 weight -> float) * per-channel scale + bias``: the form ExecuTorch's own int8
         weight-only LLM quantizer writes (``WeightOnlyInt8Linear``), with the bias it drops (Qwen2's q/k/v)."""
 
+        weight: torch.Tensor  # int8 (out, in), a buffer
+        scales: torch.Tensor  # float (out,), a buffer
+
         def __init__(self, weight: Any, scales: Any, bias: Any) -> None:
             super().__init__()
             self.register_buffer("weight", weight)
@@ -130,7 +133,9 @@ def dynamic_int4(model: Any, plan: list[LayerChoice]) -> dict[str, Any]:
             chosen = {n for n in names if by[n].group == g}
             gran = PerGroup(g) if g else PerAxis(0)
             cfg = Int8DynamicActivationIntxWeightConfig(
-                weight_dtype=torch.int4 if scheme == "int4" else torch.int8, weight_granularity=gran
+                # torch has the int4 dtype (2.6+); its type stubs do not list it
+                weight_dtype=torch.int4 if scheme == "int4" else torch.int8,  # type: ignore[attr-defined]
+                weight_granularity=gran,
             )
             quantize_(
                 model, cfg, filter_fn=lambda m, fqn, chosen=chosen: isinstance(m, torch.nn.Linear) and fqn in chosen
@@ -200,7 +205,8 @@ def export_executorch(
         model, account = _quantized_copy(src, precision, plan)
         if plan_account is not None:
             account = {**account, **plan_account}
-        model.generation_config = GenerationConfig(
+        # transformers leaves GenerationConfig's constructor unannotated
+        model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
             use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": context}
         )
         w = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=context).eval()

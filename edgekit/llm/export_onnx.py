@@ -51,6 +51,7 @@ def lm_io(src: LMSource) -> IOSpec:
 def _wrapper(src: LMSource) -> Any:
     import torch
     from transformers import DynamicCache
+    from transformers.cache_utils import CacheLayerMixin
 
     layers = src.layers
 
@@ -70,7 +71,15 @@ def _wrapper(src: LMSource) -> Any:
                 cache=cache,
                 use_cache=True,
             )
-            present = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            present: list[Any] = []
+            for layer in cache.layers:
+                if not isinstance(layer, CacheLayerMixin):  # linear attention, or a layer without a cache
+                    raise ConversionError(
+                        f"cache layer {type(layer).__name__} keeps no keys and values: this export takes "
+                        "attention decoders only",
+                        hop=HOP,
+                    )
+                present += [layer.keys, layer.values]
             return (out.logits, *present)
 
     return WithPast().eval()

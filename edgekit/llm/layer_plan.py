@@ -72,7 +72,7 @@ def plan_int4(
                 LayerChoice(
                     name,
                     "embedding",
-                    tuple(mod.weight.shape),
+                    (int(mod.num_embeddings), int(mod.embedding_dim)),  # the weight's (vocab, width)
                     "float",
                     None,
                     "the embedding stays float: a row gather per token, not a matmul",

@@ -122,7 +122,8 @@ class LlamaCppTools:
         return env
 
     def info(self) -> dict[str, object]:
-        return json.loads((self.root / "build.json").read_text(encoding="utf-8"))
+        doc: dict[str, object] = json.loads((self.root / "build.json").read_text(encoding="utf-8"))
+        return doc
 
 
 def arch() -> str:

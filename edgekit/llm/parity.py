@@ -66,7 +66,8 @@ def cache_parity(
     # by the size of the logits, not by the quantization error)
     cache_vs_ref = float(np.abs(through_cache - ref).max())
     kernel_tol = fp32_tol + 1.5 * prefill_err
-    out = {
+    cosine = _cosine(full, ref)
+    out: dict[str, object] = {
         "tokens": t,
         "prefix": prefix,
         "prefill_max_abs_err": prefill_err,
@@ -74,7 +75,7 @@ def cache_parity(
         "cache_vs_pytorch_max_abs_err": cache_vs_ref,
         "logit_scale": scale,
         "tolerance": tol,
-        "prefill_cosine": _cosine(full, ref),
+        "prefill_cosine": cosine,
         "top1_agreement": float((full.argmax(-1) == ref.argmax(-1)).mean()),
     }
     hop = f"{art.format.value} {art.precision} decoder"
@@ -95,9 +96,9 @@ def cache_parity(
         raise ConversionError(
             f"prefill logits differ from PyTorch's by {prefill_err:.3g} (tolerance {tol:.3g})", hop=hop
         )
-    if out["prefill_cosine"] < MIN_COSINE:
+    if cosine < MIN_COSINE:
         raise ConversionError(
-            f"prefill logits are broken against PyTorch's: mean cosine {out['prefill_cosine']:.3f} "
+            f"prefill logits are broken against PyTorch's: mean cosine {cosine:.3f} "
             f"< {MIN_COSINE}, max error {prefill_err:.3g} at a logit scale of {scale:.3g}",
             hop=hop,
             hint="the quantized file computes something else than the model (a lowering bug)",

@@ -27,9 +27,10 @@ class ShippedLM:
 
 def is_lm_ship(ship_dir: str | Path) -> bool:
     try:
-        return json.loads((Path(ship_dir) / "ship.json").read_text(encoding="utf-8")).get("task") == "text-generation"
+        doc = json.loads((Path(ship_dir) / "ship.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    return isinstance(doc, dict) and doc.get("task") == "text-generation"
 
 
 def open_shipped(ship_dir: str | Path, threads: int | None = None) -> ShippedLM:

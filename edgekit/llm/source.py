@@ -201,7 +201,7 @@ def load_lm(path: str | Path) -> LMSource:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         raise MissingExtraError("transformers", "llm", "reading a language model") from exc
-    transformers.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # unannotated in transformers
     try:
         config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError) as exc:
@@ -214,7 +214,7 @@ def load_lm(path: str | Path) -> LMSource:
         with torch.no_grad():
             model = AutoModelForCausalLM.from_pretrained(
                 folder, local_files_only=True, trust_remote_code=False, dtype=torch.float32
-            ).eval()
+            ).eval()  # type: ignore[no-untyped-call]  # the auto class's eval() is unannotated in transformers
     except (ValueError, OSError, RuntimeError, KeyError) as exc:
         raise ModelLoadError(f"cannot load the weights in {folder}: {exc}") from exc
     linears_from_conv1d(model)

@@ -13,6 +13,8 @@ otherwise it loses with that reason and the default stays. ``--threads N`` fixes
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..devices.threads import thread_limit
 from ..inputs.targets import TargetSpec
 from ..report.decision import TIE_TOLERANCE, objective_cost, speed_ratio
@@ -37,7 +39,7 @@ def thread_counts(limit: int) -> list[int]:
 
 
 def settings_to_try(
-    results: list[VariantResult], cfg: LMGate, objective: str, doc: dict | None, spec: TargetSpec
+    results: list[VariantResult], cfg: LMGate, objective: str, doc: dict[str, Any] | None, spec: TargetSpec
 ) -> tuple[list[tuple[str, int]], str | None]:
     """([(file, threads)] to measure: each runtime's best file inside the gate at every other thread count),
     and why the threads were capped below the target's cores (None: not capped)."""
