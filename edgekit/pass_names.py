@@ -15,6 +15,7 @@ PASSES: dict[str, str] = {
     "quantize_nncf": "edgekit.passes.quantize_nncf:QuantizeNncf",
     "prune_magnitude": "edgekit.passes.prune_magnitude:MagnitudePrune",
     "prune_structured": "edgekit.passes.prune_structured:StructuredPrune",
+    "prune_widths": "edgekit.passes.prune_latency:PruneWidths",
     "distill": "edgekit.passes.distill:Distill",
 }
 

@@ -516,6 +516,10 @@ class SearchSection(_Open):
     # one row per candidate: the baseline's first, then every candidate the search built or dropped, then the
     # skipped ones (a language model's: every file it built, measured or dropped)
     candidates: list[SearchCandidate] = Field(default_factory=list)
+    # a latency budget as a goal (variant_search/budget.py, issue #46): the device's latency table, the host's
+    # sensitivity, each round's plan with its students (predicted beside measured p50) and the frontier of every
+    # device-measured point; None when the budget stayed a gate check
+    budget: dict[str, Any] | None = None
 
 
 # --- the comparison with a previous report (deploy --baseline) ---------------------------------------

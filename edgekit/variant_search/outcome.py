@@ -51,6 +51,8 @@ def search_report(st: SearchState, session: DeviceSession) -> Report:
     run, final, chosen, cands = st.run, st.final, st.chosen, st.cands
     assert st.screen_settings is not None and st.final_settings is not None
     section = search_section(st)
+    if st.budget is not None:  # the budget as a goal: its table, plan, students and frontier (budget.py)
+        section.budget = st.budget.record
     ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
     builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)
     warnings = list(st.opts.extra_warnings) + budget_warnings(cands, st.clock, st.ht)

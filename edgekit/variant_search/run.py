@@ -56,6 +56,7 @@ from ..report.model import (
 )
 from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
+from .budget import BudgetGoal, budget_goal, extend_for_budget, no_training_data_note
 from .candidates import calibrated, candidate_variants
 from .choice import BASE, Candidate, choose, keep_release_choice, reasons
 from .outcome import search_report
@@ -107,6 +108,7 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
     specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
         candidate_variants(spec, has_calib=run.calib_ds is not None, quick=sopts.quick)
     cands = st.cands = [Candidate(s) for s in specs]
+    st.budget = budget_goal(run, opts)  # a latency budget as a goal: its bad inputs fail here, before any build
     _build(run, cands, clock, ht, progress)
     with clock.span("host_filter"):
         _host_filter(run, cands, sopts, progress)
@@ -128,8 +130,10 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
             st.base_screen = _screen(session, run, cands, st.screen_settings, sopts, progress)
         with clock.span("finals"):
             final = st.final = _finals(session, run, cands, final_settings, progress)
-            chosen, st.nogate, st.kept, st.rounds = _select(run, final, cands, sopts, session, final_settings,
-                                                            progress)
+            if st.budget is not None:  # nothing meets the budget: prune to it (budget.py)
+                extend_for_budget(st.budget, st, session, final, final_settings)
+            chosen, st.nogate, st.kept, st.rounds = _select(run, final, st.cands, sopts, session, final_settings,
+                                                            progress, st.budget)
         chosen_settings = final_settings
         if chosen is not None and sopts.tune_runtime and sopts.objective in ("p50", "p99"):
             with clock.span("tuning"):
@@ -388,7 +392,8 @@ Selection = tuple[VariantResult | None, Gate | None, dict[str, Any] | None, Roun
 
 
 def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate], sopts: SearchOptions,
-            session: DeviceSession, settings: RunSettings, progress: Callable[[str], None]) -> Selection:
+            session: DeviceSession, settings: RunSettings, progress: Callable[[str], None],
+            goal: BudgetGoal | None = None) -> Selection:
     """The finalists that pass the gate (every check deploy's gate makes), then the best by the
     objective; by p50, the leader and the close finalists are timed again in alternating rounds in this
     session and the paired ratio decides (``rounds.py``). fp32 may ship too: when nothing compressed beats
@@ -400,6 +405,11 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
     for name, m in final.items():
         g = evaluate_gate([base, m.result], BASE, run.gate, judged=[name], latency_representative=representative)
         failed = [c for c in g.checks if not c.passed]
+        if not failed and goal is not None and not goal.meets(m.result):  # judged on the p50's CI upper bound
+            why_not[name] = goal.over(m.result)
+            if name != BASE:
+                next(c for c in cands if c.name == name).drop("finals", why_not[name])
+            continue
         if not failed:
             qualified.append(m.result)
             continue
@@ -411,8 +421,10 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
         raise BadInputError(f"the energy objective needs an energy reading, and this device has none "
                             f"({qualified[0].energy_reason})", hint="use --objective p50, or add an energy source")
     verdict = (decide_in_rounds(session, qualified, {n: m.artifact for n, m in final.items()}, settings, progress)
-               if sopts.objective == "p50" else None)
-    chosen, kept = (verdict.ship if verdict is not None else choose(qualified, sopts.objective)), None
+               if sopts.objective == "p50" and goal is None else None)
+    chosen = goal.choose(qualified) if goal is not None else \
+        (verdict.ship if verdict is not None else choose(qualified, sopts.objective))
+    kept = None
     for c in cands:  # why each finalist lost the rounds (the answer's ``lost``)
         if verdict is not None and c.name in verdict.lost:
             c.reason = verdict.lost[c.name]
@@ -434,6 +446,8 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
         return chosen, None, kept, verdict
     msg = f"no candidate stays inside the {run.plan.metric.label()} tolerance and the budgets (fp32 included)"
     msg += "".join(f"; {n}: {w}" for n, w in why_not.items())
+    msg += f"; {goal.closest([m.result for m in final.values()])}" if goal is not None else \
+        no_training_data_note(run, why_not)
     # the checks each finalist failed come with it: CI's test view names the budget that was missed
     return None, Gate(passed=False, checks=[Check(name="search", passed=False, limit=run.gate.max_accuracy_drop,
                                                   message=msg), *failed_checks]), None, None

@@ -15,6 +15,7 @@ from ..orchestration.prepare import PreparedRun
 from ..report.model import Gate, VariantResult
 from ..report.release import ReleaseJudgement
 from ..timeline import Clock
+from .budget import BudgetGoal
 from .choice import Candidate, Objective
 from .rounds import CLOSE, RoundsVerdict
 
@@ -69,3 +70,4 @@ class SearchState:
     base_screen: VariantResult | None = None  # the baseline's screening measurement
     screen_settings: RunSettings | None = None
     final_settings: RunSettings | None = None
+    budget: BudgetGoal | None = None  # a latency budget as a goal (budget.py): its record goes to the report
