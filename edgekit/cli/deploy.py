@@ -281,7 +281,9 @@ def _search_options(objective: str, time_budget: float | None, search: bool | No
 def _print_search(report) -> None:
     s = report.search
     kind = "short search (no recipe; --search tries every candidate)" if s.mode == "quick" else "search"
-    out_console.print(f"{kind}: selected {s.selected or 'nothing'} by {s.objective} in {s.seconds:.0f} s"
+    by = (f"accuracy inside the {s.budget['latency_budget_ms']:g} ms latency budget" if s.budget  # budget.py
+          else s.objective)
+    out_console.print(f"{kind}: selected {s.selected or 'nothing'} by {by} in {s.seconds:.0f} s"
                       + (f"; shipping file {s.shipped.file}" if s.shipped else "")
                       + " (why each other candidate lost: below, under 'ship')", highlight=False)
     if s.timeline is not None:  # where the time went, and on what host

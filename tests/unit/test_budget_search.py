@@ -162,3 +162,58 @@ def test_a_model_without_a_prunable_group_is_named(tmp_path):
     with pytest.raises(BadInputError, match="Single has no prunable group") as exc:
         _search(d, tmp_path / "out", 0.1, arch="Single")
     assert exc.value.exit_code == 2
+
+
+@pytest.mark.slow
+def test_a_pruned_residual_depthwise_network_converts_with_parity(tmp_path):
+    """The residual add ties the stem's channels to the projection's, the depthwise conv ties its inputs to its
+    outputs: pruned to widths, the model still exports to ONNX and converts to LiteRT (fp32 and INT8) in parity."""
+    from edgekit.formats import Format
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.recipe import PassStep, Recipe, VariantSpec
+    from edgekit.inputs.source import load_pt2
+    from edgekit.orchestration.steps import build_variants
+    from edgekit.passes.base import PassContext
+
+    d = _untrained(tmp_path / "d", "ResDW")
+    ctx = PassContext(workdir=tmp_path / "w", eval=load_npz(d / "eval.npz"), calib=load_npz(d / "eval.npz"),
+                      train=load_npz(d / "train.npz", role="train"), arch=f"{MODELS}:ResDW")
+    source = load_pt2(d / "model.pt2")
+    prune = PassStep(name="prune_widths", config={"widths": {"project.0": 16, "dw.0": 24}, "finetune_epochs": 1})
+    specs = [VariantSpec(name="onnx", passes=[prune]),
+             VariantSpec(name="tflite-fp32", passes=[prune, PassStep(name="convert",
+                                                                     config={"to": "tflite", "precision": "fp32"})]),
+             VariantSpec(name="tflite-int8", passes=[prune, PassStep(name="convert", config={
+                 "to": "tflite", "precision": "int8", "io": "float", "parity_bar": "breakage"})])]
+    arts = build_variants(source.artifact, Recipe(baseline="fp32", variants=specs), ctx, lambda _m: None,
+                          source=source)
+    widths = arts["onnx"].lineage[-2].metrics["widths"]
+    # a group is named by its root: the residual group (stem, project and the add) and the depthwise group
+    # (expand's outputs, dw's channels)
+    assert widths == {"project.0": 16, "dw.0": 24}
+    import torch
+
+    sd = torch.export.load(str(sorted((tmp_path / "w").glob("onnx-0-prune_widths*.pt2"))[0])).state_dict
+    assert sd["stem.0.weight"].shape[0] == 16 and sd["project.0.weight"].shape[0] == 16  # tied by the add
+    assert sd["expand.0.weight"].shape[0] == 24 and sd["dw.0.weight"].shape[0] == 24  # tied by the depthwise conv
+    assert arts["onnx"].format == Format.ONNX and arts["tflite-int8"].format == Format.TFLITE
+    for name, art in arts.items():
+        if name == "fp32":
+            continue
+        hops = [s for s in art.lineage if s.kind == "convert"]
+        assert hops, name
+        for h in hops:
+            assert not h.metrics.get("parity_violations"), (name, h.name, h.metrics.get("parity_violations"))
+    onnx_hop = next(s for s in arts["onnx"].lineage if s.kind == "convert")
+    assert onnx_hop.metrics["parity"]["max_abs_err"] < 1e-4
+
+
+def test_without_training_data_a_missed_budget_says_pruning_would_open(tmp_path):
+    d = _untrained(tmp_path / "d", "PlantedNet")
+    rep = search(str(d / "model.pt2"), eval_data=str(d / "eval.npz"), out=tmp_path / "out",
+                 options=SearchOptions(candidates=[], tune_runtime=False, measure=FAST),
+                 deploy_options=DeployOptions(latency_budget_ms=1e-4))
+    assert not rep.gate.passed and rep.search.budget is None  # the budget stayed a gate check
+    msg = next(c for c in rep.gate.checks if c.name == "search").message
+    assert "no encoding meets the 0.0001 ms budget: training data (--train-data) and the architecture (--arch) " \
+           "would let the search prune channels" in msg
