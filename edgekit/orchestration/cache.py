@@ -31,8 +31,10 @@ from ..agent.bundle import agent_source
 from ..artifact import Artifact, IOSpec, LineageStep
 from ..config import validate
 from ..formats import Format, model_files
-from ..fsutil import cache_dir, sha256_file, sha256_files
+from ..fsutil import sha256_file, sha256_files
+from ..inputs.data import Dataset
 from ..passes.base import Pass, PassContext
+from ..paths import cache_dir
 from ..version import installed_versions
 
 # Libraries whose version can change a pass's output (looked up without importing them).
@@ -101,7 +103,7 @@ def code_fingerprint(pass_file: Path) -> str:
 
 
 def data_fingerprint(ctx: PassContext) -> dict[str, str | None]:
-    def fp(ds) -> str | None:
+    def fp(ds: Dataset | None) -> str | None:
         if ds is None:
             return None
         stream = getattr(ds, "stream", None)
@@ -116,7 +118,7 @@ def data_fingerprint(ctx: PassContext) -> dict[str, str | None]:
         h = hashlib.sha256(json.dumps([list(ds.x_keys), ds.sample], default=str).encode())
         for a in (*ds.xs, *([ds.y] if ds.y is not None else [])):
             h.update(str((a.shape, a.dtype)).encode())
-            h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+            h.update(np.ascontiguousarray(a).data.cast("B"))
         return h.hexdigest()
 
     return {role: fp(ds) for role, ds in (("calib", ctx.calib), ("eval", ctx.eval), ("train", ctx.train))}
@@ -137,7 +139,7 @@ class PassCache:
     def _entry(self, key: str) -> Path:
         return self.root / key[:2] / key
 
-    def run(self, p: Pass, artifact: Artifact, config: dict | BaseModel | None, ctx: PassContext,
+    def run(self, p: Pass, artifact: Artifact, config: dict[str, Any] | BaseModel | None, ctx: PassContext,
             out_name: str) -> Artifact:
         """``p(artifact, config, ctx)`` through the cache."""
         cfg = config if isinstance(config, BaseModel) else validate(
@@ -243,7 +245,7 @@ def find_by_sha256(sha256: str, suffix: str = "") -> Path | None:
             meta = json.loads(meta_file.read_text())
             if meta.get("sha256") != sha256 or (suffix and not str(meta.get("file", "")).endswith(suffix)):
                 continue
-            f = meta_file.parent / meta["file"]
+            f = meta_file.parent / str(meta["file"])
             files = model_files(f, meta["format"])
             if all(p.is_file() for p in files) and (sha256_files(files) if len(files) > 1 else sha256_file(f)) == sha256:
                 return f

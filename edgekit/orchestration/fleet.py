@@ -23,6 +23,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -30,11 +31,17 @@ import numpy as np
 from ..devices.inventory import select_devices
 from ..devices.session import DeviceSession, Measured
 from ..errors import BadInputError, DeviceError, EdgekitError
-from ..report.model import Check, FleetSection, FleetUnit, FleetVariant, Report
+from ..inputs.data import Dataset
+from ..inputs.recipe import Recipe
+from ..inputs.targets import TargetSpec
+from ..metrics.evaluate import EvalPlan
+from ..report.model import Accuracy, Check, FleetSection, FleetUnit, FleetVariant, Parity, Report
+from ..report.release import ReleaseJudgement
 from ..report.write import write_report
+from ..transport.base import Transport
 from .assemble import assemble_report
 from .options import DeployOptions
-from .prepare import prepare_run, resolve_recipe, target_spec
+from .prepare import PreparedRun, prepare_run, resolve_recipe, target_spec
 from .release import release_judgement
 from .steps import build_recipe, measure_all, recorded_settings, run_settings
 
@@ -52,9 +59,27 @@ class Unit:
     seconds: float | None = None
     measured: dict[str, Measured] = field(default_factory=dict)
     session: DeviceSession | None = None
-    release: Any = None
+    release: ReleaseJudgement | None = None
     shard_accuracy: dict[str, float | None] = field(default_factory=dict)
     report: Report | None = None
+
+    def measured_session(self) -> DeviceSession:
+        """The session a measured unit was measured in."""
+        if self.session is None:
+            raise RuntimeError(f"fleet unit {self.name} was not measured")
+        return self.session
+
+    def judged_report(self) -> Report:
+        """A measured unit's report (assembled once every unit finished)."""
+        if self.report is None:
+            raise RuntimeError(f"fleet unit {self.name} has no report (it was not measured)")
+        return self.report
+
+    def eval_slice(self) -> tuple[int, int]:
+        """The [start, stop) of the eval set a unit of a sharded fleet scores."""
+        if self.shard is None:
+            raise RuntimeError(f"fleet unit {self.name} scores no shard (the eval set is not sharded)")
+        return self.shard
 
 
 def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
@@ -65,21 +90,24 @@ def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def shard_dataset(ds, a: int, b: int):
+def shard_dataset(ds: Dataset, a: int, b: int) -> Dataset:
     sample = {**(ds.sample or {}), "shard": [a, b], "of_samples": ds.n}
     return replace(ds, xs=tuple(x[a:b] for x in ds.xs), y=None if ds.y is None else ds.y[a:b], shards=None,
                    sample=sample)
 
 
-def plan_for(plan, idx: np.ndarray):
+def plan_for(plan: EvalPlan, idx: np.ndarray) -> EvalPlan:
     """The eval plan restricted to the samples ``idx`` (labels and float reference outputs)."""
     return replace(plan, labels=None if plan.labels is None else plan.labels[idx],
                    reference=[r[idx] for r in plan.reference])
 
 
-def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, calib_data=None, recipe=None,
-                 out="edgekit-out", example_inputs=None, arch=None, x_key="x", y_key="y",
-                 options: DeployOptions, progress: Progress | None = None, transport=None) -> Report:
+def deploy_fleet(model: Any, *, eval_data: str | Path, target: str | TargetSpec, device: str | None = None,
+                 calib_data: str | Path | None = None, recipe: str | Path | Recipe | None = None,
+                 out: str | Path = "edgekit-out", example_inputs: tuple[Any, ...] | None = None,
+                 arch: str | None = None, x_key: str | tuple[str, ...] = "x", y_key: str = "y",
+                 options: DeployOptions, progress: Progress | None = None,
+                 transport: Transport | None = None) -> Report:
     opts, progress = options, progress or (lambda _m: None)
     if device is not None or transport is not None:
         raise BadInputError("a fleet run (--devices/--pool) measures inventory devices: drop --device")
@@ -104,7 +132,7 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
                             hint="drop --shard-eval (every unit scores all of it), or deploy once per shape")
     variants, passes_seconds, warnings = build_recipe(run, progress)
     settings = run_settings(run, opts)
-    bounds = shard_bounds(run.eval_ds.n, m) if opts.shard_eval else [None] * m
+    bounds: list[tuple[int, int] | None] = list(shard_bounds(run.eval_ds.n, m)) if opts.shard_eval else [None] * m
     units = [Unit(e.name, shard=b) for e, b in zip(entries, bounds)]
     judged = [n for n in variants if n != rec.baseline] or [rec.baseline]
     said = threading.Lock()
@@ -151,23 +179,23 @@ def deploy_fleet(model: Any, *, eval_data, target, device: str | None = None, ca
     fleet_run = replace(run, plan=plan)
     extra = recorded_settings(run, settings, passes_seconds)
     for u in ok:
-        u.report = assemble_report(fleet_run, u.measured, u.session, baseline=rec.baseline,
+        u.report = assemble_report(fleet_run, u.measured, u.measured_session(), baseline=rec.baseline,
                                    warnings=opts.extra_warnings + warnings, release=u.release, settings=extra)
     report = _fleet_report(units, ok, judged, opts, need, run, plan)
     write_report(report, run.out_dir)
     return report
 
 
-def _combine_shards(plan, ok: list[Unit]):
+def _combine_shards(plan: EvalPlan, ok: list[Unit]) -> EvalPlan:
     """Every unit's outputs put back in eval order and scored as one set (with the paired statistics
     of assemble_report); a missing shard (its unit failed) leaves those samples out, said in the report."""
-    ok = sorted(ok, key=lambda u: u.shard[0])
-    idx = np.concatenate([np.arange(*u.shard) for u in ok])
+    ok = sorted(ok, key=lambda u: u.eval_slice()[0])
+    idx = np.concatenate([np.arange(*u.eval_slice()) for u in ok])
     combined = plan_for(plan, idx) if len(idx) < len(plan.labels if plan.labels is not None else plan.reference[0]) \
         else plan
     for name in ok[0].measured:
-        parts = [u.measured[name].outputs for u in ok]
-        if any(p is None for p in parts):
+        parts = [o for u in ok if (o := u.measured[name].outputs) is not None]
+        if len(parts) < len(ok):  # a unit kept no outputs for it
             continue
         outputs = [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
         acc = combined.accuracy_dict(combined.score(outputs))
@@ -176,14 +204,16 @@ def _combine_shards(plan, ok: list[Unit]):
             mm = u.measured[name]
             u.shard_accuracy[name] = mm.result.accuracy.value if mm.result.accuracy is not None else None
             mm.outputs = outputs
-            mm.result.accuracy = acc
-            mm.result.parity = next(iter(par.values()), None)
-            mm.result.parity_outputs = par if len(par) > 1 else None
+            # the report's types, validated from the plan's dicts (as the fields' assignment validation did)
+            mm.result.accuracy = Accuracy.model_validate(acc)
+            first = next(iter(par.values()), None)
+            mm.result.parity = Parity.model_validate(first) if first is not None else None
+            mm.result.parity_outputs = {k: Parity.model_validate(p) for k, p in par.items()} if len(par) > 1 else None
     return combined
 
 
 def _judged_p50(u: Unit, judged: list[str]) -> float:
-    vals = [u.measured[n].result.latency_ms.p50 for n in judged if n in u.measured and u.measured[n].result.latency_ms]
+    vals = [lat.p50 for n in judged if n in u.measured and (lat := u.measured[n].result.latency_ms)]
     return max(vals) if vals else 0.0
 
 
@@ -191,14 +221,14 @@ def _pick(ok: list[Unit], judged: list[str], mode: str) -> Unit:
     if mode == "median":
         ranked = sorted(ok, key=lambda u: _judged_p50(u, judged))
         return ranked[len(ranked) // 2]  # the upper median for an even count: the cautious side
-    return max(ok, key=lambda u: (not u.report.gate.passed, _judged_p50(u, judged)))
+    return max(ok, key=lambda u: (not u.judged_report().gate.passed, _judged_p50(u, judged)))
 
 
-def _fleet_report(units: list[Unit], ok: list[Unit], judged: list[str], opts: DeployOptions, need: int, run,
-                  plan) -> Report:
+def _fleet_report(units: list[Unit], ok: list[Unit], judged: list[str], opts: DeployOptions, need: int,
+                  run: PreparedRun, plan: EvalPlan) -> Report:
     mode = opts.fleet_gate
     chosen = _pick(ok, judged, mode)
-    report = chosen.report
+    report = chosen.judged_report()
     m = len(units)
     role = f"{'worst' if mode == 'worst' else 'median'} of {len(ok)} measured"
     checks: list[Check] = []
@@ -207,9 +237,9 @@ def _fleet_report(units: list[Unit], ok: list[Unit], judged: list[str], opts: De
                                            "unit": chosen.name}))
     if mode == "worst":
         for u in ok:
-            if u is not chosen and not u.report.gate.passed:
+            if u is not chosen and not u.judged_report().gate.passed:
                 bad = "; ".join(f"{c.name}{f' [{c.variant}]' if c.variant else ''}: {c.message}"
-                                for c in u.report.gate.failed_checks)
+                                for c in u.judged_report().gate.failed_checks)
                 checks.append(Check(name="fleet_unit_gate", passed=False, unit=u.name,
                                     message=f"unit {u.name} also fails: {bad}"))
     failed = [u for u in units if u.state != "measured"]
@@ -219,20 +249,21 @@ def _fleet_report(units: list[Unit], ok: list[Unit], judged: list[str], opts: De
                         message=text + (f"; --min-devices {need} met" if failed and len(ok) >= need else
                                         f"; {need} needed" if len(ok) < need else "")))
     report.gate = report.gate.model_copy(update={"checks": checks, "passed": all(c.passed for c in checks)})
-    report.fleet = fleet_section(units, judged, opts, need, chosen, run, plan)
-    report.settings["fleet"] = {"mode": report.fleet.mode, "gate": mode, "min_devices": need,
+    report.fleet = fleet = fleet_section(units, judged, opts, need, chosen, run, plan)
+    report.settings["fleet"] = {"mode": fleet.mode, "gate": mode, "min_devices": need,
                                 "units": [u.name for u in units]}
-    spread = [v for v in report.fleet.variants if v.spread_rel is not None and v.spread_rel > 0.2]
+    spread = [v for v in fleet.variants if v.spread_rel is not None and v.spread_rel > 0.2]
     report.warnings += [f"fleet: {v.name} p50 differs {v.spread_rel:.0%} across units (worst {v.worst_unit} "
                         f"{v.worst_p50:.3f} ms, best {v.best_unit} {v.best_p50:.3f} ms)" for v in spread]
     report.warnings += [f"fleet: unit {u.name} failed: {u.error}" for u in failed]
     if opts.shard_eval and failed:
-        report.warnings.append(f"fleet: sharded eval scored {report.fleet.eval_covered} of {run.eval_ds.n} samples "
+        report.warnings.append(f"fleet: sharded eval scored {fleet.eval_covered} of {run.eval_ds.n} samples "
                                f"(the shards of {', '.join(u.name for u in failed)} are missing)")
     return report
 
 
-def fleet_section(units: list[Unit], judged: list[str], opts: DeployOptions, need: int, chosen: Unit, run, plan):
+def fleet_section(units: list[Unit], judged: list[str], opts: DeployOptions, need: int, chosen: Unit,
+                  run: PreparedRun, plan: EvalPlan) -> FleetSection:
     names = list(next(u for u in units if u.state == "measured").measured)
     rows = []
     for u in units:
@@ -250,12 +281,12 @@ def fleet_section(units: list[Unit], judged: list[str], opts: DeployOptions, nee
             shard_accuracy=u.shard_accuracy or None))
     variants = []
     for n in names:
-        per = {u.name: u.measured[n].result.latency_ms.p50 for u in units
-               if n in u.measured and u.measured[n].result.latency_ms is not None}
+        per = {u.name: lm.p50 for u in units
+               if n in u.measured and (lm := u.measured[n].result.latency_ms) is not None}
         if not per:
             continue
         med = statistics.median(per.values())
-        worst, best = max(per, key=per.get), min(per, key=per.get)
+        worst, best = max(per, key=lambda u: per[u]), min(per, key=lambda u: per[u])
         variants.append(FleetVariant(name=n, units=len(per), median_of_medians_ms=med,
                                      spread_ms=per[worst] - per[best],
                                      spread_rel=(per[worst] - per[best]) / med if med > 0 else None,

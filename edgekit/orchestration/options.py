@@ -30,7 +30,8 @@ class DeployOptions(RunOptions):
     relative_accuracy_drop: bool | None = None
     metric: str | None = None  # top1 | top5 | miou | map50 | mse ... or module:function (see edgekit.metrics)
     outputs: list[str] | None = None  # the outputs the metric reads (names or indices)
-    metric_options: dict | None = None  # the metric's options (mask_iou threshold, ctc blank...), over the recipe's
+    # the metric's options (mask_iou threshold, ctc blank...), over the recipe's
+    metric_options: dict[str, object] | None = None
     postprocess: str | None = None  # detection: module:function turning raw outputs into boxes
     strict_stats: bool | None = None  # the accuracy check fails only on a statistically significant drop
     min_speedup: float | None = None  # fail a variant below this device-measured speed-up over the baseline
@@ -66,7 +67,7 @@ class DeployOptions(RunOptions):
     # the device. constants: input name -> value (--const NAME=VALUE), fed unchanged with every sample;
     # state: (output, input) pairs (--state OUT:IN): the input starts as zeros and takes the output after
     # each sample, the samples run one at a time in the data's order (batch 1)
-    constants: dict | None = None
+    constants: dict[str, Any] | None = None  # arrays or numbers, as inputs.stateful.for_source takes them
     state: list[tuple[str, str]] | None = None
     # per-op profile of EVERY variant on the device (edgekit/devices/profile.py); without it deploy profiles
     # the baseline and the variants slower than it, a search the baseline and its selection
@@ -96,7 +97,7 @@ class DeployOverrides(TypedDict, total=False):
     relative_accuracy_drop: bool | None
     metric: str | None
     outputs: list[str] | None
-    metric_options: dict | None
+    metric_options: dict[str, object] | None
     postprocess: str | None
     strict_stats: bool | None
     min_speedup: float | None
@@ -127,7 +128,7 @@ class DeployOverrides(TypedDict, total=False):
     max_size_increase: float | None
     benchmark_binary: str | Path | None
     eval_samples: int | None
-    constants: dict | None
+    constants: dict[str, Any] | None
     state: list[tuple[str, str]] | None
     profile: bool
     devices: list[str] | None
@@ -166,7 +167,7 @@ def resolve_gate(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> Gat
     return validate(GateConfig, g, "gate settings", hint="--max-accuracy-drop is in points, 0 to 100")
 
 
-def resolve_metric_spec(recipe: Recipe, opts: DeployOptions):
+def resolve_metric_spec(recipe: Recipe, opts: DeployOptions) -> MetricSpec:
     """The recipe's metric section with --metric / --metric-option / --output / --postprocess on top."""
 
     spec = recipe.metric.model_copy() if recipe.metric is not None else MetricSpec()

@@ -33,7 +33,7 @@ from ..transport.base import Transport
 from ..variant_search import SearchOptions
 from ..variant_search import search as run_search
 from ..variant_search.candidates import candidate_variants
-from .assemble import assemble_report
+from .assemble import assemble_report, score
 from .fleet import deploy_fleet
 from .generate import deploy_generator
 from .micro import deploy_micro
@@ -71,7 +71,7 @@ def deploy(
     calib_data: str | Path | None = None,
     recipe: str | Path | Recipe | None = None,
     out: str | Path = "edgekit-out",
-    example_inputs: tuple | None = None,
+    example_inputs: tuple[Any, ...] | None = None,
     arch: str | None = None,
     x_key: str | tuple[str, ...] = "x",
     y_key: str = "y",
@@ -145,8 +145,10 @@ def _deploy_options(options: DeployOptions | None, overrides: DeployOverrides) -
     return opts
 
 
-def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, device, out, example_inputs, arch, x_key,
-                   y_key, opts: DeployOptions, progress: Progress, transport) -> Report:
+def _deploy_recipe(model: Any, spec: TargetSpec, recipe: str | Path | Recipe | None, eval_data: str | Path,
+                   calib_data: str | Path | None, device: str | None, out: str | Path,
+                   example_inputs: tuple[Any, ...] | None, arch: str | None, x_key: str | tuple[str, ...],
+                   y_key: str, opts: DeployOptions, progress: Progress, transport: Transport | None) -> Report:
     if spec.is_microcontroller:  # no board, no device session: TFLite Micro on this host (orchestration/micro.py)
         return deploy_micro(model, eval_data=eval_data, target=spec, calib_data=calib_data, out=out,
                             example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, opts=opts,
@@ -166,11 +168,20 @@ def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, devic
         judged = [n for n in variants if n != rec.baseline] or [rec.baseline]
         release = release_judgement(session, run, measured, judged, settings, opts, progress)
     progress("writing the report")
+    warnings += score(measured, run.plan, rec.baseline, run.gate)
+    # the answer: what to ship, and why the others lost. A recipe of several compressed variants is a race, as the
+    # search is: the gate judges the file it ships, and a variant that misses loses with its reason (#46 item 7);
+    # a recipe of one compressed variant (the fixed default) still judges that one
+    decision = (decide([m.result for m in measured.values()], rec.baseline, run.gate,
+                       representative=session.emulation is None) if len(variants) > 1 else None)
+    race = decision is not None and decision.ship is not None and len(variants) > 2
     report = assemble_report(run, measured, session, baseline=rec.baseline, warnings=opts.extra_warnings + warnings,
-                             release=release, settings=recorded_settings(run, settings, passes_seconds))
+                             release=release, settings=recorded_settings(run, settings, passes_seconds),
+                             judged=[decision.ship] if race and decision is not None and decision.ship else None,
+                             scored=True)
     report.profile_diffs = profile_diffs(report.variants, rec.baseline)
-    if len(variants) > 1:  # the answer: what to ship, and why the others lost
-        report.decision = decide(report.variants, rec.baseline, run.gate, representative=session.emulation is None)
+    if decision is not None:
+        report.decision = decision
         if report.decision.ship is not None:
             write_ship(run.out_dir, report.variant(report.decision.ship), variants[report.decision.ship],
                        run.source.artifact.io)
@@ -183,7 +194,8 @@ def _deploy_recipe(model, spec: TargetSpec, recipe, eval_data, calib_data, devic
 QUICK_SEARCH_BUDGET_S = 300.0  # the default deploy's short search; `--search` defaults to 900 s
 
 
-def variant_mode(recipe, search: bool | None, opts: DeployOptions, spec: TargetSpec, has_calib: bool) -> str:
+def variant_mode(recipe: str | Path | Recipe | None, search: bool | None, opts: DeployOptions, spec: TargetSpec,
+                 has_calib: bool) -> str:
     """"recipe" (measure the given or the fixed default recipe), "quick" (no recipe: the short search)
     or "full" (``search=True``). Without a recipe, options only a recipe run honours (the fleet
     options) keep the fixed default recipe and the report says so."""

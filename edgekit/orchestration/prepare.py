@@ -17,7 +17,7 @@ from ..fsutil import ensure_writable_dir, sha256_file
 from ..inputs.data import Dataset, check_fits, fixed_shape_misfit, load_npz, take_subset
 from ..inputs.recipe import GateConfig, Recipe, default_recipe, load_recipe
 from ..inputs.source import Source, load_source
-from ..inputs.stateful import for_source
+from ..inputs.stateful import Stream, for_source
 from ..inputs.targets import MeasureDefaults, TargetSpec, load_target
 from ..measure.request import check_measure_options
 from ..metrics.evaluate import EvalPlan, eval_plan
@@ -50,14 +50,14 @@ class PreparedRun:
     started: float = field(default_factory=time.perf_counter)
     arch: str | None = None  # module:Class of a state-dict model (structured pruning rebuilds it)
 
-    def model_facts(self) -> dict:
+    def model_facts(self) -> dict[str, object]:
         m = self.model
         return {"source": str(m) if not hasattr(m, "forward") else type(m).__name__,
                 "sha256": self.source.artifact.sha256, "format": self.source.artifact.format.value,
                 "inputs": [i.model_dump(mode="json") for i in self.source.artifact.io.inputs]}
 
 
-def resolve_recipe(recipe, spec: TargetSpec, has_calib: bool) -> Recipe:
+def resolve_recipe(recipe: Recipe | str | Path | None, spec: TargetSpec, has_calib: bool) -> Recipe:
     """The recipe (a Recipe, a YAML path, or None for the default), with the target's formats: litert
     targets (rpi4, Android) get TFLite variants, Core ML targets Core ML ones, unless the recipe converts."""
 
@@ -69,9 +69,10 @@ def target_spec(target: str | TargetSpec) -> TargetSpec:
     return target if isinstance(target, TargetSpec) else load_target(target)
 
 
-def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, opts: DeployOptions,
-                calib_data=None, out="edgekit-out", example_inputs: tuple | None = None, arch: str | None = None,
-                x_key="x", y_key="y", progress: Progress) -> PreparedRun:
+def prepare_run(model: Any, *, eval_data: str | Path, target: TargetSpec, recipe: Recipe, opts: DeployOptions,
+                calib_data: str | Path | None = None, out: str | Path = "edgekit-out",
+                example_inputs: tuple[Any, ...] | None = None, arch: str | None = None,
+                x_key: str | tuple[str, ...] = "x", y_key: str = "y", progress: Progress) -> PreparedRun:
     started = time.perf_counter()
 
     measure = resolve_measure(target, recipe, opts)
@@ -113,7 +114,7 @@ def prepare_run(model: Any, *, eval_data, target: TargetSpec, recipe: Recipe, op
                        source=source, plan=plan, fp32=fp32, cache=cache, started=started, arch=arch)
 
 
-def _stream(source: Source, opts: DeployOptions, eval_ds: Dataset, progress: Progress):
+def _stream(source: Source, opts: DeployOptions, eval_ds: Dataset, progress: Progress) -> Stream | None:
     """The model's constant and state inputs (``--const``/``--state``, 0-d arrays of the eval data named
     like an input), checked against the model; recorded in the source's lineage (every variant inherits
     it: ship.json's interface reads it). None when the data feeds every input."""
@@ -129,11 +130,12 @@ def _stream(source: Source, opts: DeployOptions, eval_ds: Dataset, progress: Pro
     return stream
 
 
-def _fed(ds: Dataset, stream) -> Dataset:
+def _fed(ds: Dataset, stream: Stream | None) -> Dataset:
     return replace(ds, stream=stream) if stream is not None else ds
 
 
-def _fp32_onnx(source: Source, eval_ds: Dataset, art_dir: Path, cache, progress: Progress) -> Artifact:
+def _fp32_onnx(source: Source, eval_ds: Dataset, art_dir: Path, cache: PassCache | None,
+               progress: Progress) -> Artifact:
     if source.artifact.format != Format.TORCH:
         return source.artifact
     progress("exporting to ONNX (parity check on the eval inputs)")

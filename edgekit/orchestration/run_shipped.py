@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -27,9 +27,11 @@ from ..inputs.stateful import from_interface
 from ..inputs.targets import MeasureDefaults
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
+    """A ship/ folder's JSON document (ship.json, runtime.json), as the deploy wrote it."""
     try:
-        return json.loads(path.read_text())
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
     except FileNotFoundError:
         raise BadInputError(f"{path.parent} has no {path.name}: not a ship/ folder written by edgekit deploy",
                             hint="pass the ship/ folder of a deploy's --out (e.g. out/ship)") from None
@@ -37,7 +39,7 @@ def _read_json(path: Path) -> dict:
         raise BadInputError(f"{path} is not valid JSON ({exc})", hint="re-run the deploy that wrote it") from None
 
 
-def shipped_model(ship_dir: str | Path) -> tuple[Artifact, IOSpec, dict]:
+def shipped_model(ship_dir: str | Path) -> tuple[Artifact, IOSpec, dict[str, Any]]:
     """The shipped artifact (its files checked against ship.json's sha256), the source model's io, and
     runtime.json."""
     ship_dir = Path(ship_dir)
@@ -108,7 +110,8 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
         return _run_micro(Path(ship_dir), inputs)
     # a file shipped to a web page runs here on the same runtime's native build (the page's outputs were
     # checked against it: ONNX Runtime Web against onnxruntime, LiteRT.js against the LiteRT interpreter)
-    runtime = NATIVE_OF_WEB.get(rt.get("runtime"), rt.get("runtime"))
+    shipped_runtime = str(rt.get("runtime"))
+    runtime = NATIVE_OF_WEB.get(shipped_runtime, shipped_runtime)
     agent = load_agent()
     if runtime not in agent.runners.RUNNERS:  # checked first: a Core ML package is not even hashed here
         row = spec_for_runtime(str(runtime))
@@ -120,7 +123,7 @@ def run_shipped(ship_dir: str | Path, inputs: Mapping[str, np.ndarray] | str | P
     feed = _feed(inputs, source_io, stream.fed if stream is not None else frozenset())
     with tempfile.TemporaryDirectory(prefix=".edgekit-run-") as tmp:
         x_path, y_path = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
-        np.savez(x_path, **feed)
+        np.savez(x_path, allow_pickle=True, **feed)  # numpy's default, named so no input array is read as it
         req = build_request(variant="run", artifact=art, model_remote=[str(f) for f in art.files],
                             source_io=source_io,
                             measure=MeasureDefaults(warmup=0, runs=1, min_seconds=0.0, threads=threads or rt.get("threads") or 1),

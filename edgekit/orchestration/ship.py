@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..agent.browser_bridge import _WEB_LEVEL
 from ..agent.browser_transport import HEADERS, RUNTIME_PACKAGE, litert_version, runtime_version
-from ..artifact import Artifact, IOSpec
+from ..artifact import Artifact, IOSpec, TensorSpec
 from ..formats import load_named, spec_for_runtime
 from ..fsutil import atomic_path, atomic_write_text, sha256_files
 from ..inputs.source import model_batch
@@ -29,9 +29,11 @@ from ..inputs.stateful import of_artifact
 from ..report.model import VariantResult
 
 SHIP_SCHEMA = 2  # 2: ``interface`` (names, shapes, layouts, transposes, source names)
+# a registry row's ship_apply: (threads, runtime options) -> runtime.json's "apply" section
+ShipApply = Callable[[int, Mapping[str, Any]], dict[str, Any]]
 
 
-def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec) -> dict:
+def write_ship(out_dir: Path, v: VariantResult, art: Artifact, source_io: IOSpec) -> dict[str, Any]:
     """A fixed graph's ship folder: its files, and ship.json's interface (how to call it: names, shapes,
     layouts, transposes) and measured figures."""
     measured = {"p50_ms": v.latency_ms.p50 if v.latency_ms else None,
@@ -107,7 +109,7 @@ def _shipped_files(ship_dir: Path) -> set[Path]:
     return {(ship_dir / Path(n).name).resolve() for n in names if isinstance(n, str)}
 
 
-def interface(art: Artifact, source_io: IOSpec) -> dict:
+def interface(art: Artifact, source_io: IOSpec) -> dict[str, Any]:
     """How to call the file: per input and output, its name in the file and in the source model, the
     shape and dtype the source takes/gives (None: a dynamic axis), the static shape the file was
     converted at (in the source's layout), and the transpose that takes the source's layout to the
@@ -120,8 +122,8 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
     roles = {**{k: "constant" for k in stream.get("constants") or {}},
              **{s["input"]: "state" for s in stream.get("state") or []}}
 
-    def entry(spec, src, kind: str) -> dict:
-        d = {"name": spec.name, "source_name": src.name, "dtype": spec.dtype, "source_dtype": src.dtype,
+    def entry(spec: TensorSpec, src: TensorSpec, kind: str) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": spec.name, "source_name": src.name, "dtype": spec.dtype, "source_dtype": src.dtype,
              "shape": list(src.shape), "layout": spec.layout, "transpose": list(spec.transpose) if spec.transpose else None}
         if kind == "input" and src.name in fixed:
             d["static_shape"], d["static_shape_from"] = fixed[src.name]
@@ -131,7 +133,7 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
             d["role"] = roles[src.name]
         return d
 
-    face = {"inputs": [entry(s, src, "input") for s, src in zip(art.io.inputs, source_io.inputs)],
+    face: dict[str, Any] = {"inputs": [entry(s, src, "input") for s, src in zip(art.io.inputs, source_io.inputs)],
             "outputs": [entry(s, src, "output") for s, src in zip(art.io.outputs, source_io.outputs)],
             "batch": _batch(art, source_io, fixed, set(roles))}
     if stream:
@@ -141,7 +143,7 @@ def interface(art: Artifact, source_io: IOSpec) -> dict:
     return face
 
 
-def _by_shape(v: VariantResult) -> dict:
+def _by_shape(v: VariantResult) -> dict[str, Any]:
     """Eval data at several sample shapes: the shapes the file was scored and timed at (per input,
     no batch axis), each bucket's sample count and p50, and the sample-weighted p50."""
     extra = (v.latency_ms.model_extra or {}) if v.latency_ms else {}
@@ -151,7 +153,8 @@ def _by_shape(v: VariantResult) -> dict:
             "by_shape": [{"shapes": b["shapes"], "samples": b["samples"], "p50_ms": b["p50"]} for b in extra["buckets"]]}
 
 
-def _batch(art: Artifact, source_io: IOSpec, fixed: dict, fed: set[str] = frozenset()) -> int | None:
+def _batch(art: Artifact, source_io: IOSpec, fixed: dict[str, tuple[list[int], str]],
+           fed: frozenset[str] | set[str] = frozenset()) -> int | None:
     """The batch the file takes (None: any); a file with a static batch is fed that many samples a call.
     ``fixed`` is keyed by the source's input names (the file's may differ: 'serving_default_x:0');
     ``fed``: constant and state inputs, whose first axis is no batch."""
@@ -160,7 +163,7 @@ def _batch(art: Artifact, source_io: IOSpec, fixed: dict, fed: set[str] = frozen
                         for s, src in zip(art.io.inputs, source_io.inputs) if src.name not in fed])
 
 
-def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
+def runtime_settings(runtime: str, threads: int, options: Mapping[str, Any]) -> dict[str, Any] | None:
     """How the application loads the shipped file to run it as it was measured: the runtime API
     call and every setting the agent's runner made for these threads and options (defaults spelled
     out, so a runtime whose defaults change does not change the shipped speed), from the runtime's
@@ -172,14 +175,15 @@ def runtime_settings(runtime: str, threads: int, options: dict) -> dict | None:
     row = spec_for_runtime(runtime)
     if row is None or row.ship_apply is None:
         return None
-    return load_named(row.ship_apply)(threads, options)
+    apply: ShipApply = load_named(row.ship_apply)
+    return apply(threads, options)
 
 
 _ORT_LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
                "all": "ORT_ENABLE_ALL"}
 
 
-def onnxruntime_apply(threads: int, options: dict) -> dict:
+def onnxruntime_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     parallel = options.get("execution_mode") == "parallel"
     inter = int(options.get("inter_op_threads") or threads) if parallel else 1
     level = _ORT_LEVELS[options.get("graph_optimization_level", "all")]
@@ -189,7 +193,7 @@ def onnxruntime_apply(threads: int, options: dict) -> dict:
                              "graph_optimization_level": level}}
 
 
-def onnxruntime_web_apply(threads: int, options: dict) -> dict:
+def onnxruntime_web_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     """What a web page sets to run the file as the browser agent measured it (device_agents/browser/agent.js)."""
 
     return {"package": f"{RUNTIME_PACKAGE}@{runtime_version()}", "script": "dist/ort.wasm.min.js",
@@ -202,7 +206,7 @@ def onnxruntime_web_apply(threads: int, options: dict) -> dict:
             "headers": {k: v for k, v in HEADERS.items() if k.startswith("Cross-Origin")} if threads > 1 else {}}
 
 
-def litertjs_apply(threads: int, options: dict) -> dict:
+def litertjs_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     """What a web page sets to run a .tflite as the browser agent measured it with LiteRT.js."""
 
     return {"package": f"@litertjs/core@{litert_version()}", "module": "dist/index.js",
@@ -216,26 +220,26 @@ def litertjs_apply(threads: int, options: dict) -> dict:
             "headers": {k: v for k, v in HEADERS.items() if k.startswith("Cross-Origin")} if threads > 1 else {}}
 
 
-def litert_apply(threads: int, options: dict) -> dict:
+def litert_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     off = options.get("xnnpack") == "off"
     if options.get("api") == "compiled":
         return {"call": "ai_edge_litert.compiled_model.CompiledModel.from_file(file, options=Options("
                         "hardware_accelerators=HardwareAccelerator.CPU, cpu_options=CpuOptions(...)))",
                 "cpu_options": {"num_threads": threads, "kernel_mode": "BUILTIN" if off else None}}
-    resolver = {"off": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "on": "BUILTIN"}.get(options.get("xnnpack"), "AUTO")
+    resolver = {"off": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "on": "BUILTIN"}.get(str(options.get("xnnpack")), "AUTO")
     return {"call": "ai_edge_litert.interpreter.Interpreter(model_path=file, num_threads, "
                     "experimental_op_resolver_type)",
             "num_threads": threads, "experimental_op_resolver_type": resolver}
 
 
-def executorch_apply(threads: int, options: dict) -> dict:
+def executorch_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     # the XNNPACK pool is process-wide and must be sized before the program loads
     return {"call": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool(threads) before "
                     "the program loads (executorch.runtime.Runtime.get().load_program(file))",
             "threadpool_threads": threads}
 
 
-def openvino_apply(threads: int, options: dict) -> dict:
+def openvino_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     # the precision is what the CPU plugin ran at (read back by the agent), not the IR's weights' type
     cfg = {"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False,
            "PERFORMANCE_HINT": str(options.get("performance_hint", "latency")).upper(),
@@ -245,7 +249,7 @@ def openvino_apply(threads: int, options: dict) -> dict:
     return {"call": "openvino.Core().compile_model(file, 'CPU', config)  # the .bin beside the .xml", "config": cfg}
 
 
-def ncnn_apply(threads: int, options: dict) -> dict:
+def ncnn_apply(threads: int, options: Mapping[str, Any]) -> dict[str, Any]:
     fp16 = options.get("fp16", "on") == "on"
     return {"call": "net = ncnn.Net(); set net.opt; net.load_param(file); net.load_model(the .bin)",
             "opt": {"num_threads": threads, "use_vulkan_compute": False, "use_fp16_storage": fp16,

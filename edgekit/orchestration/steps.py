@@ -20,10 +20,11 @@ from ..host import current
 from ..inputs.data import fixed_shape_misfit
 from ..inputs.recipe import Recipe
 from ..inputs.source import Source
+from ..inputs.targets import MeasureDefaults
 from ..measure.request import measure_options
 from ..passes.base import PassContext
 from ..passes.registry import get_pass
-from .cache import data_fingerprint, key_for
+from .cache import PassCache, data_fingerprint, key_for
 from .options import DeployOptions
 from .prepare import PreparedRun
 
@@ -31,7 +32,7 @@ Progress = Callable[[str], None]
 
 
 def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: Progress,
-                   source: Source | None = None, cache: Any = None) -> dict[str, Artifact]:
+                   source: Source | None = None, cache: PassCache | None = None) -> dict[str, Artifact]:
     """Run each variant's passes. PyTorch-level passes (prune, distill) start from the torch source
     and come first; the result is exported to ONNX (parity-checked, lineage kept) before the first
     ONNX-level pass or at the end. With ``cache`` (edgekit.orchestration.cache.PassCache) unchanged steps are reused."""
@@ -69,10 +70,14 @@ def build_variants(fp32: Artifact, recipe: Recipe, ctx: PassContext, progress: P
     return variants
 
 
-def _export_variant(art: Artifact, ctx: PassContext, stem: str, cache: Any) -> Artifact:
+def _export_variant(art: Artifact, ctx: PassContext, stem: str, cache: PassCache | None) -> Artifact:
     from ..passes._torch import export_torch_artifact  # heavy (torch): keeps importing the steps light
 
-    xs = list(ctx.eval.xs) if ctx.eval is not None else list(ctx.calib.xs)
+    data = ctx.eval if ctx.eval is not None else ctx.calib
+    if data is None:
+        raise PassError(f"{stem}: exporting the PyTorch variant to ONNX needs eval or calibration inputs "
+                        "for its parity check, and the run has neither", hint="pass --eval-data")
+    xs = list(data.xs)
     dest = ctx.workdir / f"{stem}.onnx"
     if cache is None:
         return export_torch_artifact(art, dest, xs)
@@ -97,7 +102,7 @@ def build_recipe(run: PreparedRun, progress: Progress) -> tuple[dict[str, Artifa
     return variants, round(time.perf_counter() - started, 3), list(coreml_notes)
 
 
-def measure_all(session: DeviceSession, variants: dict[str, Artifact], settings: RunSettings, measure,
+def measure_all(session: DeviceSession, variants: dict[str, Artifact], settings: RunSettings, measure: MeasureDefaults,
                 progress: Progress) -> dict[str, Measured]:
     """Every variant, in order; any failure stops the run (a deploy measures all or reports nothing)."""
     measured: dict[str, Measured] = {}
@@ -124,7 +129,7 @@ def run_settings(run: PreparedRun, opts: DeployOptions) -> RunSettings:
                        energy_sources=tuple(run.target.energy_sources), benchmark_binary=opts.benchmark_binary)
 
 
-def recorded_settings(run: PreparedRun, settings: RunSettings, passes_seconds: float) -> dict:
+def recorded_settings(run: PreparedRun, settings: RunSettings, passes_seconds: float) -> dict[str, Any]:
     """What the report records beyond the resolved measure/gate/metric: the measurement extras and the
     passes' time and cache use."""
     cache = run.cache

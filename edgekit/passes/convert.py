@@ -21,7 +21,8 @@ from ..config import validate
 from ..convert.hops import convert_to, hop_config
 from ..errors import PassError
 from ..formats import FORMATS, Format, all_options, all_precisions, convert_targets, format_spec, spec_for_runtime
-from ..inputs.recipe import PassStep, VariantSpec
+from ..inputs.recipe import PassStep, Recipe, VariantSpec
+from ..inputs.targets import TargetSpec
 from .base import Pass, PassContext, PassOutput
 
 _TFLITE_ONLY = format_spec(Format.TFLITE).options  # kept for importers; every row names its own options
@@ -95,7 +96,7 @@ def has_convert_steps(recipe) -> bool:
     return any(step.name == "convert" for v in recipe.variants for step in v.passes)
 
 
-def variants_for_target(recipe, target, has_calib: bool):
+def variants_for_target(recipe: Recipe, target: TargetSpec, has_calib: bool) -> Recipe:
     """The recipe with the variants the target's preferred runtime needs (its registry row's
     ``default_variants``), when the recipe has no convert steps of its own: LiteRT targets (rpi4,
     Android) get TFLite fp32 + INT8 (float I/O; full-integer with calibration data, else
