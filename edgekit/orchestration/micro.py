@@ -23,6 +23,7 @@ from ..inputs.recipe import Recipe
 from ..inputs.targets import TargetSpec
 from ..metrics.evaluate import EvalPlan, score_drops
 from ..micro.c_array import c_name, to_c_array
+from ..micro.fit import fit_checks
 from ..micro.kernels import SOURCE, tflm_version
 from ..micro.onnx_ops import refuse_unsupported
 from ..micro.workload import LATENCY_REASON, PARITY_STEPS, MicroMeasurement, measure_micro
@@ -67,11 +68,12 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
     m = measure_micro(art.path, art.io, part, list(run.eval_ds.xs))
     warnings += [f"{JUDGED} does not fit {target.name}: {what}" for what in m.fit.what_must_shrink()]
+    warnings += _disagreement_warnings(m)
     base, tflm = _row_fp32(run.fp32, run.plan), _row_tflm(art, m, run.plan)
     score_drops([base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}, run.plan, BASELINE,
                 tolerance(run.gate, base))
     gate = evaluate_gate([base, tflm], BASELINE, run.gate, judged=[JUDGED])
-    gate.checks += [Check(**c) for c in _micro_checks(m)]
+    gate.checks += [Check(**c) for c in fit_checks(m.fit, JUDGED)]
     gate.passed = all(c.passed for c in gate.checks)
     report = Report(edgekit_version=__version__, target=target.name, baseline=BASELINE, variants=[base, tflm],
                     created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -134,14 +136,14 @@ def _io_quantization(art: Artifact) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": [row(s) for s in art.io.inputs], "outputs": [row(s) for s in art.io.outputs]}
 
 
-def _micro_checks(m: MicroMeasurement) -> list[dict[str, Any]]:
-    from ..micro.fit import fit_checks
-
-    worst = max((r["max_steps"] or 0.0 for r in m.disagreement.values()), default=0.0)
-    return [*fit_checks(m.fit, JUDGED),
-            {"name": "tflm_vs_litert", "variant": JUDGED, "value": worst, "limit": PARITY_STEPS,
-             "passed": m.within_tolerance, "message": f"TFLM and LiteRT outputs differ by at most {worst:.2f} "
-             f"quantization steps (limit {PARITY_STEPS}) on the eval set"}]
+def _disagreement_warnings(m: MicroMeasurement) -> list[str]:
+    """TFLM's and LiteRT's outputs further apart than the stated tolerance: reported, not gated (the gate judges
+    TFLM's own outputs: they are what the part computes)."""
+    return [f"{JUDGED}: output {name}: TFLM and LiteRT differ by up to {r['max_steps']:.1f} quantization steps (more "
+            f"than {PARITY_STEPS}; {r['exact_share']:.1%} of values equal"
+            + (f", top-1 agreement {r['top1_agreement']:.1%}" if "top1_agreement" in r else "")
+            + "): their kernels round differently, and the difference grows with depth; the gate judged TFLM's"
+            for name, r in m.disagreement.items() if not r["passed"]]
 
 
 def ship_micro(out_dir: Path, v: VariantResult, art: Artifact, source_io: Any, m: MicroMeasurement) -> None:
