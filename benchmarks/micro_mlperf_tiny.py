@@ -182,7 +182,7 @@ def measure(name: str, work: Path) -> dict:
             "fp32": fp32.accuracy.value, "tflm": tflm.accuracy.value, "litert": micro["litert"]["accuracy"]["value"],
             "disagreement": micro["litert"]["disagreement_with_tflm"], "arena": micro["arena"],
             "flash": micro["fit"]["flash"]["bytes"], "model_bytes": tflm.size_bytes, "ops": micro["ops"],
-            "fits": fits, "gate": report.gate.passed, "deploy_seconds": round(seconds, 1)}
+            "fits": fits, "gate": report.gate.passed, "deploy_seconds": round(seconds, 1), "macs": micro["macs"]}
 
 
 def table(rows: list[dict]) -> str:
@@ -204,6 +204,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def estimates(rows: list[dict]) -> str:
+    """The latency estimate per model and target (edgekit/micro/latency_estimate.py), beside the published figure
+    it was fitted on, with its leave-one-out error; only with all four models (the fit needs them)."""
+    from edgekit.inputs.targets import load_target
+    from edgekit.micro.latency_estimate import SOURCE, fit_core
+
+    macs = {r["model"]: int(r["macs"]) for r in rows}
+    parts = {t: load_target(t).microcontroller for t in TARGETS}
+    fits = {t: fit_core(p.core, macs) for t, p in parts.items() if p is not None}
+    lines = ["| model | MACs | " + " | ".join(f"{t} estimate ms" for t in TARGETS) + " | published ms (board) "
+             "| leave-one-out error |", "|" + "---|" * (4 + len(TARGETS))]
+    for r in rows:
+        cells = []
+        for t in TARGETS:
+            f, part = fits.get(t), parts[t]
+            cells.append(f"{f.estimate_ms(macs[r['model']], part.clock_mhz):.1f}" if f and part else
+                         "none: no published figure for this core class")
+        pub = "; ".join(f"{f.published_ms[r['model']]:.1f} ({f.board})" for f in
+                        {id(f): f for f in fits.values() if f is not None}.values() if r["model"] in f.published_ms)
+        err = "; ".join(f"{f.loo_errors[r['model']]:+.0%} ({f.core})" for f in
+                        {id(f): f for f in fits.values() if f is not None}.values() if r["model"] in f.loo_errors)
+        lines.append(f"| {r['title']} | {macs[r['model']]} | " + " | ".join(cells) + f" | {pub} | {err} |")
+    models = "; ".join(f"{f.core}: {f.model()}" for f in {id(f): f for f in fits.values() if f}.values())
+    return (f"Latency is an estimate, not a measurement (no board): {models}. Each part's own clock is used "
+            f"(nrf52840 64 MHz, stm32h7 480 MHz); the published runs are X-CUBE-AI's, not TFLM's. Source: {SOURCE}."
+            "\n\n" + "\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="kws,vww,ic,ad")
@@ -217,6 +245,8 @@ def main() -> None:
             rows.append(measure(name, Path(tmp)))
             print(json.dumps(rows[-1]))
     body = table(rows)
+    if {r["model"] for r in rows} == set(TITLES):
+        body += "\n\n" + estimates(rows)
     print(body)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -50,6 +50,13 @@ class Graph:
     peak: Peak | None
     output_names: tuple[str, ...] = field(default=())  # the subgraph's outputs, in order
     largest_weights: tuple[LiveTensor, ...] = field(default=())  # the biggest constant tensors, largest first
+    # multiply-accumulates per inference of the ops that do nearly all of them (CONV_2D, DEPTHWISE_CONV_2D,
+    # FULLY_CONNECTED, TRANSPOSE_CONV, BATCH_MATMUL), by op type: what a latency estimate scales
+    macs_by_op: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def macs(self) -> int:
+        return sum(self.macs_by_op.values())
 
     @property
     def op_set(self) -> list[str]:
@@ -82,9 +89,41 @@ def read_graph(data: bytes) -> Graph:
     weights = sum(len(model.buffers[tensors[i].buffer].data) for i in const)
     big = sorted((_live(tensors[i], len(model.buffers[tensors[i].buffer].data)) for i in const),
                  key=lambda t: -t.bytes)[:5]
+    macs: dict[str, int] = {}
+    for o, op in zip(operators, ops):
+        n = _macs(op, [tensors[i] if i >= 0 else None for i in (o.inputs if o.inputs is not None else [])],
+                  [tensors[i] for i in (o.outputs if o.outputs is not None else [])])
+        if n:
+            macs[op] = macs.get(op, 0) + n
     return Graph(ops=ops, weights_bytes=int(weights), peak=_peak(operators, tensors, const, ops, sub),
                  output_names=tuple(_name(tensors[i]) for i in (sub.outputs if sub.outputs is not None else [])),
-                 largest_weights=tuple(big))
+                 largest_weights=tuple(big), macs_by_op=macs)
+
+
+def _shape(t: Any) -> list[int]:
+    return [int(d) for d in (t.shape if t is not None and t.shape is not None else [])]
+
+
+def _macs(op: str, ins: list[Any], outs: list[Any]) -> int:
+    """One op's multiply-accumulates: each output element of a convolution or matrix product sums over its
+    receptive field (kernel height x width x input channels; a depthwise one, kernel height x width)."""
+    if not outs or len(ins) < 2:
+        return 0
+    out_elems = int(np.prod(_shape(outs[0]), dtype=np.int64))
+    w = _shape(ins[1])
+    if op == "CONV_2D" and len(w) == 4:  # filter [out, kh, kw, in]
+        return out_elems * w[1] * w[2] * w[3]
+    if op == "DEPTHWISE_CONV_2D" and len(w) == 4:  # filter [1, kh, kw, out]
+        return out_elems * w[1] * w[2]
+    if op == "FULLY_CONNECTED" and len(w) == 2:  # weights [out, in]
+        return out_elems * w[1]
+    if op == "TRANSPOSE_CONV" and len(ins) > 2:  # inputs: output shape, filter [out, kh, kw, in], data
+        f, x = _shape(ins[1]), _shape(ins[2])
+        return int(np.prod(x, dtype=np.int64)) * (f[0] * f[1] * f[2] if len(f) == 4 else 1)
+    if op == "BATCH_MATMUL":
+        a = _shape(ins[0])
+        return out_elems * (a[-1] if a else 1)
+    return 0
 
 
 def _live(t: Any, size: int | None = None) -> LiveTensor:

@@ -25,7 +25,8 @@ from .tflite_graph import Graph, read_graph
 PARITY_STEPS = 2
 
 LATENCY_REASON = ("no board attached: TFLite Micro ran on this host (x86-64), so its timing is not the part's; "
-                  "edgekit makes no cycle estimate")
+                  "the deploy makes no estimate (micro.macs counts the work; benchmarks/micro_mlperf_tiny.py fits "
+                  "an estimate on published MLPerf Tiny figures and states its error)")
 
 
 @dataclass

@@ -122,7 +122,8 @@ def _micro_section(art: Artifact, m: MicroMeasurement, plan: EvalPlan) -> dict[s
     return {"runtime": "TFLite Micro's reference kernels, the tflite-micro wheel's host build "
                        f"({tflm_version()}): the kernels and allocator are the part's, the timing is not",
             "arena": m.arena.as_dict(), "fit": m.fit.as_dict(), "ops": m.graph.op_set, "op_source": SOURCE,
-            "weights_bytes": m.graph.weights_bytes, "io": _io_quantization(art),
+            "weights_bytes": m.graph.weights_bytes, "macs": m.graph.macs, "macs_by_op": m.graph.macs_by_op,
+            "io": _io_quantization(art),
             "litert": {"accuracy": _accuracy(plan, m.litert).model_dump(mode="json"),
                        "disagreement_with_tflm": m.disagreement, "limit_steps": PARITY_STEPS},
             "latency_ms": None, "latency_reason": LATENCY_REASON}

@@ -135,6 +135,8 @@ def test_tflm_agrees_with_litert_within_the_stated_tolerance(int8_model):
     assert row["top1_agreement"] >= 0.95 and m.tflm[0].shape == m.litert[0].shape == (64, 10)
     assert m.fit.fits and m.arena.bytes < 64 * 1024
     assert set(m.graph.op_set) <= tflm_kernels() and "CONV_2D" in m.graph.op_set
+    # MACs by hand: conv 1->8 3x3 on 8x8 (4608), conv 8->16 3x3 /2 (4x4x16 x 72 = 18432), FC 256->10 (2560)
+    assert m.graph.macs_by_op == {"CONV_2D": 4608 + 18432, "FULLY_CONNECTED": 2560}
 
 
 def test_a_model_ten_percent_over_sram_is_exit_1_naming_the_peak_tensors(int8_model):
@@ -155,3 +157,16 @@ def test_a_model_ten_percent_over_sram_is_exit_1_naming_the_peak_tensors(int8_mo
     assert fit.as_dict()["what_must_shrink"] and fit.as_dict()["peak"]["tensors"][0]["shape"]
     roomy = judge_fit(part.model_copy(update={"sram_kb": arena.bytes / 0.9 / 1024 + 1}), arena, 100, graph.peak)
     require_fit(roomy, "roomy-part")  # one byte of room more than the arena: fits
+
+
+def test_the_latency_estimate_states_its_fit_and_its_error():
+    from edgekit.micro.latency_estimate import PUBLISHED, fit_core
+
+    board, mhz, ips = PUBLISHED["cortex-m4"]
+    exact = {m: int(mhz * 1e6 / ips[m] / 3.0) for m in ips}  # MACs that make every model exactly 3 cycles/MAC
+    fit = fit_core("cortex-m4f", exact)
+    assert fit is not None and fit.board == board and abs(fit.cycles_per_mac - 3.0) < 1e-3
+    assert fit.max_abs_error < 1e-3 and abs(fit.estimate_ms(exact["kws"], mhz) - 1000 / ips["kws"]) < 0.01
+    skewed = {**exact, "ic": exact["ic"] // 2}  # one model off by 2x: its leave-one-out error shows it
+    assert abs(fit_core("cortex-m4", skewed).loo_errors["ic"] + 0.5) < 0.01
+    assert fit_core("cortex-m55", exact) is None  # no published figure for that core class: no estimate
