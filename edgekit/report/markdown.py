@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..timeline import timeline_line
+from .budget_view import budget_markdown
 from .decode_predictions import HEAD, INTRO, how_close, prediction_rows
 from .diff import render_diff_markdown
 from .model import Report, SearchSection, VariantResult
@@ -71,7 +72,8 @@ def render_markdown(r: Report) -> str:
         if cw is not None and cw.method is not None:
             lines.append(f"Release latency judged by: {cw.method_line()}.")
         lines.append(render_diff_markdown(r.comparison).rstrip("\n"))
-    lines += _search_section(r) + _fleet_section(r) + _profile_section(r) + _parity_section(r) + _outputs_section(r)
+    lines += _search_section(r) + budget_markdown(r)  # the budget as a goal: its plan, predictions, frontier
+    lines += _fleet_section(r) + _profile_section(r) + _parity_section(r) + _outputs_section(r)
     energy_reasons = {v.energy_reason for v in r.variants if v.energy_mj_per_inference is None and v.energy_reason}
     if energy_reasons:
         lines += ["", f"Energy not measured: {'; '.join(sorted(energy_reasons))}."]

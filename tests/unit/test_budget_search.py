@@ -115,6 +115,9 @@ def test_a_budget_is_met_by_pruning_and_the_planted_group_is_left_whole(planted,
     names = {p["name"]: p for p in b["frontier"]}
     assert not names["fp32"]["meets_budget"] and names[shipped.name]["meets_budget"]
     assert (tmp_path / "b" / "ship" / "ship.json").is_file()
+    md = (tmp_path / "b" / "report.md").read_text()  # report.md: predicted beside measured, the planted group, frontier
+    assert "## Latency budget" in md and "| predicted p50 ms | measured p50 ms |" in md
+    assert "Left whole: no width of head.2" in md and "Frontier (every device-measured point" in md
     # the table is kept for this device, runtime and encoding: the next run measures no point again
     again = _search(planted, tmp_path / "c", budget)
     assert again.search.budget["latency_table"]["reused"]
