@@ -43,7 +43,7 @@ LOWERING: dict[str, tuple[str, ...]] = {
     "BatchNormalization": ("MUL", "ADD"),  # folded into the conv before it where there is one
     "Identity": (), "Dropout": (), "Constant": (), "Shape": (), "ConstantOfShape": (),  # folded at conversion
     # TFLite builtins TFLM has no kernel for, named so the refusal says which one
-    "Erf": ("GELU",), "Gelu": ("GELU",), "Pow": ("POW",), "Tile": ("TILE",), "TopK": ("TOPK_V2",),
+    "Gelu": ("GELU",), "Pow": ("POW",), "Tile": ("TILE",), "TopK": ("TOPK_V2",),
     "Einsum": ("EINSUM",), "NonMaxSuppression": ("NON_MAX_SUPPRESSION_V5",), "Range": ("RANGE",),
     "Softplus": ("SOFTPLUS",),
 }
@@ -91,6 +91,8 @@ def unsupported_ops(onnx_path: str | Path) -> list[Unsupported]:
         builtins = LOWERING.get(node.op_type)
         if builtins is None:
             out.append(Unsupported(layer_of(node), node.name, node.op_type,
+                                   "no TFLite builtin with a TFLM kernel computes it (e.g. Erf, exact GELU's, "
+                                   "becomes a TensorFlow Flex op)" if node.op_type == "Erf" else
                                    "edgekit knows no TFLite lowering of it that TFLM has a kernel for"))
             continue
         missing = [b for b in builtins if b not in kernels]

@@ -170,3 +170,21 @@ def test_the_latency_estimate_states_its_fit_and_its_error():
     skewed = {**exact, "ic": exact["ic"] // 2}  # one model off by 2x: its leave-one-out error shows it
     assert abs(fit_core("cortex-m4", skewed).loo_errors["ic"] + 0.5) < 0.01
     assert fit_core("cortex-m55", exact) is None  # no published figure for that core class: no estimate
+
+
+def test_an_op_with_no_lowering_or_a_custom_domain_is_named(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.micro.onnx_ops import unsupported_ops
+
+    nodes = [helper.make_node("Erf", ["x"], ["e"], name="blocks.0/erf"),
+             helper.make_node("Relu", ["e"], ["r"], name="ok_relu"),
+             helper.make_node("MyOp", ["r"], ["y"], name="custom", domain="com.example")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                      helper.make_opsetid("com.example", 1)]), tmp_path / "m.onnx")
+    bad = unsupported_ops(tmp_path / "m.onnx")
+    assert [(b.node, b.op) for b in bad] == [("blocks.0/erf", "Erf"), ("custom", "com.example.MyOp")]
+    assert "Flex op" in bad[0].why and "custom-domain" in bad[1].why
