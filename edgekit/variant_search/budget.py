@@ -238,6 +238,11 @@ def extend_for_budget(goal: BudgetGoal, st: Any, session: DeviceSession, final: 
         rec["pruning"] = f"not needed: {', '.join(met)} already meet the budget inside the accuracy tolerance"
         rec["frontier"] = frontier(final, goal)
         return
+    if st.clock.remaining() <= 0:  # the table and the students' training would run past --time-budget
+        rec["pruning"] = (f"not tried: the {st.clock.budget_s:g} s time budget was spent before it "
+                          "(--time-budget raises it)")
+        rec["frontier"] = frontier(final, goal)
+        return
     inside = [n for n in final if _accuracy_ok(run, final, n)]
     enc = min(inside or [BASE], key=lambda n: upper(final[n].result))
     encoding: list[PassStep] = next((c.spec.passes for c in st.cands if c.name == enc), [])
@@ -260,6 +265,9 @@ def extend_for_budget(goal: BudgetGoal, st: Any, session: DeviceSession, final: 
         plan = plan_widths(table, loss, goal.groups, target)
         rnd: dict[str, Any] = {"round": round_no, "target_ms": round(target, 6), "plan": plan.to_dict()}
         rec["rounds"].append(rnd)
+        if round_no > 1 and st.clock.remaining() <= 0:
+            rnd["stopped"] = f"the {st.clock.budget_s:g} s time budget is spent (--time-budget raises it)"
+            break
         if not plan.widths or plan.widths in tried:
             rnd["stopped"] = ("no group's width is faster on the device: nothing to prune" if not plan.widths
                               else "the re-planned widths are the ones already measured")

@@ -220,3 +220,14 @@ def test_without_training_data_a_missed_budget_says_pruning_would_open(tmp_path)
     msg = next(c for c in rep.gate.checks if c.name == "search").message
     assert "no encoding meets the 0.0001 ms budget: training data (--train-data) and the architecture (--arch) " \
            "would let the search prune channels" in msg
+
+
+def test_the_time_budget_holds_pruning_is_not_started_past_it(tmp_path):
+    d = _untrained(tmp_path / "d", "PlantedNet")
+    rep = search(str(d / "model.pt2"), eval_data=str(d / "eval.npz"), arch=f"{MODELS}:PlantedNet",
+                 out=tmp_path / "out", options=SearchOptions(candidates=[], tune_runtime=False, measure=FAST,
+                                                             time_budget_s=0.5),
+                 deploy_options=DeployOptions(latency_budget_ms=1e-4, train_data=str(d / "train.npz")))
+    assert rep.search.budget["pruning"].startswith("not tried: the 0.5 s time budget was spent")
+    assert not rep.gate.passed and "the closest measured point is fp32" in next(
+        c for c in rep.gate.checks if c.name == "search").message
