@@ -187,7 +187,10 @@ def test_a_pruned_residual_depthwise_network_converts_with_parity(tmp_path):
              VariantSpec(name="tflite-fp32", passes=[prune, PassStep(name="convert",
                                                                      config={"to": "tflite", "precision": "fp32"})]),
              VariantSpec(name="tflite-int8", passes=[prune, PassStep(name="convert", config={
-                 "to": "tflite", "precision": "int8", "io": "float", "parity_bar": "breakage"})])]
+                 "to": "tflite", "precision": "int8", "io": "float", "parity_bar": "breakage"})]),
+             VariantSpec(name="openvino-fp32", passes=[prune, PassStep(
+                 name="convert", config={"to": "openvino", "precision": "fp32"})])]
+    # ExecuTorch is not installed in this environment (no executorch wheel beside this torch): its route is not tried
     arts = build_variants(source.artifact, Recipe(baseline="fp32", variants=specs), ctx, lambda _m: None,
                           source=source)
     widths = arts["onnx"].lineage[-2].metrics["widths"]
@@ -200,6 +203,7 @@ def test_a_pruned_residual_depthwise_network_converts_with_parity(tmp_path):
     assert sd["stem.0.weight"].shape[0] == 16 and sd["project.0.weight"].shape[0] == 16  # tied by the add
     assert sd["expand.0.weight"].shape[0] == 24 and sd["dw.0.weight"].shape[0] == 24  # tied by the depthwise conv
     assert arts["onnx"].format == Format.ONNX and arts["tflite-int8"].format == Format.TFLITE
+    assert arts["openvino-fp32"].format == Format.OPENVINO
     for name, art in arts.items():
         if name == "fp32":
             continue
