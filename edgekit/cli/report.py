@@ -23,7 +23,7 @@ def print_summary(report) -> None:
     verdict = "[bold green]PASSED[/]" if report.gate.passed else "[bold red]FAILED[/]"
     dev = report.device
     out_console.print(f"gate {verdict} - target {report.target}, device {dev.name} "
-                      f"({dev.arch}, {dev.cores} cores)")
+                      f"({dev.arch}" + (f", {dev.cores} cores)" if dev.cores is not None else ")"))
     if report.model.get("task") == "text-generation":
         out_console.print(_lm_table(report))
     else:
@@ -43,7 +43,7 @@ def _lm_table(report):
         g, q = v.generation, v.quality
         ci = g.decode_tokens_per_s_ci95 if g else None
         t.add_row(v.name + (" *" if v.name == report.baseline else "") + (" [bold](selected)[/]" if v.selected else ""),
-                  v.format, v.precision, f"{v.runtime.name} x{v.runtime.threads}", f"{v.size_bytes / 1024:.1f}",
+                  v.format, v.precision, v.runtime.label(), f"{v.size_bytes / 1024:.1f}",
                   _f(g and g.ttft_ms, "{:.2f}"), _f(g and g.prefill and g.prefill[-1]["tokens_per_s"], "{:.0f}"),
                   _f(g and g.decode_tokens_per_s, "{:.1f}"), f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "n/a",
                   _f(g and g.inter_token_ms.get("p95"), "{:.3f}"), _f(v.peak_memory_mb, "{:.1f}"),
@@ -61,7 +61,7 @@ def _fixed_table(report):
         lat = v.latency_ms
         t.add_row(v.name + (" *" if v.name == report.baseline else "") + (" [bold](selected)[/]" if v.selected else ""),
                   v.format, v.precision,
-                  f"{v.runtime.name} x{v.runtime.threads}", f"{v.size_bytes / 1024:.1f}",
+                  v.runtime.label(), f"{v.size_bytes / 1024:.1f}",
                   _f(lat and lat.p50), f"{lat.ci95[0]:.3f}-{lat.ci95[1]:.3f}" if lat else "n/a",
                   _f(lat and lat.p90), _f(lat and lat.p99), _f(v.peak_memory_mb, "{:.1f}"),
                   _f(v.energy_mj_per_inference),

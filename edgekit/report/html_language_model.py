@@ -55,7 +55,7 @@ def _race_row(r: Report, v: VariantResult) -> str | None:
         name,
         esc(v.format),
         esc(v.precision),
-        esc(f"{v.runtime.name} {v.runtime.version or ''} x{v.runtime.threads}"),
+        esc(v.runtime.label(version=True)),
         num(v.size_bytes / 1024, "{:.1f}"),
         f"{num(g.ttft_ms)} ({num(g.ttft_cold_ms)})",
         esc(pre),

@@ -50,7 +50,7 @@ def variants_table(r: Report) -> str:
             name,
             esc(v.format),
             esc(v.precision),
-            esc(f"{v.runtime.name} {v.runtime.version or ''} x{v.runtime.threads}"),
+            esc(v.runtime.label(version=True)),
             num(v.size_bytes / 1024, "{:.1f}"),
             num(lat.p50 if lat else None, "{:.4f}"),
             f"{lat.ci95[0]:.4f}–{lat.ci95[1]:.4f}" if lat else "n/a",

@@ -100,7 +100,7 @@ def _generation_table(r: Report) -> list[str]:
         div = (q.greedy or {}).get("first_divergence")
         lines.append(
             f"| {v.name}{' (baseline)' if v.name == r.baseline else ''} | {v.format} | {v.precision} | "
-            f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
+            f"{v.runtime.label(version=True, threads=' ({} thr)')} | {v.size_bytes / 1024:.1f} | "
             f"{_f(g.ttft_ms)} ({_f(g.ttft_cold_ms)}) | {pre} | {_f(g.decode_tokens_per_s, '{:.1f}')} "
             f"({_f(ci[0], '{:.1f}')}-{_f(ci[1], '{:.1f}')}) | {_f(g.inter_token_ms.get('p50'))}/"
             f"{_f(g.inter_token_ms.get('p95'))} | {_f(g.decode_filled.get('tokens_per_s'), '{:.1f}')} | "
@@ -187,7 +187,7 @@ def _fixed_table(r: Report) -> list[str]:
         par = v.parity
         lines.append(
             f"| {v.name}{' (baseline)' if v.name == r.baseline else ''} | {v.format} | {v.precision} | "
-            f"{v.runtime.name} {v.runtime.version or ''} ({v.runtime.threads} thr) | {v.size_bytes / 1024:.1f} | "
+            f"{v.runtime.label(version=True, threads=' ({} thr)')} | {v.size_bytes / 1024:.1f} | "
             f"{_f(lat and lat.p50)} | {_f(lat and lat.p90)} | {_f(lat and lat.p99)} | {ci} | "
             f"{_f(v.peak_memory_mb, '{:.1f}')} | {_f(v.energy_mj_per_inference, '{:.3f}', 'null')} | "
             f"{_f(acc, '{:.4g}')} | {_drop(v)} | "

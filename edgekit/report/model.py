@@ -67,6 +67,12 @@ class RuntimeInfo(_Open):
     delegate: str | None = None  # the delegate or execution provider, where the runtime has one
     options: dict[str, Any] | None = None  # runtime options applied (e.g. onnxruntime graph_optimization_level)
 
+    def label(self, *, version: bool = False, threads: str = " x{}") -> str:
+        """``onnxruntime 1.32.0 x2`` for the tables; the threads only where the runtime ran with a count (the
+        float reference computed on the host and a microcontroller's interpreter have none)."""
+        head = f"{self.name} {self.version or ''}".rstrip() if version else self.name
+        return head + (threads.format(self.threads) if self.threads is not None else "")
+
 
 class LatencyMs(_Open):
     warmup: int  # untimed runs before the timed ones
