@@ -26,7 +26,7 @@ STRICT = ["device_agents/edgekit_agent", "edgekit/agent/protocol.py", "edgekit/a
           "edgekit/agent/inprocess.py", "edgekit/report", "edgekit/devices/session.py", "edgekit/llm",
           "examples/release_pipeline.py", "docs/_gen", ".ci/docs_examples.py", "tests/unit/test_docs_examples.py"]
 STRICT_MYPY = ["edgekit/agent/protocol.py", "edgekit/report", "edgekit/devices", "edgekit/orchestration",
-               "edgekit/variant_search", "edgekit/llm"]
+               "edgekit/variant_search", "edgekit/llm", "edgekit/pipeline"]
 PY = sys.executable
 
 

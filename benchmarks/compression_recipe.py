@@ -35,7 +35,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not (ART / "model.pt2").is_file():
         raise SystemExit(f"{ART} has no model.pt2: `python examples/digits/train.py` makes the digits artifacts")
-    from edgekit.orchestration.pipeline import deploy
+    from edgekit.pipeline.deploy import deploy
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

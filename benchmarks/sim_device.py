@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     from edgekit.devices.inventory import get_device, transport_for
     from edgekit.devices.sim_device import down, up
     from edgekit.inputs.recipe import Recipe
-    from edgekit.orchestration.pipeline import DeployOptions
+    from edgekit.pipeline.deploy import DeployOptions
 
     model, example = build(work, args.width)
     fp32_only = Recipe(variants=[])

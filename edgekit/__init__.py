@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from .version import __version__
 
 _EXPORTS = {
-    "deploy": "edgekit.orchestration.pipeline:deploy",
-    "profile": "edgekit.orchestration.pipeline:profile",
-    "DeployOptions": "edgekit.orchestration.pipeline:DeployOptions",
+    "deploy": "edgekit.pipeline.deploy:deploy",
+    "profile": "edgekit.pipeline.deploy:profile",
+    "DeployOptions": "edgekit.pipeline.deploy:DeployOptions",
     "search": "edgekit.variant_search.run:search",
     "SearchOptions": "edgekit.variant_search.run:SearchOptions",
     "Report": "edgekit.report.model:Report",
@@ -82,9 +82,9 @@ if TYPE_CHECKING:  # pragma: no cover  (explicit re-exports, so type checkers se
     from .llm.judge import LMGate as LMGate
     from .llm.options import LMOptions as LMOptions
     from .orchestration.generate import deploy_lm as deploy_lm
-    from .orchestration.pipeline import DeployOptions as DeployOptions
-    from .orchestration.pipeline import deploy as deploy
-    from .orchestration.pipeline import profile as profile
+    from .pipeline.deploy import DeployOptions as DeployOptions
+    from .pipeline.deploy import deploy as deploy
+    from .pipeline.deploy import profile as profile
     from .report.model import Report as Report
     from .timeline import BudgetExceeded as BudgetExceeded
     from .train import train as train

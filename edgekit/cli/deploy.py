@@ -137,7 +137,7 @@ def deploy_cmd(
     out: Path = typer.Option(Path("edgekit-out"), "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Folder for report.json, report.md and artifacts."),
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the report JSON on stdout instead of the summary."),
 ):
-    from ..orchestration.pipeline import DeployOptions, deploy
+    from ..pipeline.deploy import DeployOptions, deploy
     from .common import parse_key_values
 
     if _is_lm(model):  # a language model: the generation workload (edgekit/orchestration/generate.py)
@@ -233,7 +233,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
     from ..llm.judge import DEFAULT_MAX_KLD, DEFAULT_MAX_PPL_INCREASE, LMGate
     from ..llm.options import LMOptions
     from ..llm.release import ReleaseGate
-    from ..orchestration.pipeline import deploy
+    from ..pipeline.deploy import deploy
 
     if eval_text is None:
         raise BadInputError(f"{model} is a language model: it needs --eval-text FILE (plain text or JSONL of prompts)",
@@ -262,12 +262,12 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
                      ReleaseGate(max_decode_regression=max_latency_regression))
     with progress_display(not as_json) as progress:
         return deploy(model, eval_text=eval_text, target=target, device=device, out=out, lm_options=opts,
-                      progress=progress)  # the one entry (orchestration/pipeline.py) a fixed graph takes too
+                      progress=progress)  # the one entry (pipeline/deploy.py) a fixed graph takes too
 
 
 def _search_options(objective: str, time_budget: float | None, search: bool | None):
     from ..errors import BadInputError
-    from ..orchestration.pipeline import QUICK_SEARCH_BUDGET_S
+    from ..pipeline.deploy import QUICK_SEARCH_BUDGET_S
     from ..variant_search import SearchOptions
 
     if objective not in ("p50", "p99", "energy", "size"):

@@ -51,7 +51,7 @@ def profile_cmd(
     out: Path = typer.Option(Path("edgekit-profile"), "--out", "-o", rich_help_panel=PANEL_OUTPUT, help="Folder for the report files."),
     as_json: bool = typer.Option(False, "--json", rich_help_panel=PANEL_OUTPUT, help="Print the report JSON instead of the summary."),
 ):
-    from ..orchestration.pipeline import DeployOptions, profile
+    from ..pipeline.deploy import DeployOptions, profile
     from .report import print_summary
 
     opts = DeployOptions(latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,

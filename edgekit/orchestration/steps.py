@@ -1,4 +1,4 @@
-"""The steps the orchestrations share, below all of them: ``deploy`` (pipeline.py) and a fleet run
+"""The steps the orchestrations share, below all of them: ``deploy`` (pipeline/deploy.py) and a fleet run
 (fleet.py) build a recipe's variants (:func:`build_recipe`) and measure every one in a session
 (:func:`measure_all`); those two and the search (variant_search/run.py) measure with the run's
 settings (:func:`run_settings`) and record them in the report (:func:`recorded_settings`). None of

@@ -427,7 +427,7 @@ class DeviceInfo(_Open):
     cores: int | None = None  # os.cpu_count() on the device
     hostname: str | None = None  # the device's network name (platform.node() on the agent)
     machine_id: str | None = None  # a non-reversible hash; keys the measurement cache
-    # the device state before the first variant and after the last (edgekit.orchestration.pipeline._device_info)
+    # the device state before the first variant and after the last (edgekit.pipeline.deploy._device_info)
     governor: str | None = None
     frequency_mhz: float | None = None  # cpu0's scaling_cur_freq before the first variant
     temperature_c: BeforeAfter | None = None  # the hottest thermal zone before the first variant and after the last

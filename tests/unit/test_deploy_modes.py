@@ -6,7 +6,7 @@ from edgekit.errors import BadInputError
 from edgekit.inputs.recipe import Recipe
 from edgekit.inputs.targets import load_target
 from edgekit.orchestration.options import DeployOptions
-from edgekit.orchestration.pipeline import variant_mode
+from edgekit.pipeline.deploy import variant_mode
 
 LOCAL = load_target("local")
 

@@ -156,7 +156,7 @@ def _target_yaml(tmp_path, limits: str):
 
 def test_target_limits_flow_into_the_gate(tmp_path):
     from edgekit.inputs.targets import load_target
-    from edgekit.orchestration import pipeline
+    from edgekit.pipeline import deploy as pipeline
 
     spec = load_target(_target_yaml(tmp_path, "{latency_ms_p90: 5, peak_memory_mb: 100, model_size_mb: 0.1}"))
     cfg = pipeline.resolve_gate(spec, Recipe(), pipeline.DeployOptions())

@@ -31,8 +31,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("devices",),  # the device stage: session, lock, lease, labgrid places, inventory, provisioning, profiles
     ("lab",),  # a shared lab: inventory devices exported as labgrid places
     ("llm",),  # language models: their exports, race, quality, judge and generation workload
-    ("variant_search",),
-    ("orchestration",),  # deploy (fixed graphs and generators), a fleet run, the preparation and steps they share
+    # the stages deploy and the search share (preparation, options, steps, report assembly, ship writer, release
+    # gate) and the runs of a generator, a microcontroller and a fleet
+    ("orchestration",),
+    ("variant_search",),  # the search over variants: a fixed graph's run without a recipe
+    ("pipeline",),  # the one deploy entry for every kind of model (pipeline/deploy.py)
     ("cli", "api"),
 ]
 RANK = {p: i for i, row in enumerate(LAYERS) for p in row}
@@ -40,8 +43,6 @@ RANK = {p: i for i, row in enumerate(LAYERS) for p in row}
 # (importer, imported): why it still goes up. May only shrink.
 UPWARD: dict[tuple[str, str], str] = {
     ("root", "agent"): "host.py reads the CPU budget with the agent's own code (agent.inprocess.load_agent)",
-    ("variant_search", "orchestration"): "the search reuses deploy's preparation, options, steps and ship writer, "
-    "and deploy hands a run without a recipe to the search",
 }
 # packages of one row that import each other (a before b), allowed for now: why. May only shrink. (A circle
 # across rows has an upward import: UPWARD names it.)

@@ -58,7 +58,7 @@ def test_a_microcontroller_target_takes_no_recipe_or_search():
     from edgekit.errors import BadInputError
     from edgekit.inputs.targets import load_target
     from edgekit.orchestration.options import DeployOptions
-    from edgekit.orchestration.pipeline import variant_mode
+    from edgekit.pipeline.deploy import variant_mode
 
     spec = load_target("nrf52840")
     assert variant_mode(None, None, DeployOptions(), spec, False) == "recipe"

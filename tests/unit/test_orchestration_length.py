@@ -12,7 +12,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[2] / "edgekit"
 MAX_LINES = 60
 # (file, function): the public entry points (a fixed graph's and a language model's) and the search's real body
-ORCHESTRATIONS = [("orchestration/pipeline.py", "deploy"), ("variant_search/run.py", "search"),
+ORCHESTRATIONS = [("pipeline/deploy.py", "deploy"), ("variant_search/run.py", "search"),
                  ("variant_search/run.py", "_search"), ("orchestration/generate.py", "deploy_lm"),
                  ("orchestration/generate.py", "deploy_generator")]
 

@@ -111,7 +111,7 @@ def test_report_marks_an_emulated_device(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
     from edgekit.devices.inventory import DeviceEntry, add_device
     from edgekit.inputs.targets import load_target
-    from edgekit.orchestration import pipeline
+    from edgekit.pipeline import deploy as pipeline
     from edgekit.transport.local import LocalTransport
 
     add_device(DeviceEntry(name="twin", target="rpi4", host="10.213.1.2", user="root", sim=True, emulated=True,

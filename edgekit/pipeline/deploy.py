@@ -25,6 +25,22 @@ from ..host import host_compute, host_threads
 from ..inputs.recipe import Recipe
 from ..inputs.targets import TargetSpec
 from ..llm.source import is_lm_source
+from ..orchestration.assemble import assemble_report, score
+from ..orchestration.fleet import deploy_fleet
+from ..orchestration.generate import deploy_generator
+from ..orchestration.micro import deploy_micro
+from ..orchestration.options import (
+    DeployOptions,
+    DeployOverrides,
+    resolve_gate,
+    resolve_measure,
+    resolve_metric_spec,
+    search_refusal,
+)
+from ..orchestration.prepare import prepare_run, resolve_recipe, target_spec
+from ..orchestration.release import release_judgement
+from ..orchestration.ship import write_nothing_shipped, write_ship
+from ..orchestration.steps import build_recipe, measure_all, recorded_settings, run_settings
 from ..report.decision import decide
 from ..report.model import Report
 from ..report.profile_diff import profile_diffs
@@ -33,15 +49,6 @@ from ..transport.base import Transport
 from ..variant_search import SearchOptions
 from ..variant_search import search as run_search
 from ..variant_search.candidates import candidate_variants
-from .assemble import assemble_report, score
-from .fleet import deploy_fleet
-from .generate import deploy_generator
-from .micro import deploy_micro
-from .options import DeployOptions, DeployOverrides, resolve_gate, resolve_measure, resolve_metric_spec, search_refusal
-from .prepare import prepare_run, resolve_recipe, target_spec
-from .release import release_judgement
-from .ship import write_nothing_shipped, write_ship
-from .steps import build_recipe, measure_all, recorded_settings, run_settings
 
 Progress = Callable[[str], None]
 
