@@ -64,7 +64,7 @@ HOST_THREADS_HELP = ("Threads for host-side work (reference outputs, export, cal
 @contextlib.contextmanager
 def host_threads_for(threads: int | None) -> Iterator:
     """The command's host-side work with the threads --host-threads (or the free CPU) gives."""
-    from ..host import host_compute, host_threads
+    from ..agent.host import host_compute, host_threads
 
     with host_compute(host_threads(threads)) as ht:
         yield ht

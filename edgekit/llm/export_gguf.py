@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agent.host import current
 from ..artifact import LineageStep
 from ..errors import BadInputError, ConversionError
 from ..fsutil import atomic_path, sha256_file
-from ..host import current
 from .llama_cpp import LlamaCppTools, tools
 from .source import check_folder
 

@@ -20,11 +20,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..agent.host import host_compute, host_threads
 from ..artifact import Artifact
 from ..devices.session import DeviceSession, MeasureFailure, RunSettings
 from ..errors import BadInputError, ConversionError, EdgekitError
 from ..formats import format_spec
-from ..host import host_compute, host_threads
 from ..inputs.run_options import RunOptions
 from ..inputs.targets import MeasureDefaults, TargetSpec
 from ..llm import build_times, efficiency

@@ -11,12 +11,12 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
+from ..agent.host import current
 from ..artifact import Artifact
 from ..convert.torch_to_coreml import set_aside_coreml
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, DeviceError, PassError
 from ..formats import Format
-from ..host import current
 from ..inputs.data import fixed_shape_misfit
 from ..inputs.recipe import Recipe
 from ..inputs.source import Source

@@ -20,10 +20,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..agent.host import ort_threads
 from ..errors import DataError, PassError
 from ..formats import Format
 from ..fsutil import sha256_file
-from ..host import ort_threads
 from ..inputs.source import ort_once
 from ..inputs.stateful import feeds
 from ..logs import quiet

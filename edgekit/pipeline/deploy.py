@@ -17,11 +17,11 @@ from typing import Any, Callable
 
 from typing_extensions import Unpack
 
+from ..agent.host import host_compute, host_threads
 from ..devices.profile import profile_variants, profiled_names
 from ..devices.session import DeviceSession, device_info, emulation_of
 from ..errors import BadInputError, DeviceError
 from ..formats import RUNTIME_FOR_FORMAT
-from ..host import host_compute, host_threads
 from ..inputs.recipe import Recipe
 from ..inputs.targets import TargetSpec
 from ..llm.source import is_lm_source

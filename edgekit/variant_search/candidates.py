@@ -15,8 +15,8 @@ with float I/O, and dynamic-range INT8. Both lists are rows of the format regist
 
 from __future__ import annotations
 
+from ..agent.host import cpu_flags
 from ..formats import FORMATS, Candidate, Format, format_spec, spec_for_runtime
-from ..host import cpu_flags
 from ..inputs.recipe import PassStep, VariantSpec
 from ..inputs.targets import TargetSpec
 from ..pass_names import known_passes

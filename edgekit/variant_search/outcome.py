@@ -3,8 +3,8 @@ the warning when the time budget cut candidates, all read from the search's stat
 
 from __future__ import annotations
 
+from ..agent.host import HostThreads
 from ..devices.session import DeviceSession
-from ..host import HostThreads
 from ..orchestration.assemble import assemble_report
 from ..orchestration.ship import write_nothing_shipped, write_ship
 from ..orchestration.steps import recorded_settings

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from ..agent.host import HostThreads, host_compute, host_threads
 from ..agent.inprocess import load_agent
 from ..agent.protocol import build_request, load_outputs
 from ..artifact import Artifact
@@ -34,7 +35,6 @@ from ..devices.profile import profile_variants, profiled_names
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
 from ..errors import BadInputError, EdgekitError
 from ..formats import RUNTIME_FOR_FORMAT
-from ..host import HostThreads, host_compute, host_threads
 from ..inputs.data import eval_bundle, fixed_shape_misfit
 from ..inputs.recipe import Recipe
 from ..inputs.targets import MeasureDefaults, TargetSpec

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..agent.host import HostThreads
 from ..devices.session import Measured, RunSettings
-from ..host import HostThreads
 from ..inputs.recipe import VariantSpec
 from ..inputs.targets import MeasureDefaults
 from ..orchestration.options import DeployOptions

@@ -19,8 +19,8 @@ import pytest
 from conftest import run_edgekit_subprocess
 from test_search import _NoConfig
 
+from edgekit.agent.host import HostThreads, host_compute, host_threads
 from edgekit.errors import BadInputError
-from edgekit.host import HostThreads, host_compute, host_threads
 from edgekit.inputs.recipe import PassStep, VariantSpec
 from edgekit.inputs.targets import MeasureDefaults
 from edgekit.passes.base import Pass, PassOutput

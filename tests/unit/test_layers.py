@@ -42,7 +42,6 @@ RANK = {p: i for i, row in enumerate(LAYERS) for p in row}
 
 # (importer, imported): why it still goes up. May only shrink.
 UPWARD: dict[tuple[str, str], str] = {
-    ("root", "agent"): "host.py reads the CPU budget with the agent's own code (agent.inprocess.load_agent)",
 }
 # packages of one row that import each other (a before b), allowed for now: why. May only shrink. (A circle
 # across rows has an upward import: UPWARD names it.)

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...host import cpu_flags
+from ...agent.host import cpu_flags
 from ..quantize_ort import CalibrationMethodName, OrtQuantizeConfig, encoding_label
 from ..quantize_qat import QatSettings
 

@@ -17,10 +17,10 @@ import contextlib
 import contextvars
 import os
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
-from .agent.inprocess import load_agent
-from .errors import BadInputError
+from ..errors import BadInputError
+from .inprocess import load_agent
 
 ENV = "EDGEKIT_HOST_THREADS"
 # TensorFlow sizes its pools once, when its runtime starts (onnx2tf, litert-torch): from these
@@ -33,7 +33,8 @@ class HostThreads:
 
     threads: int
     source: str  # "auto" | "EDGEKIT_HOST_THREADS" | "--host-threads"
-    cpu: dict = field(default_factory=dict)  # the agent's cpu_budget(): usable_cores, others_running, load1 ...
+    # the agent's cpu_budget(): usable_cores, others_running, load1 ...
+    cpu: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         c = self.cpu
@@ -48,13 +49,13 @@ class HostThreads:
         """Other work was runnable when the threads were sized (it holds cores this process could use)."""
         return (self.cpu.get("others_running") or 0) >= 1
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         # the CPU facts first: their own "threads" (the free CPU's) must not hide the number used
         return {**{k: v for k, v in self.cpu.items() if k != "threads"}, "free_cpu_threads": self.cpu.get("threads"),
                 "threads": self.threads, "source": self.source, "summary": self.describe()}
 
 
-def _parse(value, where: str) -> int:
+def _parse(value: object, where: str) -> int:
     try:
         n = int(str(value).strip())
     except ValueError:
