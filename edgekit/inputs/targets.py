@@ -110,6 +110,7 @@ class Microcontroller(_Strict):
     the model must fit. No board is attached: TFLite Micro's own kernels run on this host (edgekit/micro/), so fit,
     op support and accuracy are the part's, and its latency is not measured."""
 
+    # the Arm Cortex-M core class (the latency estimate's cycles per MAC are fitted per class)
     core: Literal["cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m4f", "cortex-m7", "cortex-m33", "cortex-m55",
                   "cortex-m85"]
     clock_mhz: float = Field(gt=0, description="the core's clock, MHz")
@@ -118,8 +119,9 @@ class Microcontroller(_Strict):
     # the fraction of SRAM and of flash kept free for the application (its stack, buffers and code): the model
     # fits when arena <= sram * (1 - fit_margin) and model + interpreter <= flash * (1 - fit_margin)
     fit_margin: float = Field(0.1, ge=0, lt=1)
-    # the interpreter's own flash, KiB, and where the figure comes from (nothing here builds TFLM for the part)
+    # the interpreter's own flash, KiB (nothing here builds TFLM for the part)
     interpreter_flash_kb: float = Field(16, ge=0)
+    # where the interpreter's flash figure comes from (the report's fit section carries it: micro.fit)
     interpreter_flash_source: str = ("TFLite Micro README (github.com/tensorflow/tflite-micro): 'The core runtime "
                                      "just fits in 16 KB on an Arm Cortex M3'; the op kernels the model uses add "
                                      "to it and are not counted, so this flash figure is a lower bound")
