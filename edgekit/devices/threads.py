@@ -10,6 +10,16 @@ from typing import Any
 MAX_THREADS = 4
 
 
+def thread_counts(limit: int, fixed: int | None = None) -> list[int]:
+    """The thread counts every kind of model's tuning measures: 1, 2, 4 ... below ``limit``, and ``limit``
+    itself (a 3-core budget tries 1, 2, 3; a 4-core one 1, 2, 4: the odd count between two powers of two
+    rarely wins and each costs a measurement); only ``fixed`` when the user fixed ``--threads``."""
+    if fixed:
+        return [fixed]
+    limit = max(1, limit)
+    return sorted({t for t in (1, 2, 4) if t <= limit} | {limit})
+
+
 def thread_limit(doc: dict[str, Any] | None, target_cores: int) -> tuple[int, str | None]:
     """The most threads worth tuning: the target's cores (at most MAX_THREADS), capped by the cores
     the agent reports usable in a result document (``device.cpu_budget.usable_cores``: affinity and

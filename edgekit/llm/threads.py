@@ -1,8 +1,9 @@
 """Threads per runtime in a language model's race (issue #37): the thread count that decodes fastest differs by
 runtime and device (llama.cpp's matmuls scale with cores until memory bandwidth is the limit, onnxruntime's
 intra-op pool pays later on small models, XNNPACK in between), so after the race each runtime's best file inside
-the quality gate is measured again, on the device, at the other thread counts up to the cores the agent may use
-(``devices.threads.thread_limit``: the target's cores, at most 4, capped by CPU affinity and cgroup quota).
+the quality gate is measured again, on the device, at the other thread counts (``devices.threads.thread_counts``,
+as the fixed-graph search counts them) up to the cores the agent may use (``devices.threads.thread_limit``: the
+target's cores, at most 4, capped by CPU affinity and cgroup quota).
 
 Each setting is a full row of the race, named ``FILE@tN`` (the fixed-graph search's spelling): the same file,
 its own timings and its own scoring on the device (its logits are scored again rather than assumed unchanged).
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..devices.threads import thread_limit
+from ..devices.threads import thread_counts, thread_limit
 from ..inputs.targets import TargetSpec
 from ..report.decision import TIE_TOLERANCE, objective_cost, speed_ratio
 from ..report.model import VariantResult
@@ -31,11 +32,6 @@ def tuned_name(name: str, threads: int) -> str:
 def file_of(name: str) -> str:
     """The built file a row measures (``gguf-q4_0@t2`` -> ``gguf-q4_0``)."""
     return name.split("@", 1)[0]
-
-
-def thread_counts(limit: int) -> list[int]:
-    """1, 2, 4 ... up to ``limit``, and ``limit`` itself."""
-    return sorted({t for t in (1, 2, 4) if t <= limit} | {limit})
 
 
 def settings_to_try(

@@ -1,6 +1,7 @@
 """Runtime options as a search dimension: the selected variant's file, measured again on the device
 under each of the runtime's options that can change its speed (threads 1..the cores the device really
-has unless the user fixed ``--threads``; onnxruntime's graph optimization level and execution mode;
+has, counted as ``devices/threads.thread_counts`` counts them for every kind of model, unless the user fixed
+``--threads``; onnxruntime's graph optimization level and execution mode;
 LiteRT's XNNPACK delegate on/off and CompiledModel vs Interpreter; ExecuTorch's XNNPACK thread pool,
 which is the threads). Every setting is a row of the candidate table (``name@t2,mode=parallel``,
 ``name@xnnpack=off``); the fastest that passes the same gate ships, and ties (overlapping CIs) keep
@@ -11,10 +12,10 @@ setting that shipped (``edgekit/orchestration/ship.py``).
 
 The grid stays small: each option's non-default values are tried one at a time at every thread
 count (one factor at a time, never the product of the options), and an option that only matters
-with several threads is tried only above one thread. At MAX_THREADS = 4 cores that is 15 settings
-for onnxruntime (3 at one thread, 4 at each of 2..4: the default, two optimization levels, parallel
-mode), 12 for LiteRT (the default, XNNPACK off, CompiledModel) and 4 for ExecuTorch; the product
-would be 21 and 16. The search's time budget still bounds them: a setting not reached is a dropped
+with several threads is tried only above one thread. At MAX_THREADS = 4 cores (threads 1, 2 and 4) that
+is 11 settings for onnxruntime (3 at one thread, 4 at each of 2 and 4: the default, two optimization levels,
+parallel mode), 9 for LiteRT (the default, XNNPACK off, CompiledModel) and 3 for ExecuTorch; the product
+would be 15 and 12. The search's time budget still bounds them: a setting not reached is a dropped
 row with that reason.
 
 On a busy or small device (issue #22):
@@ -39,7 +40,7 @@ import numpy as np
 
 from ..agent.browser_bridge import PAGE_OPTIONS
 from ..devices.session import DeviceSession, Measured, MeasureFailure, RunSettings
-from ..devices.threads import MAX_THREADS, thread_limit
+from ..devices.threads import MAX_THREADS, thread_counts, thread_limit
 from ..formats import FORMATS
 from ..inputs.recipe import VariantSpec
 from ..measure.compare import _thin
@@ -143,7 +144,7 @@ def row_timeout(remaining_s: float, rows_left: int, request_timeout_s: float) ->
 def settings_grid(runtime: str, cores: int, threads_fixed: int | None) -> list[Setting]:
     """Every (threads, options) setting to try, the default first: per thread count, the default
     options, then each option's other values one at a time (see the module docstring for the cap)."""
-    threads = [threads_fixed] if threads_fixed else list(range(1, max(1, min(cores, MAX_THREADS)) + 1))
+    threads = thread_counts(min(cores, MAX_THREADS), threads_fixed)
     opts = RUNTIME_OPTIONS.get(runtime, {})
     grid: list[Setting] = []
     for t in threads:

@@ -50,9 +50,10 @@ def test_each_runtime_option_is_tried_alone_and_the_grid_is_capped():
     assert lite == [{"threads": t, "options": o} for t in (1, 2)
                     for o in ({}, {"api": "compiled"}, {"xnnpack": "off"})]
     assert settings_grid("executorch", cores=4, threads_fixed=None) == [{"threads": t, "options": {}}
-                                                                        for t in (1, 2, 3, 4)]
+                                                                        for t in (1, 2, 4)]
     assert [len(settings_grid(rt, cores=64, threads_fixed=None)) for rt in ("onnxruntime", "litert", "executorch")] \
-        == [15, 12, 4]
+        == [11, 9, 3]
+    assert [s["threads"] for s in settings_grid("executorch", cores=3, threads_fixed=None)] == [1, 2, 3]
     assert len(settings_grid("onnxruntime", cores=64, threads_fixed=4)) == 4
     names = [label("m", s, 1) for s in ort + lite]
     assert "m@t2,mode=parallel" in names and "m@xnnpack=off" in names and "m@t2,api=compiled" in names
