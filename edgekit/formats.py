@@ -3,7 +3,8 @@
 ``FORMATS`` is the one table: a row (``FormatSpec``) a format says its file suffixes, the runtime
 that runs it on a device (the agent's runner of that name), the hop that makes it (``module:function``
 taking a ``convert.hops.HopInput``) and from which format, the precisions and hop options it takes,
-the variants it adds to a target's recipe and to the search, the pip extra and packages doctor checks,
+the variants it adds to a target's recipe and to the search, the language-model files it adds to
+the generation race, the pip extra and packages doctor checks,
 and the loader when edgekit can start from such a file. ``SUFFIXES``, ``RUNTIME_FOR_FORMAT`` and
 the rest are derived from it. Adding a runtime = a ``Format`` member and a row here, the agent's
 runner (``device_agents/edgekit_agent/runners/``) and the hop module.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from .errors import ModelLoadError
 
@@ -62,6 +64,29 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class GenerationCandidate:
+    """A language-model file a format contributes to the generation race (``llm/race.py``), as
+    ``search_candidates`` are a fixed graph's: ``build`` names the factory ("module:function", called with
+    ``args``) that returns its builder (``llm/candidates.Build``). ``quick``: in the default deploy's short race
+    (``--search`` races every row); ``baseline``: the float file the others are compared with."""
+
+    name: str
+    precision: str
+    build: str
+    args: tuple[object, ...] = ()
+    exporter: str = ""  # the host package its export needs ("": the runtime's own package)
+    module: str = ""  # the runtime's Python module (local target: it runs here when this imports); "": the runtime
+    slow: bool = False  # a slow lowering (race.py: started only when its prediction can beat the measured leader)
+    calibrated: bool = False  # its file depends on the int4 ladder's Calibration: part of its cache key
+    quick: bool = False
+    baseline: bool = False
+
+
+def _lm(name: str, precision: str, factory: str, *args: object, **kw: Any) -> GenerationCandidate:
+    return GenerationCandidate(name, precision, f"edgekit.llm.candidates:{factory}", args, **kw)
+
+
+@dataclass(frozen=True)
 class Package:
     """A Python distribution a format needs on this host, as `edgekit doctor` reports it."""
 
@@ -98,6 +123,8 @@ class FormatSpec:
     options: tuple[str, ...] = ()  # format-only options of the `convert` step / `edgekit convert`
     default_variants: tuple[Candidate, ...] = ()  # added to a recipe without convert steps for targets preferring it
     search_candidates: tuple[Candidate, ...] = ()
+    # the language-model files this format contributes to the generation race (the same table, the other workload)
+    generation_candidates: tuple[GenerationCandidate, ...] = ()
     search_skip: str | None = None  # why the search cannot measure it ({runtime} is filled in)
     extra: str | None = None  # pip extra with its converter/runtime
     packages: tuple[Package, ...] = ()
@@ -154,6 +181,16 @@ FORMATS: tuple[FormatSpec, ...] = (
             # the accuracy-aware ladder: fastest encoding, calibration methods, mixed precision (needs --eval-data)
             Candidate("ort-int8-mixed", (("quantize_accuracy_aware", {}),), True, quick=True, open_ended=True),
             Candidate("ort-int8-dynamic", (_q(mode="dynamic"),), False, quick=True),
+        ),
+        # a language model's ONNX Runtime files (llm/export_onnx.py): the float baseline, int8 weights computed in
+        # int8, MatMulNBits 4-bit in blocks of 32 and of 128 (fewer scales read per weight: 1.37x blocks of 32 on
+        # the 125M Llama, KLD 0.028 vs 0.020, benchmarks/llm_runtimes.py), each int4 from a layer plan with the
+        # recovery ladder (llm/int4_ladder.py)
+        generation_candidates=(
+            _lm("ort-fp32", "fp32", "ort", "fp32", quick=True, baseline=True),
+            _lm("ort-int8", "int8", "ort", "int8", quick=True),
+            _lm("ort-int4", "int4", "ort_int4", 32, calibrated=True, quick=True),
+            _lm("ort-int4-b128", "int4", "ort_int4", 128, calibrated=True, quick=True),
         ),
         packages=(Package("onnx", "ONNX models"), Package("onnxruntime", "ONNX Runtime (host and local agent)"),
                   Package("onnxscript", "torch -> ONNX exporter")),
@@ -220,6 +257,18 @@ FORMATS: tuple[FormatSpec, ...] = (
                                      quick=True),
                            Candidate("executorch-dynamic", _convert(to="executorch", precision="int8",
                                                                     quantization="dynamic"))),
+        # a language model's .pte files (llm/export_executorch.py, slow lowerings): 8da4w (torchao int4 weights in
+        # groups, int8 activations per token) races by default; its float and int8 files were slower than its 8da4w
+        # and ONNX Runtime's fp32 in every measured row (int8 weight-only ~2 tok/s on XNNPACK), g64 decoded 1.16x
+        # g32 and g128 broke the prefill parity check on the 125M Llama (cosine 0.899): --search only
+        generation_candidates=(
+            _lm("et-fp32", "fp32", "et", "fp32", slow=True),
+            _lm("et-8da8w", "8da8w", "et", "8da8w", slow=True),
+            _lm("et-8da4w", "8da4w", "et_8da4w", 32, slow=True, calibrated=True, quick=True),
+            _lm("et-int8", "int8", "et", "int8", slow=True),
+            _lm("et-8da4w-g64", "8da4w", "et_8da4w", 64, slow=True, calibrated=True),
+            _lm("et-8da4w-g128", "8da4w", "et_8da4w", 128, slow=True, calibrated=True),
+        ),
         extra="executorch", ship_apply="edgekit.orchestration.ship:executorch_apply",
         packages=(Package("executorch", "PyTorch -> ExecuTorch (.pte) and its runtime", "executorch"),),
     ),
@@ -273,6 +322,10 @@ FORMATS: tuple[FormatSpec, ...] = (
     FormatSpec(
         format=Format.GGUF, label="GGUF (llama.cpp)", suffixes=(".gguf",), runtime="llama.cpp",
         precisions=("fp16", "int8", "int4"),
+        # llama-quantize's files from one f16 conversion (llm/export_gguf.py), each with its per-tensor account
+        generation_candidates=tuple(
+            _lm(f"gguf-{t.lower()}", p, "gguf", t, exporter="llama.cpp", module="llama_cpp", quick=True)
+            for t, p in (("Q8_0", "int8"), ("Q4_0", "int4"), ("Q4_K_M", "int4"))),
         search_skip="GGUF files are language models: `edgekit deploy MODEL_DIR --eval-text` races them",
     ),
 )

@@ -1,10 +1,10 @@
-"""The language-model variants edgekit builds and races: one row each (name, runtime, precision), the
-runtime's float file first (the baseline), then its INT8 files (onnxruntime: int8 weights computed in int8;
-ExecuTorch: int8 weights with int8 activations per token (8da8w), and int8 weight-only), then its INT4 files
-(``MatMulNBits`` 4-bit blocks of 32, or 128; ExecuTorch 8da4w, groups of 32, 64 or 128), each from a layer plan
-with its account and the recovery ladder (``int4_ladder``); and llama.cpp's GGUF files (Q8_0, Q4_0, Q4_K_M from
-one f16 conversion, each with llama-quantize's per-tensor account: ``export_gguf``). The default deploy races
-the ``SHORT`` rows; ``--search`` races every row.
+"""The builders of the language-model files edgekit races. Which files race is the format registry's table
+(``formats.FORMATS``: each format row's ``generation_candidates``, beside the fixed graph's ``search_candidates``):
+onnxruntime's float baseline, int8 and MatMulNBits int4 files, ExecuTorch's float, 8da8w, int8 and 8da4w files,
+llama.cpp's GGUF files (Q8_0, Q4_0, Q4_K_M from one f16 conversion, each with llama-quantize's per-tensor account:
+``export_gguf``). Every int4 file comes from a layer plan with its account and the recovery ladder
+(``int4_ladder``). ``CANDIDATES`` is that table with each row's builder; the default deploy races the ``SHORT``
+rows (the registry's ``quick`` ones); ``--search`` races every row.
 A row is built when its runtime's exporter imports on this host and the target runs the runtime (its
 ``runtimes``; on the local target, what is installed here, since this host is the device)."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..artifact import Artifact
-from ..formats import Format
+from ..formats import FORMATS, Format
 from ..inputs.targets import TargetSpec
 from .build_cache import cached, hit_note, source_key
 from .export_executorch import et_io, export_executorch
@@ -80,7 +80,12 @@ def _ort_int8(src: LMSource, out: Path, context: int, built: dict[str, Artifact]
     return quantize_onnx_int8(_ort_base(src, out, context, built), out / "ort-int8.onnx")
 
 
-def _ort_int4(block: int = GROUP) -> Build:
+def ort(precision: str) -> Build:
+    """onnxruntime's float export, or its int8 weights computed in int8 (from the float file)."""
+    return {"fp32": _ort_fp32, "int8": _ort_int8}[precision]
+
+
+def ort_int4(block: int = GROUP) -> Build:
     """MatMulNBits 4-bit in blocks of ``block`` along the input (the last zero-padded), int8 compute."""
     name = "ort-int4" if block == GROUP else f"ort-int4-b{block}"
 
@@ -116,14 +121,14 @@ def _ort_int4(block: int = GROUP) -> Build:
     return build
 
 
-def _et(precision: str) -> Build:
+def et(precision: str) -> Build:
     def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
         return export_executorch(src, out / f"et-{precision}.pte", context=context, precision=precision)
 
     return build
 
 
-def _et_8da4w(group: int = GROUP) -> Build:
+def et_8da4w(group: int = GROUP) -> Build:
     """torchao int4 weights in groups of ``group`` with int8 activations per token (XNNPACK); a layer whose width
     the group does not divide is kept at int8 per channel, named in the account."""
     name = "et-8da4w" if group == GROUP else f"et-8da4w-g{group}"
@@ -153,7 +158,7 @@ def _et_8da4w(group: int = GROUP) -> Build:
     return build
 
 
-def _gguf(file_type: str) -> Build:
+def gguf(file_type: str) -> Build:
     """A GGUF file quantized by llama-quantize from the run's f16 conversion (made once, by the first)."""
 
     def build(src: LMSource, out: Path, context: int, built: dict[str, Artifact], cal: Calibration) -> Artifact:
@@ -204,31 +209,35 @@ class LMCandidate:
         return None
 
 
-CANDIDATES = (
-    LMCandidate("ort-fp32", "onnxruntime", "fp32", _ort_fp32, "onnxruntime"),
-    LMCandidate("ort-int8", "onnxruntime", "int8", _ort_int8, "onnxruntime"),
-    LMCandidate("ort-int4", "onnxruntime", "int4", _ort_int4(), "onnxruntime", calibrated=True),
-    LMCandidate("et-fp32", "executorch", "fp32", _et("fp32"), "executorch", slow=True),
-    LMCandidate("et-8da8w", "executorch", "8da8w", _et("8da8w"), "executorch", slow=True),
-    LMCandidate("et-8da4w", "executorch", "8da4w", _et_8da4w(), "executorch", slow=True, calibrated=True),
-    LMCandidate("et-int8", "executorch", "int8", _et("int8"), "executorch", slow=True),
-    LMCandidate("gguf-q8_0", "llama.cpp", "int8", _gguf("Q8_0"), "llama.cpp", "llama_cpp"),
-    LMCandidate("gguf-q4_0", "llama.cpp", "int4", _gguf("Q4_0"), "llama.cpp", "llama_cpp"),
-    LMCandidate("gguf-q4_k_m", "llama.cpp", "int4", _gguf("Q4_K_M"), "llama.cpp", "llama_cpp"),
-    # the other group sizes (--search): larger groups read fewer scales per weight, smaller ones keep more detail
-    LMCandidate("ort-int4-b128", "onnxruntime", "int4", _ort_int4(128), "onnxruntime", calibrated=True),
-    LMCandidate("et-8da4w-g64", "executorch", "8da4w", _et_8da4w(64), "executorch", slow=True, calibrated=True),
-    LMCandidate("et-8da4w-g128", "executorch", "8da4w", _et_8da4w(128), "executorch", slow=True, calibrated=True),
-)
-BASELINE = "ort-fp32"
-# The short search (the default): each runtime's likeliest winners, measured on the benchmark models
+def _from_registry() -> tuple[LMCandidate, ...]:
+    """The registry's generation rows, each with its builder (made by the factory the row names)."""
+    rows = []
+    for spec in FORMATS:
+        for g in spec.generation_candidates:
+            module, _, func = g.build.partition(":")
+            factory = getattr(importlib.import_module(module), func)
+            runtime = spec.runtime or ""
+            rows.append(
+                LMCandidate(
+                    g.name,
+                    runtime,
+                    g.precision,
+                    factory(*g.args),
+                    g.exporter or runtime,
+                    g.module,
+                    slow=g.slow,
+                    calibrated=g.calibrated,
+                )
+            )
+    return tuple(rows)
+
+
+CANDIDATES = _from_registry()
+BASELINE = next(g.name for s in FORMATS for g in s.generation_candidates if g.baseline)
+# The short race (the default): each runtime's likeliest winners, measured on the benchmark models
 # (benchmarks/llm_runtimes.py: int4 is each runtime's fastest; int8 stays as the fallback when int4 misses the
-# tolerance, as tiny models do) plus the float baseline. MatMulNBits in blocks of 128 decoded 1.37x blocks of 32
-# on the 125M Llama (fewer scales read per weight; KLD 0.028 vs 0.020), so both blocks race. Left to --search:
-# ExecuTorch's float and int8 files (slower than its 8da4w and than ONNX Runtime's fp32 in every measured row;
-# int8 weight-only runs at ~2 tok/s on XNNPACK) and its other group sizes (g64 1.16x g32; g128 broke the prefill
-# parity check on that model: cosine 0.899).
-SHORT = ("ort-fp32", "ort-int8", "ort-int4", "ort-int4-b128", "et-8da4w", "gguf-q8_0", "gguf-q4_0", "gguf-q4_k_m")
+# tolerance, as tiny models do) plus the float baseline; the registry's rows say why the others are left to --search.
+SHORT = tuple(g.name for s in FORMATS for g in s.generation_candidates if g.quick)
 
 
 def candidates_for(target: TargetSpec) -> tuple[list[LMCandidate], dict[str, str]]:

@@ -107,6 +107,31 @@ def test_search_candidates_come_from_the_rows():
     assert got == [] and skipped == [("coreml", "profiling coreml needs its own host (e.g. Core ML needs macOS)")]
 
 
+
+def test_the_language_model_race_comes_from_the_same_rows(monkeypatch):
+    """One candidate table for both workloads: a language model's files are the registry rows'
+    ``generation_candidates``, each raced by its format's runtime, and a row added there races."""
+    import dataclasses
+
+    from edgekit import formats
+    from edgekit.formats import GenerationCandidate
+    from edgekit.llm import candidates
+
+    rows = [(g.name, s.runtime) for s in FORMATS for g in s.generation_candidates]
+    assert [(c.name, c.runtime) for c in candidates.CANDIDATES] == rows
+    assert set(candidates.SHORT) == {g.name for s in FORMATS for g in s.generation_candidates if g.quick}
+    assert candidates.BASELINE == "ort-fp32" and candidates.BASELINE in candidates.SHORT
+    assert {s.format for s in FORMATS if s.generation_candidates} == {Format.ONNX, Format.EXECUTORCH, Format.GGUF}
+    onnx = format_spec(Format.ONNX)
+    extra = GenerationCandidate("ort-int4-b64", "int4", "edgekit.llm.candidates:ort_int4", (64,), calibrated=True)
+    patched = tuple(dataclasses.replace(s, generation_candidates=(*s.generation_candidates, extra))
+                    if s is onnx else s for s in FORMATS)
+    monkeypatch.setattr(formats, "FORMATS", patched)
+    monkeypatch.setattr(candidates, "FORMATS", patched)
+    new = {c.name: c for c in candidates._from_registry()}
+    assert new["ort-int4-b64"].runtime == "onnxruntime" and new["ort-int4-b64"].calibrated and callable(
+        new["ort-int4-b64"].build)
+
 def test_a_target_adds_its_likely_winners_to_the_short_search(tmp_path, monkeypatch):
     from edgekit.errors import ConfigError
     from edgekit.inputs.targets import load_target
