@@ -19,11 +19,13 @@ from ..convert.tflite.config import TfliteConfig
 from ..errors import BadInputError
 from ..formats import Format
 from ..fsutil import atomic_write_text
+from ..inputs.data import Dataset
 from ..inputs.recipe import Recipe
-from ..inputs.targets import TargetSpec
+from ..inputs.targets import Microcontroller, TargetSpec
 from ..metrics.evaluate import EvalPlan, score_drops
 from ..micro.c_array import c_name, to_c_array
-from ..micro.fit import fit_checks
+from ..micro.fit import Fit, fit_checks, judge_fit
+from ..micro.interpreter import Arena
 from ..micro.kernels import SOURCE, tflm_version
 from ..micro.onnx_ops import refuse_unsupported
 from ..micro.workload import LATENCY_REASON, PARITY_STEPS, MicroMeasurement, measure_micro
@@ -32,12 +34,14 @@ from ..report.model import Accuracy, Check, DeviceInfo, Report, RuntimeInfo, Var
 from ..report.write import write_report
 from ..version import __version__
 from .assemble import metric_settings, tolerance
+from .micro_prune import Pruning, prune_to_fit, pruning_refusal
 from .options import DeployOptions
-from .prepare import prepare_run
+from .prepare import PreparedRun, prepare_run
 from .ship import interface, write_file_set, write_nothing_shipped
 
 Progress = Callable[[str], None]
 BASELINE, JUDGED = "fp32", "tflm-int8"
+PRUNED = "tflm-int8-pruned"  # the judged file when the unpruned one did not fit and pruning made it fit
 _SECTION = "micro"  # the variant's microcontroller section (arena, fit, ops, LiteRT beside)
 MICRO_CONFIG = TfliteConfig(precision="int8", quantization="full", io="int8", parity_bar="breakage")
 
@@ -67,15 +71,43 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
                             parity_inputs=list(run.eval_ds.xs))
     progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
     m = measure_micro(art.path, art.io, part, list(run.eval_ds.xs))
-    warnings += [f"{JUDGED} does not fit {target.name}: {what}" for what in m.fit.what_must_shrink()]
-    warnings += _disagreement_warnings(m)
     base, tflm = _row_fp32(run.fp32, run.plan), _row_tflm(art, m, run.plan)
-    score_drops([base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}, run.plan, BASELINE,
-                tolerance(run.gate, base))
-    gate = evaluate_gate([base, tflm], BASELINE, run.gate, judged=[JUDGED])
-    gate.checks += [Check(**c) for c in fit_checks(m.fit, JUDGED)]
+    rows, outputs = [base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}
+    judged, judged_art, judged_m = JUDGED, art, m
+    refusal = pruning_refusal(run) if not m.fit.fits else None
+    if not m.fit.fits and refusal is None:  # memory is the budget: prune until TFLM's arena fits (micro_prune.py)
+        progress(f"{JUDGED} does not fit {target.name}: pruning channels until TFLite Micro's arena fits")
+        pruning = _prune(run, part, m, calib, progress)
+        section = getattr(tflm, _SECTION)
+        section["pruning"] = pruning.record
+        if pruning.art is not None:
+            pm = measure_micro(pruning.art.path, pruning.art.io, part, list(run.eval_ds.xs))
+            pruned = _row_tflm(pruning.art, pm, run.plan, PRUNED)
+            rows.append(pruned)
+            outputs[PRUNED] = pm.tflm
+            judged, judged_art, judged_m = PRUNED, pruning.art, pm
+        else:
+            warnings.append(f"{JUDGED} does not fit {target.name} and pruning did not make it fit: "
+                            f"{pruning.record.get('stopped')}")
+    if judged != PRUNED:
+        warnings += [f"{JUDGED} does not fit {target.name}: {what}" for what in m.fit.what_must_shrink()]
+    if refusal:
+        warnings.append(f"{JUDGED}: {refusal}")
+    warnings += _disagreement_warnings(judged_m, judged)
+    score_drops(rows, outputs, run.plan, BASELINE, tolerance(run.gate, base))
+    if judged == PRUNED:
+        _pruning_summary(getattr(tflm, _SECTION)["pruning"], tflm, rows[-1])
+        setattr(rows[-1], _SECTION, {**getattr(rows[-1], _SECTION), "pruning": getattr(tflm, _SECTION)["pruning"]})
+        warnings.append(f"{JUDGED} did not fit {target.name}; shipped {PRUNED}: "
+                        + getattr(tflm, _SECTION)["pruning"]["summary"])
+    gate = evaluate_gate(rows, BASELINE, run.gate, judged=[judged])
+    gate.checks += [Check(**c) for c in fit_checks(judged_m.fit, judged)]
+    if refusal:
+        for c in gate.checks:
+            if c.name in ("micro_sram_fit", "micro_flash_fit") and not c.passed:
+                c.message += f"; {refusal}"
     gate.passed = all(c.passed for c in gate.checks)
-    report = Report(edgekit_version=__version__, target=target.name, baseline=BASELINE, variants=[base, tflm],
+    report = Report(edgekit_version=__version__, target=target.name, baseline=BASELINE, variants=rows,
                     created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     device=DeviceInfo(name=f"{target.name} (no board: TFLite Micro on this host)",
                                       arch=target.arch, target_arch=target.arch),
@@ -85,13 +117,39 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
                               "microcontroller": part.model_dump(mode="json"),
                               "wall_seconds": round(time.perf_counter() - run.started, 2)})
     if gate.passed:
-        tflm.selected = True
-        ship_micro(run.out_dir, tflm, art, run.source.artifact.io, m)
+        shipped = rows[-1] if judged == PRUNED else tflm
+        shipped.selected = True
+        ship_micro(run.out_dir, shipped, judged_art, run.source.artifact.io, judged_m)
     else:
         failed = "; ".join(f"{c.name}: {c.message}" for c in gate.failed_checks)
         write_nothing_shipped(run.out_dir, "microcontroller", f"the gate failed: {failed}")
     write_report(report, run.out_dir)
     return report
+
+
+def _prune(run: PreparedRun, part: Microcontroller, m: MicroMeasurement, calib: Dataset,
+           progress: Progress) -> Pruning:
+    def convert(onnx: Artifact, stem: str, data: Dataset) -> Artifact:
+        return convert_to_tflite(onnx, run.art_dir / f"{stem}.tflite", MICRO_CONFIG, calib=data,
+                                 parity_inputs=list(data.xs))
+
+    def judge(arena: Arena, model_bytes: int) -> Fit:
+        return judge_fit(part, arena, model_bytes, None)
+
+    return prune_to_fit(run, m.fit, convert, progress, judge)
+
+
+def _pruning_summary(rec: dict[str, Any], before: VariantResult, after: VariantResult) -> None:
+    """The widths, the arena before and after and the accuracy cost, in the record and in words."""
+    a0 = before.accuracy.value if before.accuracy else None
+    a1 = after.accuracy.value if after.accuracy else None
+    rec["tflm_accuracy_before"], rec["tflm_accuracy_after"] = a0, a1
+    rec["accuracy_cost"] = None if a0 is None or a1 is None else round(a0 - a1, 6)
+    metric = before.accuracy.metric if before.accuracy else "accuracy"
+    widths = ", ".join(f"{g} {rec['groups'][g]}->{w}" for g, w in rec["widths"].items())
+    cost = "" if rec["accuracy_cost"] is None else f", TFLM {metric} {a0:.4g} -> {a1:.4g} (cost {a0 - a1:.4g})"  # type: ignore[operator]
+    rec["summary"] = (f"pruned {widths}; arena {rec['arena_before_bytes']} -> {rec['arena_after_bytes']} B "
+                      f"(SRAM budget {rec['sram_budget_bytes']} B){cost}")
 
 
 def _accuracy(plan: EvalPlan, outputs: list[Any]) -> Accuracy:
@@ -106,8 +164,8 @@ def _row_fp32(fp32: Artifact, plan: EvalPlan) -> VariantResult:
                          accuracy=_accuracy(plan, plan.reference))
 
 
-def _row_tflm(art: Artifact, m: MicroMeasurement, plan: EvalPlan) -> VariantResult:
-    v = VariantResult(name=JUDGED, format=art.format.value, precision=art.precision, size_bytes=art.size_bytes,
+def _row_tflm(art: Artifact, m: MicroMeasurement, plan: EvalPlan, name: str = JUDGED) -> VariantResult:
+    v = VariantResult(name=name, format=art.format.value, precision=art.precision, size_bytes=art.size_bytes,
                       runtime=RuntimeInfo(name="tflite-micro", version=tflm_version(), threads=1),
                       sha256=art.sha256, artifact_path=str(art.path), lineage=art.lineage_dicts(),
                       accuracy=_accuracy(plan, m.tflm), peak_memory_mb=round(m.arena.bytes / 1e6, 6),
@@ -137,10 +195,10 @@ def _io_quantization(art: Artifact) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": [row(s) for s in art.io.inputs], "outputs": [row(s) for s in art.io.outputs]}
 
 
-def _disagreement_warnings(m: MicroMeasurement) -> list[str]:
+def _disagreement_warnings(m: MicroMeasurement, name: str = JUDGED) -> list[str]:
     """TFLM's and LiteRT's outputs further apart than the stated tolerance: reported, not gated (the gate judges
     TFLM's own outputs: they are what the part computes)."""
-    return [f"{JUDGED}: output {name}: TFLM and LiteRT differ by up to {r['max_steps']:.1f} quantization steps (more "
+    return [f"{name}: output {name}: TFLM and LiteRT differ by up to {r['max_steps']:.1f} quantization steps (more "
             f"than {PARITY_STEPS}; {r['exact_share']:.1%} of values equal"
             + (f", top-1 agreement {r['top1_agreement']:.1%}" if "top1_agreement" in r else "")
             + "): their kernels round differently, and the difference grows with depth; the gate judged TFLM's"

@@ -93,4 +93,5 @@ def test_a_model_over_the_parts_sram_is_exit_1_naming_the_peak_tensors(tmp_path)
     peak = next(v for v in report["variants"] if v["name"] == "tflm-int8")["micro"]["fit"]["peak"]
     assert peak["tensors"][0]["name"] in sram["message"]
     assert any("must shrink by at least" in w for w in report["warnings"])
+    assert "--train-data" in sram["message"] and "would open pruning" in sram["message"]  # what would open pruning
     assert json.loads((out / "ship" / "ship.json").read_text())["shipped"] is False
