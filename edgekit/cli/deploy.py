@@ -252,7 +252,7 @@ def _deploy_lm(model: Path, eval_text: Path | None, refused: list[str], target: 
     opts = LMOptions(context=context, objective="decode" if objective == "p50" else objective,
                      gate=LMGate(max_kld=DEFAULT_MAX_KLD if max_kld is None else max_kld,
                                  max_perplexity_increase=DEFAULT_MAX_PPL_INCREASE if max_ppl is None else max_ppl,
-                                 max_memory_mb=memory_budget_mb),
+                                 peak_memory_mb=memory_budget_mb),
                      threads=threads, warmup=warmup, runs=runs, min_seconds=min_seconds, remeasure=remeasure,
                      lock_wait=not no_wait, lock_timeout=lock_timeout, sustained_seconds=sustained,
                      head=output_layer or "int8",

@@ -98,6 +98,12 @@ class GateConfig(_Strict):
     max_memory_increase: float | None = Field(0.10, ge=0, description="fraction of the baseline report's peak memory")
     max_size_increase: float | None = Field(0.10, ge=0, description="fraction of the baseline report's model size")
     significance_alpha: float = Field(0.05, gt=0, lt=1, description="level of the latency significance tests")
+    # A generator's (language model's) quality on the eval text, judged instead of max_accuracy_drop (report/gate.py
+    # says why these defaults)
+    max_kld: float = Field(0.05, gt=0, description="a language model: the most mean KL divergence from the float "
+                           "model, nats a token (llama.cpp's own measurements: Q4_K_M 0.031, Q4_0 0.072)")
+    max_perplexity_increase: float = Field(0.05, ge=0, description="a language model: the most perplexity increase "
+                                           "over the float model on the same text, as a fraction (0.05: 5%)")
 
 
 class Recipe(_Strict):

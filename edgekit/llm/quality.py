@@ -26,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ..report.gate import KLD_COVERAGE
+
 BOOTSTRAP = 1000
 SEED = 20261205
-COVERAGE = 0.995  # the float model's mass a position's scored tokens hold by default
+COVERAGE = KLD_COVERAGE  # the float model's mass a position's scored tokens hold by default (what the gate judges)
 # ids a variant's scoring moves at most (4 bytes out, 4 back each: 2 x 16 MB); ~4000 positions (32 windows of
 # 128 tokens) at 1000 tokens each. A trained model's confident positions need far fewer.
 MAX_SCORED_IDS = 4_000_000

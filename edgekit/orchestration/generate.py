@@ -445,7 +445,7 @@ def lm_options(given: Any, overrides: dict[str, Any], fixed_only: dict[str, Any]
     o = dataclasses.replace(given) if given is not None else LMOptions()
     upd = {SHARED[k]: v for k, v in overrides.items() if k in SHARED and v is not None}
     if overrides.get("memory_budget_mb") is not None:
-        upd["gate"] = dataclasses.replace(o.gate, max_memory_mb=overrides["memory_budget_mb"])
+        upd["gate"] = o.gate.model_copy(update={"peak_memory_mb": overrides["memory_budget_mb"]})
     return dataclasses.replace(o, **upd)
 
 

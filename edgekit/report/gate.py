@@ -10,6 +10,28 @@ significant p50 latency regression above ``max_latency_regression``, an accuracy
 ``max_release_accuracy_drop`` points, a peak memory or size increase above its fraction. A latency
 change fails only when it is both statistically significant and above the threshold, so run-to-run
 noise on a busy device does not fail a release.
+
+One gate for every kind of model (:func:`variant_checks`): a fixed graph is judged on its metric against the
+baseline, a generator (a language model, ``llm/``) on its quality from the device's own log-probabilities; the
+memory and size budgets apply to both.
+
+A generator's checks (``GateConfig.max_kld``, ``max_perplexity_increase``); their defaults, and why:
+
+- ``max_kld`` (default 0.05 nats a token): between what llama.cpp's own KL measurements call good and lossy
+  4-bit on Llama-3-8B (Q4_K_M 0.031, Q4_0 0.072; Q8_0 0.0014): the best 4-bit formats pass, the lossy ones do
+  not, and 8-bit passes with a wide margin. Judged on the mean KLD's point value; the report gives its CI.
+- ``max_perplexity_increase`` (default 0.05: 5% over the float model's perplexity on the same text): the
+  order of Q4_K_M's increase on 7-8B models; tiny models lose more and are right to fail it.
+- the KLD must be judgeable: the device returns log-probabilities at the float model's most likely tokens only,
+  so the KLD is a lower bound that leaves out the float model's mass outside them. By default each position's
+  tokens are sized to hold 99.5% of that mass (``KLD_COVERAGE``), so on a trained model the bound is tight
+  (a 15.5M Qwen2 trained here had only 85% inside a fixed top-256: every file, the baseline too, failed then).
+  Where the mass left out still averages over ``MAX_TAIL_MASS`` (5%), only possible when a distribution is too
+  flat for the transfer cap, the KLD is reported but not judged, and the other checks decide; with a fixed
+  ``--top-k`` the check fails instead, asking for a larger K (on random-weight models the top-256 held 3% of
+  the mass and the bound read 25-35x below the full KLD).
+- degeneration can never pass: a variant whose greedy continuation repeats one token for more than half of
+  its tokens where the float model's does not (``MAX_REPEAT_SHARE``), or whose KLD is more than 20x the bar.
 """
 
 from __future__ import annotations
@@ -18,9 +40,17 @@ from pathlib import Path
 
 from ..inputs.recipe import GateConfig
 from .diff import ReportDiff
-from .model import Check, Gate, Report, VariantResult
+from .model import Check, Gate, LMQuality, Report, VariantResult
 from .profile_diff import is_slower, measured_p50s, profile_diff
 from .release import compare_reports, release_checks
+
+DEFAULT_MAX_KLD = 0.05
+DEFAULT_MAX_PPL_INCREASE = 0.05
+MAX_REPEAT_SHARE = 0.5
+MAX_TAIL_MASS = 0.05
+# the float model's mass a position's scored tokens hold by default (llm/quality.py sizes them to it), so that the
+# KLD's lower bound is tight enough to judge
+KLD_COVERAGE = 0.995
 
 
 def evaluate_gate(
@@ -62,6 +92,29 @@ def evaluate_gate(
                     )
 
     for v in judged_v:
+        checks += variant_checks(v, cfg, base, latency_representative=latency_representative)
+    if diff is not None:
+        for v in judged_v:
+            checks.extend(release_checks(v.name, diff, cfg))
+    return Gate(passed=all(c.passed for c in checks), checks=checks)
+
+
+def variant_checks(
+    v: VariantResult,
+    cfg: GateConfig,
+    base: VariantResult | None = None,
+    *,
+    generation: bool | None = None,
+    latency_representative: bool = True,
+) -> list[Check]:
+    """What one variant that could ship must meet. A generator (``generation``; default: it has generation or
+    quality figures): its quality on the eval text (KLD, perplexity, degeneration); a fixed graph: its metric
+    against ``base`` (not when it is the base), its latency budgets (not applicable on an emulated device) and
+    ``min_speedup``. Both: the peak-memory and file-size budgets."""
+    checks: list[Check] = []
+    if generation if generation is not None else (v.generation is not None or v.quality is not None):
+        checks += _generation_checks(v, cfg)
+    else:
         if base is not None and v is not base:
             checks.append(_accuracy_check(v, base, cfg))
         for name, q, lim in (
@@ -84,12 +137,92 @@ def evaluate_gate(
             _budget(checks, v, name, getattr(v.latency_ms, q) if v.latency_ms else None, lim, "ms")
         if cfg.min_speedup is not None and base is not None and v is not base:
             checks.append(_speedup_check(v, cfg.min_speedup, latency_representative, base))
-        _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
-        _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
-    if diff is not None:
-        for v in judged_v:
-            checks.extend(release_checks(v.name, diff, cfg))
-    return Gate(passed=all(c.passed for c in checks), checks=checks)
+    _budget(checks, v, "peak_memory_budget", v.peak_memory_mb, cfg.peak_memory_mb, "MB")
+    _budget(checks, v, "model_size_budget", v.size_bytes / 1e6, cfg.model_size_mb, "MB")
+    return checks
+
+
+def kld_check(v: VariantResult, q: LMQuality, cfg: GateConfig) -> Check:
+    """The KLD against the limit, when the scored tokens held enough of the float model's mass to judge it.
+
+    By default each position's tokens are sized to hold ``KLD_COVERAGE`` of the float mass, so the bound is
+    tight; only a distribution too flat for the transfer cap leaves more than ``MAX_TAIL_MASS`` out, and then
+    the KLD is not judged (reported, skipped, the perplexity and degeneration checks decide). A fixed
+    ``--top-k`` that leaves it out fails instead: the user chose the loose bound, and a larger K fixes it."""
+    tail = q.float_tail_mass_mean or 0.0
+    loose = q.kld_bound == "lower" and tail > MAX_TAIL_MASS
+    bound = f" (a lower bound: {tail:.1%} of the float mass outside the scored tokens)" if tail > 1e-6 else ""
+    verdict = (
+        f"mean KL divergence from the float model {q.kld_mean:.4g} nats/token (95% CI {_ci(q.kld_ci95)}) "
+        f"vs limit {cfg.max_kld}{bound}"
+    )
+    passed, skipped, message = q.kld_mean <= cfg.max_kld, False, verdict
+    if loose and q.coverage_target is not None:
+        passed, skipped = True, True
+        message = (
+            f"KLD not judged: the float model's distribution is too flat on this text for the transfer "
+            f"cap ({q.scored_ids} ids a variant, the flattest positions cut to {q.top_k_capped_at} tokens): the "
+            f"scored tokens hold {1 - tail:.0%} of its mass, so {q.kld_mean:.4g} nats/token is only a lower "
+            f"bound; the perplexity and degeneration checks decide (--top-k K scores K tokens everywhere)"
+        )
+    elif loose:
+        passed = False
+        message = (
+            f"KLD not judgeable: the float model's top-{q.top_k} tokens hold only {1 - tail:.0%} of "
+            f"its probability mass on this text, so {q.kld_mean:.4g} nats/token is a lower bound "
+            f"that could hide a loss (drop --top-k: by default each position's tokens hold "
+            f"{KLD_COVERAGE:.1%} of the mass; or a larger --top-k, up to the vocabulary)"
+        )
+    return Check(
+        name="kld", variant=v.name, value=q.kld_mean, limit=cfg.max_kld, passed=passed, skipped=skipped, message=message
+    )
+
+
+def _generation_checks(v: VariantResult, cfg: GateConfig) -> list[Check]:
+    q = v.quality
+    if q is None:
+        return [Check(name="quality", variant=v.name, passed=False, message="no quality measured on the eval text")]
+    # the baseline too: it is the float model on the device's runtime, compared with PyTorch's (never with itself)
+    checks = [kld_check(v, q, cfg)]
+    checks += [
+        Check(
+            name="perplexity_increase",
+            variant=v.name,
+            value=q.perplexity_increase,
+            limit=cfg.max_perplexity_increase,
+            passed=q.perplexity_increase <= cfg.max_perplexity_increase,
+            message=f"perplexity {q.perplexity:.4g} vs float {q.perplexity_float:.4g}: "
+            f"{q.perplexity_increase:+.2%} (95% CI {_ci(q.perplexity_increase_ci95, pct=True)}) "
+            f"vs limit {cfg.max_perplexity_increase:+.0%}",
+        ),
+    ]
+    rep = (q.greedy or {}).get("repeat_share")
+    rep_f = (q.greedy or {}).get("repeat_share_float", 0.0) or 0.0
+    collapsed = rep is not None and rep > MAX_REPEAT_SHARE and rep > rep_f + 0.25
+    far = q.kld_mean > 20 * cfg.max_kld
+    checks.append(
+        Check(
+            name="degenerate",
+            variant=v.name,
+            value=rep,
+            limit=MAX_REPEAT_SHARE,
+            passed=not (collapsed or far),
+            message=(
+                f"greedy output repeats one token for {rep:.0%} of its tokens (float model: {rep_f:.0%})"
+                if collapsed
+                else f"KLD {q.kld_mean:.3g} is over 20x the limit: the model's distribution is destroyed"
+                if far
+                else "generates like the float model (no collapse onto one token)"
+            ),
+        )
+    )
+    return checks
+
+
+def _ci(ci: list[float] | None, pct: bool = False) -> str:
+    if not ci:
+        return "n/a"
+    return f"[{ci[0]:+.2%}, {ci[1]:+.2%}]" if pct else f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
 def _accuracy_check(v: VariantResult, base: VariantResult, cfg: GateConfig) -> Check:

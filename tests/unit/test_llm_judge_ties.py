@@ -90,3 +90,27 @@ def test_one_objective_ranks_fixed_graphs_and_generators_alike():
     fp32 = variant("fp32", median=1.0, seed=1)
     assert objective_cost(fp32, "p50") == fp32.latency_ms.p50 and objective_cost(fp32, "size") == fp32.size_bytes
     assert objective_cost(fp32, "decode") is None and objective_cost(fast, "p50") is None  # not measured: None
+
+
+def test_one_gate_judges_a_generator_and_a_fixed_graph():
+    """The language model's gate is the one gate (report/gate.variant_checks with GateConfig): a generated file is
+    judged on its quality, not on an accuracy drop, and the memory and size budgets are the fixed graph's checks."""
+    from edgekit.inputs.recipe import GateConfig
+    from edgekit.report.gate import evaluate_gate
+
+    race = _race()
+    race[1].peak_memory_mb = 300.0
+    race[1].quality.kld_mean = 0.09  # over the default 0.05
+    gate = evaluate_gate(race, "ort-fp32", GateConfig(peak_memory_mb=256.0, model_size_mb=1.1),
+                         judged=["ort-int4"])
+    failed = {c.name for c in gate.checks if not c.passed}
+    assert failed == {"kld", "peak_memory_budget", "model_size_budget"}, [c.message for c in gate.checks]
+    assert "accuracy_drop" not in {c.name for c in gate.checks}
+    assert {c.name for c in gate.checks} >= {"kld", "perplexity_increase", "degenerate"}
+    # the LM judge reads the same checks: the same limits give the same verdict
+    for v in race[2:]:
+        v.peak_memory_mb = 200.0
+    lm_gate, d = judge(race, "ort-fp32", LMGate(peak_memory_mb=256.0, max_kld=0.1), "decode", {})
+    assert d.ship == "ort-int4-b128" and lm_gate.passed
+    assert "peak_memory_budget" in d.lost["ort-int4"] and "not measured" in d.lost["ort-fp32"]
+    assert LMGate is GateConfig
