@@ -204,6 +204,9 @@ def ensure_rootfs(say: Say = _quiet, *, mirror: str | None = None) -> Rootfs:
         if final.exists():  # no stamp: unfinished
             shutil.rmtree(final)
         tmp = root / f".{final.name}.building-{os.getpid()}"
+        # debootstrap's second stage runs arm64 binaries in the chroot: the qemu binfmt handler first (a fresh
+        # machine has none registered until something asks; CI's prewarm builds this before any twin starts)
+        ensure_host()
         mirror = mirror or os.environ.get("EDGEKIT_DEBIAN_MIRROR") or DEFAULT_MIRROR
         say(f"building the arm64 rootfs (debootstrap {SUITE} {DEB_ARCH} + {', '.join(PACKAGES)}; "
             f"once, cached in {final})")
