@@ -34,6 +34,7 @@ from ..report.model import Accuracy, Check, DeviceInfo, Report, RuntimeInfo, Var
 from ..report.write import write_report
 from ..version import __version__
 from .assemble import metric_settings, tolerance
+from .micro_ladder import Climb, Rung, climb, rungs
 from .micro_prune import Pruning, prune_to_fit, pruning_refusal
 from .options import DeployOptions
 from .prepare import PreparedRun, prepare_run
@@ -66,18 +67,18 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     calib = run.calib_ds or run.eval_ds
     if run.calib_ds is None:
         warnings.append("no --calib-data: the INT8 activation ranges were calibrated on the eval set")
-    progress("converting to full-integer INT8 TFLite (int8 inputs and outputs)")
-    art = convert_to_tflite(run.fp32, run.art_dir / f"{JUDGED}.tflite", MICRO_CONFIG, source=run.source, calib=calib,
-                            parity_inputs=list(run.eval_ds.xs))
-    progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
-    m = measure_micro(art.path, art.io, part, list(run.eval_ds.xs))
-    base, tflm = _row_fp32(run.fp32, run.plan), _row_tflm(art, m, run.plan)
+    base = _row_fp32(run.fp32, run.plan)
+    progress("converting to full-integer INT8 TFLite (int8 inputs and outputs), judged by TFLite Micro's accuracy")
+    ladder = _climb(run, part, calib, tolerance(run.gate, base), progress)
+    art, m = ladder.art, ladder.m
+    tflm = _row_tflm(art, m, run.plan)
+    getattr(tflm, _SECTION)["int8_ladder"] = ladder.record
     rows, outputs = [base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}
     judged, judged_art, judged_m = JUDGED, art, m
     refusal = pruning_refusal(run) if not m.fit.fits else None
     if not m.fit.fits and refusal is None:  # memory is the budget: prune until TFLM's arena fits (micro_prune.py)
         progress(f"{JUDGED} does not fit {target.name}: pruning channels until TFLite Micro's arena fits")
-        pruning = _prune(run, part, m, calib, progress)
+        pruning = _prune(run, part, m, calib, ladder.rung.cfg, progress)
         section = getattr(tflm, _SECTION)
         section["pruning"] = pruning.record
         if pruning.art is not None:
@@ -127,11 +128,30 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     return report
 
 
-def _prune(run: PreparedRun, part: Microcontroller, m: MicroMeasurement, calib: Dataset,
+def _climb(run: PreparedRun, part: Microcontroller, calib: Dataset, tol: float | None, progress: Progress) -> Climb:
+    """The INT8 ladder (micro_ladder.py): each rung converted and measured through TFLM until one is inside the
+    gate's accuracy tolerance."""
+    base_value = _accuracy(run.plan, run.plan.reference)
+
+    def build(i: int, rung: Rung) -> tuple[Artifact, MicroMeasurement]:
+        name = JUDGED if i == 0 else f"{JUDGED}-rung{i + 1}"
+        art = convert_to_tflite(run.fp32, run.art_dir / f"{name}.tflite", rung.cfg, source=run.source, calib=calib,
+                                parity_inputs=list(run.eval_ds.xs))
+        progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
+        return art, measure_micro(art.path, art.io, part, list(run.eval_ds.xs))
+
+    def drop(m: MicroMeasurement) -> float | None:
+        got = _accuracy(run.plan, m.tflm)
+        d = base_value.value - got.value
+        return d if got.direction == "higher" else -d
+
+    return climb(rungs(MICRO_CONFIG, calib.n), build, drop, tol, progress)
+
+
+def _prune(run: PreparedRun, part: Microcontroller, m: MicroMeasurement, calib: Dataset, cfg: TfliteConfig,
            progress: Progress) -> Pruning:
     def convert(onnx: Artifact, stem: str, data: Dataset) -> Artifact:
-        return convert_to_tflite(onnx, run.art_dir / f"{stem}.tflite", MICRO_CONFIG, calib=data,
-                                 parity_inputs=list(data.xs))
+        return convert_to_tflite(onnx, run.art_dir / f"{stem}.tflite", cfg, calib=data, parity_inputs=list(data.xs))
 
     def judge(arena: Arena, model_bytes: int) -> Fit:
         return judge_fit(part, arena, model_bytes, None)

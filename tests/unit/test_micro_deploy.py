@@ -43,6 +43,10 @@ def test_deploy_to_a_microcontroller_ships_what_the_firmware_needs(tmp_path):
     assert micro["arena"]["bytes"] == checks["micro_sram_fit"]["value"] and micro["latency_reason"]
     assert micro["io"]["inputs"][0]["dtype"] == "int8" and micro["io"]["inputs"][0]["scale"] > 0
     assert "litert" in micro and micro["fit"]["flash"]["interpreter_source"]
+    ladder = micro["int8_ladder"]  # judged by TFLM's accuracy: the first rung is inside the tolerance, so it ships
+    assert ladder["shipped"] == ladder["rungs"][0]["rung"] and ladder["rungs"][0]["inside_tolerance"]
+    assert ladder["rungs"][0]["accuracy_drop"] == pytest.approx(tflm["accuracy_drop"], abs=1e-6)
+    assert ladder["not_tried"] and "per-tensor" in ladder["not_tried"][-1]
 
     ship = out / "ship"
     meta = json.loads((ship / "micro.json").read_text())

@@ -20,6 +20,8 @@ class TfliteConfig(BaseModel):
         "full", description="int8 only: full-integer (calibrated activations) or dynamic-range (weights only)")
     io: Literal["float", "int8"] = Field("float", description="full-integer int8: type of the model's inputs/outputs")
     calibration_samples: int = Field(200, ge=1, description="calibration samples used (first N)")
+    per_channel: bool = Field(True, description="full int8: one weight scale per output channel (TensorFlow's "
+                              "default); False: one per weight tensor (a rung of the microcontroller's INT8 ladder)")
     allow_float_fallback: bool = Field(False, description="full int8: keep ops without an INT8 kernel in float "
                                        "(precision becomes 'mixed') instead of failing")
     keep_input_layout: bool = Field(False, description="keep NCHW/NCW inputs as they are (onnx2tf inserts "

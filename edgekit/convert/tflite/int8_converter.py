@@ -54,6 +54,8 @@ def _quantize(saved_model: Path, cfg: TfliteConfig, io: IOSpec, onnx_names: list
                 yield sample
 
         conv.representative_dataset = representative
+        if not cfg.per_channel:  # one scale per weight tensor (TensorFlow's converter option; private, stable)
+            conv._experimental_disable_per_channel = True
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         if cfg.allow_float_fallback:
             ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)
