@@ -100,6 +100,30 @@ def read_graph(data: bytes) -> Graph:
                  largest_weights=tuple(big), macs_by_op=macs)
 
 
+_FLOAT = {0: "float32", 1: "float16", 10: "float64"}
+_INT8 = 9
+
+
+def full_integer_problems(data: bytes, limit: int = 4) -> list[str]:
+    """Why a .tflite is not a full-integer INT8 file (int8 inputs and outputs, no float activation): each graph
+    input or output that is not int8, and the first ``limit`` float activations with the op that writes them.
+    Empty: it is one."""
+    model = _model(data)
+    names = builtin_names()
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
+    sub = model.subgraphs[0]
+    tensors = list(sub.tensors or [])
+    out = [f"{role} {_name(tensors[i])} is {_FLOAT.get(tensors[i].type, f'type {tensors[i].type}')}, not int8"
+           for role, idx in (("input", sub.inputs), ("output", sub.outputs)) for i in (idx if idx is not None else [])
+           if tensors[i].type != _INT8]
+    floats = []
+    for k, o in enumerate(sub.operators or []):
+        op = names.get(codes[o.opcodeIndex], f"CODE_{codes[o.opcodeIndex]}")
+        floats += [f"op {k} ({op}) writes {_FLOAT[tensors[i].type]} {_name(tensors[i])}"
+                   for i in (o.outputs if o.outputs is not None else []) if tensors[i].type in _FLOAT]
+    return out + floats[:limit] + ([f"and {len(floats) - limit} more float activations"] if len(floats) > limit else [])
+
+
 def _shape(t: Any) -> list[int]:
     return [int(d) for d in (t.shape if t is not None and t.shape is not None else [])]
 

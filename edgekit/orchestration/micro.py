@@ -28,6 +28,7 @@ from ..micro.fit import Fit, fit_checks, judge_fit
 from ..micro.interpreter import Arena
 from ..micro.kernels import SOURCE, tflm_version
 from ..micro.onnx_ops import refuse_unsupported
+from ..micro.tflite_graph import full_integer_problems
 from ..micro.workload import LATENCY_REASON, PARITY_STEPS, MicroMeasurement, measure_micro
 from ..report.gate import evaluate_gate
 from ..report.model import Accuracy, Check, DeviceInfo, Report, RuntimeInfo, VariantResult
@@ -42,6 +43,7 @@ from .ship import interface, write_file_set, write_nothing_shipped
 
 Progress = Callable[[str], None]
 BASELINE, JUDGED = "fp32", "tflm-int8"
+GIVEN = "given-int8"  # the reference row when the model is a full-integer INT8 .tflite (its LiteRT outputs)
 PRUNED = "tflm-int8-pruned"  # the judged file when the unpruned one did not fit and pruning made it fit
 _SECTION = "micro"  # the variant's microcontroller section (arena, fit, ops, LiteRT beside)
 MICRO_CONFIG = TfliteConfig(precision="int8", quantization="full", io="int8", parity_bar="breakage")
@@ -58,27 +60,38 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     run = prepare_run(model, eval_data=eval_data, target=target, recipe=Recipe(baseline=BASELINE, variants=[]),
                       opts=opts, calib_data=calib_data, out=out, example_inputs=example_inputs, arch=arch,
                       x_key=x_key, y_key=y_key, progress=progress)
-    if run.fp32.format != Format.ONNX:
-        raise BadInputError(f"a microcontroller target converts from PyTorch or ONNX, not {run.fp32.format.value}",
-                            hint="pass the .pt2 or .onnx model")
-    progress("checking every op against TFLite Micro's kernels")
-    refuse_unsupported(run.fp32.path)
+    given = _given_int8(run.fp32)  # a full-integer INT8 .tflite given as it is: no conversion, no float model
     warnings = list(opts.extra_warnings)
     calib = run.calib_ds or run.eval_ds
-    if run.calib_ds is None:
-        warnings.append("no --calib-data: the INT8 activation ranges were calibrated on the eval set")
-    base = _row_fp32(run.fp32, run.plan)
-    progress("converting to full-integer INT8 TFLite (int8 inputs and outputs), judged by TFLite Micro's accuracy")
-    ladder = _climb(run, part, calib, tolerance(run.gate, base), progress)
-    art, m = ladder.art, ladder.m
+    if given:
+        base_name = GIVEN
+        base = _row_fp32(run.fp32, run.plan, GIVEN)
+        warnings.append(f"the model was given as a full-integer INT8 .tflite: there is no float model, so "
+                        f"{JUDGED}'s accuracy drop is TFLite Micro's against LiteRT's on the same file, and the file "
+                        "ships as given")
+        progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
+        art, m = run.fp32, measure_micro(run.fp32.path, run.fp32.io, part, list(run.eval_ds.xs))
+        ladder_record: dict[str, Any] = {"skipped": "the model was given as a full-integer INT8 .tflite"}
+        cfg = MICRO_CONFIG
+    else:
+        base_name = BASELINE
+        progress("checking every op against TFLite Micro's kernels")
+        refuse_unsupported(run.fp32.path)
+        if run.calib_ds is None:
+            warnings.append("no --calib-data: the INT8 activation ranges were calibrated on the eval set")
+        base = _row_fp32(run.fp32, run.plan)
+        progress("converting to full-integer INT8 TFLite (int8 inputs and outputs), judged by TFLite Micro's "
+                 "accuracy")
+        ladder = _climb(run, part, calib, tolerance(run.gate, base), progress)
+        art, m, ladder_record, cfg = ladder.art, ladder.m, ladder.record, ladder.rung.cfg
     tflm = _row_tflm(art, m, run.plan)
-    getattr(tflm, _SECTION)["int8_ladder"] = ladder.record
-    rows, outputs = [base, tflm], {BASELINE: run.plan.reference, JUDGED: m.tflm}
+    getattr(tflm, _SECTION)["int8_ladder"] = ladder_record
+    rows, outputs = [base, tflm], {base_name: run.plan.reference, JUDGED: m.tflm}
     judged, judged_art, judged_m = JUDGED, art, m
     refusal = pruning_refusal(run) if not m.fit.fits else None
     if not m.fit.fits and refusal is None:  # memory is the budget: prune until TFLM's arena fits (micro_prune.py)
         progress(f"{JUDGED} does not fit {target.name}: pruning channels until TFLite Micro's arena fits")
-        pruning = _prune(run, part, m, calib, ladder.rung.cfg, progress)
+        pruning = _prune(run, part, m, calib, cfg, progress)
         section = getattr(tflm, _SECTION)
         section["pruning"] = pruning.record
         if pruning.art is not None:
@@ -95,20 +108,20 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     if refusal:
         warnings.append(f"{JUDGED}: {refusal}")
     warnings += _disagreement_warnings(judged_m, judged)
-    score_drops(rows, outputs, run.plan, BASELINE, tolerance(run.gate, base))
+    score_drops(rows, outputs, run.plan, base_name, tolerance(run.gate, base))
     if judged == PRUNED:
         _pruning_summary(getattr(tflm, _SECTION)["pruning"], tflm, rows[-1])
         setattr(rows[-1], _SECTION, {**getattr(rows[-1], _SECTION), "pruning": getattr(tflm, _SECTION)["pruning"]})
         warnings.append(f"{JUDGED} did not fit {target.name}; shipped {PRUNED}: "
                         + getattr(tflm, _SECTION)["pruning"]["summary"])
-    gate = evaluate_gate(rows, BASELINE, run.gate, judged=[judged])
+    gate = evaluate_gate(rows, base_name, run.gate, judged=[judged])
     gate.checks += [Check(**c) for c in fit_checks(judged_m.fit, judged)]
     if refusal:
         for c in gate.checks:
             if c.name in ("micro_sram_fit", "micro_flash_fit") and not c.passed:
                 c.message += f"; {refusal}"
     gate.passed = all(c.passed for c in gate.checks)
-    report = Report(edgekit_version=__version__, target=target.name, baseline=BASELINE, variants=rows,
+    report = Report(edgekit_version=__version__, target=target.name, baseline=base_name, variants=rows,
                     created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     device=DeviceInfo(name=f"{target.name} (no board: TFLite Micro on this host)",
                                       arch=target.arch, target_arch=target.arch),
@@ -176,10 +189,32 @@ def _accuracy(plan: EvalPlan, outputs: list[Any]) -> Accuracy:
     return Accuracy.model_validate(plan.accuracy_dict(plan.score(outputs)))
 
 
-def _row_fp32(fp32: Artifact, plan: EvalPlan) -> VariantResult:
-    """The float model's outputs on this host: what the INT8 file's accuracy is compared with."""
-    return VariantResult(name=BASELINE, format=fp32.format.value, precision="fp32", size_bytes=fp32.size_bytes,
-                         runtime=RuntimeInfo(name="the source model on this host (the float reference)"),
+def _given_int8(src: Artifact) -> bool:
+    """True for a full-integer INT8 .tflite (deployed as given); False for PyTorch or ONNX (converted here); a float
+    or partly-integer .tflite, or another format, is refused (exit 2) naming the fix."""
+    if src.format == Format.ONNX:
+        return False
+    if src.format != Format.TFLITE:
+        raise BadInputError(f"a microcontroller target converts from PyTorch or ONNX, not {src.format.value}",
+                            hint="pass the .pt2 or .onnx model, or a full-integer INT8 .tflite")
+    problems = full_integer_problems(Path(src.path).read_bytes())
+    if problems:
+        raise BadInputError(f"{src.path} is not a full-integer INT8 TFLite file, which a microcontroller target "
+                            f"runs: {'; '.join(problems)}",
+                            hint="pass the .pt2 or .onnx model (edgekit converts it to full-integer INT8 with int8 "
+                            "inputs and outputs, judged by TFLite Micro), or convert it yourself with TFLiteConverter: "
+                            "optimizations=[tf.lite.Optimize.DEFAULT], a representative_dataset, supported_ops="
+                            "[tf.lite.OpsSet.TFLITE_BUILTINS_INT8], inference_input_type=inference_output_type=tf.int8")
+    return True
+
+
+def _row_fp32(fp32: Artifact, plan: EvalPlan, name: str = BASELINE) -> VariantResult:
+    """The reference outputs on this host: the float model's, or a given INT8 file's through LiteRT; what the TFLM
+    file's accuracy is compared with."""
+    ref = ("the source model on this host (the float reference)" if name == BASELINE else
+           "the given INT8 file through LiteRT on this host (the reference: there is no float model)")
+    return VariantResult(name=name, format=fp32.format.value, precision=fp32.precision, size_bytes=fp32.size_bytes,
+                         runtime=RuntimeInfo(name=ref),
                          sha256=fp32.sha256, artifact_path=str(fp32.path), lineage=fp32.lineage_dicts(),
                          accuracy=_accuracy(plan, plan.reference))
 

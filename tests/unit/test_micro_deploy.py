@@ -99,3 +99,51 @@ def test_a_model_over_the_parts_sram_is_exit_1_naming_the_peak_tensors(tmp_path)
     assert any("must shrink by at least" in w for w in report["warnings"])
     assert "--train-data" in sram["message"] and "would open pruning" in sram["message"]  # what would open pruning
     assert json.loads((out / "ship" / "ship.json").read_text())["shipped"] is False
+
+
+@pytest.mark.slow  # two conversions and a TFLM run: ~25 s here
+def test_a_full_integer_tflite_deploys_as_given_and_a_float_one_is_exit_2_naming_the_fix(tmp_path):
+    import torch
+    from typer.testing import CliRunner
+
+    from edgekit.cli.main import app
+    from edgekit.convert.chain import convert_to_tflite
+    from edgekit.convert.tflite.config import TfliteConfig
+    from edgekit.convert.torch_to_onnx import export_onnx
+    from edgekit.errors import BadInputError
+    from edgekit.inputs.data import load_npz
+    from edgekit.inputs.source import load_source
+    from edgekit.orchestration.micro import MICRO_CONFIG
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 8 * 8, 4)).eval()
+    x = np.random.default_rng(0).random((64, 1, 8, 8), dtype=np.float32)
+    y = net(torch.tensor(x)).argmax(1).numpy()
+    torch.export.save(torch.export.export(net, (torch.tensor(x[:1]),)), tmp_path / "m.pt2")
+    np.savez(tmp_path / "c.npz", x=x)
+    calib = load_npz(tmp_path / "c.npz", y_key=None, require_labels=False, role="calib")
+    onnx = export_onnx(load_source(tmp_path / "m.pt2", workdir=tmp_path), tmp_path / "m.onnx", list(calib.xs))
+    int8 = convert_to_tflite(onnx, tmp_path / "int8.tflite", MICRO_CONFIG, calib=calib, parity_inputs=list(calib.xs))
+    fp32 = convert_to_tflite(onnx, tmp_path / "fp32.tflite", TfliteConfig(), parity_inputs=list(calib.xs))
+    # a .tflite takes data in its own layout and dtype: NHWC, int8 (real = (q - zero_point) * scale)
+    spec = int8.io.inputs[0]
+    q = np.clip(np.round(x.transpose(0, 2, 3, 1) / spec.scale + spec.zero_point), -128, 127).astype(np.int8)
+    np.savez(tmp_path / "eval_q.npz", x=q, y=y)
+    np.savez(tmp_path / "eval_f.npz", x=x.transpose(0, 2, 3, 1), y=y)
+
+    def deploy(model, data, out):
+        return CliRunner().invoke(app, ["deploy", str(model), "--eval-data", str(data), "--target", "nrf52840",
+                                        "--out", str(tmp_path / out)])
+
+    res = deploy(int8.path, tmp_path / "eval_q.npz", "out")
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    tflm = next(v for v in report["variants"] if v["name"] == "tflm-int8")
+    assert report["baseline"] == "given-int8" and tflm["selected"] and tflm["micro"]["arena"]["bytes"] > 0
+    assert "skipped" in tflm["micro"]["int8_ladder"]
+    assert (tmp_path / "out" / "ship" / "tflm-int8.tflite").read_bytes() == int8.path.read_bytes()  # as given
+    bad = deploy(fp32.path, tmp_path / "eval_f.npz", "bad").exception
+    assert isinstance(bad, BadInputError) and bad.exit_code == 2  # the CLI's main() exits with it
+    assert "not a full-integer INT8 TFLite file" in bad.message and "float32, not int8" in bad.message
+    assert "TFLITE_BUILTINS_INT8" in bad.hint  # the fix
