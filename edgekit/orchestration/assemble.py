@@ -94,7 +94,7 @@ def run_warnings(
 def new_report(
     *,
     target: str,
-    session: "DeviceSession",
+    session: "DeviceSession | None",
     first_doc: dict[str, Any] | None,
     results: list[VariantResult],
     model: dict[str, Any],
@@ -104,25 +104,35 @@ def new_report(
     gate: Gate,
     warnings: list[str],
     search: SearchSection | None = None,
+    device: DeviceInfo | None = None,
 ) -> Report:
     """The report every kind of model's run writes: the identity (version, time, target), the device facts
     (from the first measured document and the session, before and after), what the session delivered, the
-    run's wall time, and the kind's own model facts, settings, rows, gate and warnings."""
-    delivery = session.delivery
+    run's wall time, and the kind's own model facts, settings, rows, gate and warnings. A run with no device
+    session (a microcontroller's: TFLite Micro on this host) passes ``session=None`` and its own ``device``."""
+    if session is not None and first_doc:
+        device = DeviceInfo.model_validate(session.device_info(first_doc, results))
+    delivered = (
+        {}
+        if session is None
+        else {
+            "delivery": {
+                "files_sent": session.delivery.files_sent,
+                "files_reused": session.delivery.files_reused,
+                "bytes_sent": session.delivery.bytes_sent,
+                "sent_by_kind": dict(session.delivery.sent_by_kind),
+            }
+        }
+    )
     return Report(
         edgekit_version=__version__,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         target=target,
-        device=DeviceInfo.model_validate(session.device_info(first_doc, results)) if first_doc else DeviceInfo(),
+        device=device or DeviceInfo(),
         model=model,
         settings={
             **settings,
-            "delivery": {
-                "files_sent": delivery.files_sent,
-                "files_reused": delivery.files_reused,
-                "bytes_sent": delivery.bytes_sent,
-                "sent_by_kind": dict(delivery.sent_by_kind),
-            },
+            **delivered,
             "wall_seconds": round(time.perf_counter() - started, 2),
         },
         baseline=baseline,

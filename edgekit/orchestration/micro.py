@@ -7,9 +7,7 @@ the TFLM outputs, the fit and TFLM-vs-LiteRT parity) and the one ship writer, wi
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,8 +31,7 @@ from ..micro.workload import LATENCY_REASON, PARITY_STEPS, MicroMeasurement, mea
 from ..report.gate import evaluate_gate
 from ..report.model import Accuracy, Check, DeviceInfo, Report, RuntimeInfo, VariantResult
 from ..report.write import write_report
-from ..version import __version__
-from .assemble import metric_settings, tolerance
+from .assemble import metric_settings, new_report, tolerance
 from .micro_ladder import Climb, Rung, climb, rungs
 from .micro_prune import Pruning, prune_to_fit, pruning_refusal
 from .options import DeployOptions
@@ -121,15 +118,13 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
             if c.name in ("micro_sram_fit", "micro_flash_fit") and not c.passed:
                 c.message += f"; {refusal}"
     gate.passed = all(c.passed for c in gate.checks)
-    report = Report(edgekit_version=__version__, target=target.name, baseline=base_name, variants=rows,
-                    created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    device=DeviceInfo(name=f"{target.name} (no board: TFLite Micro on this host)",
-                                      arch=target.arch, target_arch=target.arch),
-                    model=run.model_facts(), gate=gate, warnings=warnings + [f"{JUDGED}: latency not measured: "
-                                                                            f"{LATENCY_REASON}"],
-                    settings={"metric": metric_settings(run.plan), "gate": run.gate.model_dump(mode="json"),
-                              "microcontroller": part.model_dump(mode="json"),
-                              "wall_seconds": round(time.perf_counter() - run.started, 2)})
+    report = new_report(target=target.name, session=None, first_doc=None, results=rows, model=run.model_facts(),
+                        started=run.started, baseline=base_name, gate=gate,
+                        warnings=warnings + [f"{JUDGED}: latency not measured: {LATENCY_REASON}"],
+                        settings={"metric": metric_settings(run.plan), "gate": run.gate.model_dump(mode="json"),
+                                  "microcontroller": part.model_dump(mode="json")},
+                        device=DeviceInfo(name=f"{target.name} (no board: TFLite Micro on this host)",
+                                          arch=target.arch, target_arch=target.arch))
     if gate.passed:
         shipped = rows[-1] if judged == PRUNED else tflm
         shipped.selected = True
