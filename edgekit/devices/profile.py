@@ -18,10 +18,12 @@ its module. :func:`profile_variants` profiles the chosen variants in a device se
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..convert.onnx_modules import ROOT as _ROOT
+from ..convert.onnx_modules import module_of as _module_of
 from ..report.model import OpProfile, OpTime, OpTypeTime
 from ..report.profile_diff import COMPUTE, QDQ, family, is_slower
 
@@ -34,7 +36,6 @@ DEFAULT_RUNS = 20
 # what onnxruntime and its quantizer append to the name of the node or tensor they start from
 _SUFFIXES = re.compile(r"(?:/duplicated|_token_\d+|_nchwc|_quant|_QuantizeLinear|_DequantizeLinear|"
                        r"_output_\d+|_output|_fused)$")
-_ROOT = ""  # the module of ops in the model's own forward (no submodule)
 _WEIGHT_SUFFIXES = re.compile(r"(?:_DequantizeLinear_Output|_DequantizeLinear|_quantized|_output_\d+)$")
 
 
@@ -46,36 +47,6 @@ def _weight_module(tensor: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- nodes -> modules
-def _module_of(node: NodeProto) -> tuple[str, str | None] | None:
-    """(module path, class name) from the exporter's metadata on one ONNX node, or None."""
-    md = {p.key: p.value for p in node.metadata_props}
-    scopes = _literal_list(md.get("pkg.torch.onnx.name_scopes"))
-    classes: Sequence[str | None] | None = _literal_list(md.get("pkg.torch.onnx.class_hierarchy"))
-    if scopes is None and md.get("namespace"):
-        # ": __main__.Net/blocks: torch.nn...Sequential/blocks.0: __main__.Block/add: aten.add.Tensor"
-        parts = [p.split(":", 1) for p in md["namespace"].split("/")]
-        scopes = [p[0].strip() for p in parts]
-        classes = [p[1].strip() if len(p) > 1 else None for p in parts]
-    if not scopes:
-        return None
-    module = scopes[-2] if len(scopes) >= 2 else _ROOT
-    cls = classes[-2] if classes and len(classes) >= 2 and len(classes) == len(scopes) else None
-    return module, (cls.rsplit(".", 1)[-1] if cls else None)
-
-
-def _literal_list(text: str | None) -> list[str] | None:
-    if not text:
-        return None
-    import ast
-
-    try:
-        v = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return None
-    # the exporter writes a list of names
-    return [str(x) for x in v] if isinstance(v, (list, tuple)) else None
-
-
 def _from_quantizer(n: NodeProto) -> bool:
     """A node onnxruntime's quantizer adds or rewrites: Q/DQ, or an integer kernel (QOperator)."""
     t = n.op_type or ""

@@ -7,11 +7,11 @@ itself has the last word when it allocates (``interpreter.py``)."""
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..convert.onnx_modules import module_of
 from ..errors import BadInputError
 from .kernels import SOURCE, tflm_kernels
 
@@ -61,18 +61,13 @@ class Unsupported:
 
 
 def layer_of(node: NodeProto) -> str:
-    """The PyTorch module a node comes from (``features.3 (Conv2d)``), from the torch.export -> ONNX exporter's
-    ``pkg.torch.onnx.name_scopes`` / ``class_hierarchy`` metadata; the node's name without it."""
-    md = {p.key: p.value for p in node.metadata_props}
-    try:
-        scopes = ast.literal_eval(md.get("pkg.torch.onnx.name_scopes", "None"))
-        classes = ast.literal_eval(md.get("pkg.torch.onnx.class_hierarchy", "None"))
-    except (ValueError, SyntaxError):
-        scopes = classes = None
-    if not isinstance(scopes, list) or len(scopes) < 2:
+    """The PyTorch module a node comes from (``features.3 (Conv2d)``), from the exporter's metadata
+    (``convert/onnx_modules.module_of``); the node's name without it."""
+    found = module_of(node)
+    if found is None:
         return node.name or node.op_type
-    module = str(scopes[-2]) or "(the model's forward)"
-    cls = str(classes[-2]).rsplit(".", 1)[-1] if isinstance(classes, list) and len(classes) == len(scopes) else ""
+    module, cls = found
+    module = module or "(the model's forward)"
     return f"{module} ({cls})" if cls else module
 
 
