@@ -7,8 +7,9 @@ release checks -> the report (``assemble.new_report``) -> the fastest file insid
 
 ``edgekit.deploy(model, eval_text=...)`` and ``edgekit deploy MODEL_DIR --eval-text FILE`` come here through
 :func:`deploy_generator`; ``deploy_lm`` takes every setting in its ``LMOptions``. Every bad input is exit 2
-before any build (``llm/prepare.py``); a variant that cannot be built, is out of parity or fails on the device is
-dropped with its reason; a failed run never replaces an earlier report."""
+before any build (``prepare.prepare_generation``: the one preparation's generator steps); a variant that cannot be
+built, is out of parity or fails on the device is dropped with its reason; a failed run never replaces an earlier
+report."""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ from ..llm.memory import kv_bytes_per_token
 from ..llm.options import LMOptions, measure_settings
 from ..llm.parity import cache_parity
 from ..llm.predict import Weights
-from ..llm.prepare import Prepared, prepare
 from ..llm.race import DEFAULT_BUDGET_S, SEARCH_BUDGET_S, TUNING, Probe, Race, record_measured
 from ..llm.release import PREFIX as RELEASE_PREFIX
 from ..llm.release import LastRelease, compared_with, load_last_release, release_checks
@@ -49,7 +49,8 @@ from ..report.write import write_report
 from ..timeline import BudgetExceeded, Clock
 from ..transport.base import Transport
 from .assemble import new_report
-from .prepare import target_spec
+from .prepare import PreparedGeneration as Prepared
+from .prepare import prepare_generation, target_spec
 from .ship import write_file_set, write_nothing_shipped
 
 Progress = Callable[[str], None]
@@ -302,7 +303,7 @@ def deploy_lm(
     o, progress, t0 = options or LMOptions(), progress or (lambda _m: None), time.perf_counter()
     spec = target_spec(target)
     last = load_last_release(o.baseline) if o.baseline is not None else None  # exit 2 before any build
-    p = prepare(model, eval_text, spec, out, o, progress)
+    p = prepare_generation(model, eval_text, spec, out, o, progress)
     chosen, skipped = rows_to_build(spec, o)
     clock = Clock(budget_s=o.time_budget_s or (SEARCH_BUDGET_S if o.search else DEFAULT_BUDGET_S), started=t0)
     cal = Calibration(windows=p.text.windows, max_kld=o.gate.max_kld, head=o.head)
