@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import EdgekitError
 
@@ -191,3 +191,26 @@ def timeline_line(tl) -> str:
 
 
 __all__ = ["BudgetExceeded", "Clock", "Span", "check_deadline", "stage_totals", "timeline_line"]
+
+
+# --- training progress ---------------------------------------------------------------------------------
+# (what, epoch done, epochs) -> None: a search's budget students say `epoch k/N` as they train (issue #46)
+_EPOCHS: contextvars.ContextVar[Callable[[str, int, int], None] | None] = contextvars.ContextVar(
+    "edgekit_epochs", default=None)
+
+
+@contextlib.contextmanager
+def epoch_progress(report: Callable[[str, int, int], None]) -> Iterator[None]:
+    """Inside: every training loop's :func:`epoch_done` reaches ``report``."""
+    token = _EPOCHS.set(report)
+    try:
+        yield
+    finally:
+        _EPOCHS.reset(token)
+
+
+def epoch_done(what: str, epoch: int, epochs: int) -> None:
+    """Called by a training loop after each epoch (1-based): the active :func:`epoch_progress` hears it."""
+    report = _EPOCHS.get()
+    if report is not None:
+        report(what, epoch, epochs)

@@ -108,7 +108,19 @@ def deploy_cmd(
     strict_stats: bool = typer.Option(False, "--strict-stats", rich_help_panel=PANEL_GATE, help="Fail the accuracy check only when the drop is above the tolerance AND significant on the paired eval samples."),
     min_speedup: Optional[float] = typer.Option(None, "--min-speedup", rich_help_panel=PANEL_GATE, help="Fail a variant whose device-measured speed-up over the baseline is below this (e.g. 1.0: never ship a slower 'compressed' model); without it a slower variant is a warning."),
     latency_budget_ms: Optional[float] = typer.Option(None, "--latency-budget-ms", rich_help_panel=PANEL_GATE, help="p50 latency budget per shipped variant. With --train-data and --arch a goal: the search prunes channels, measured on the device, until the p50's 95% CI upper bound meets it (docs/guides/search.md)."),
-    memory_budget_mb: Optional[float] = typer.Option(None, "--memory-budget-mb", rich_help_panel=PANEL_GATE, help="Peak memory budget of the inference process."),
+    memory_budget_mb: Optional[float] = typer.Option(
+        None, "--memory-budget-mb", rich_help_panel=PANEL_GATE,
+        help="Peak memory budget of the inference process, MB. With --train-data and --arch a goal: the search prunes "
+        "channels, their peak memory measured on the device, until it holds."),
+    size_budget_mb: Optional[float] = typer.Option(
+        None, "--size-budget-mb", rich_help_panel=PANEL_GATE,
+        help="File size budget of the shipped variant, MB (10^6 bytes; the gate's model_size_mb). With --train-data "
+        "and --arch a goal: the search prunes channels until the file fits."),
+    teacher: Optional[str] = typer.Option(
+        None, "--teacher", rich_help_panel=PANEL_DATA,
+        help="The teacher the distilled student learns from instead of the source model: the .pt2 `edgekit train` "
+        "wrote (or its checkpoint last.pt); its outputs must match the model's (exit 2 otherwise, before any "
+        "training)."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", rich_help_panel=PANEL_RELEASE, help="A previous report.json (the last release) to compare with; the gate fails on a significant regression."),
     baseline_artifacts: Optional[Path] = typer.Option(None, "--baseline-artifacts", rich_help_panel=PANEL_RELEASE, help="With --baseline: the folder holding the baseline run's models (its out/artifacts) when they are not at the paths its report records; they are re-measured A/B against this run's."),
     release_method: str = typer.Option("auto", "--release-method", rich_help_panel=PANEL_RELEASE, help="With --baseline: how latency is judged: ab (re-measure the baseline's models interleaved with the new ones, in this session), normalized (each variant relative to the unchanged reference variant of its own run), direct (raw timings of the two runs), auto (the first that applies)."),
@@ -143,7 +155,8 @@ def deploy_cmd(
     if _is_lm(model):  # a language model: the generation workload (edgekit/orchestration/generate.py)
         given = {"--eval-data": eval_data, "--calib-data": calib_data, "--recipe": recipe, "--metric": metric,
                  "--arch": arch, "--devices": devices, "--pool": pool,
-                 "--profile": profile or None, "--train-data": train_data}
+                 "--profile": profile or None, "--train-data": train_data, "--teacher": teacher,
+                 "--size-budget-mb": size_budget_mb}
         refused = [k for k, v in given.items() if v]
         report = _deploy_lm(model, eval_text, refused, target, device, out, as_json, context=context, max_kld=max_kld,
                             max_ppl=max_perplexity_increase, objective=objective, threads=threads, warmup=warmup,
@@ -168,6 +181,7 @@ def deploy_cmd(
     opts = DeployOptions(max_accuracy_drop=max_accuracy_drop, relative_accuracy_drop=relative or None,
                          latency_budget_ms=latency_budget_ms, memory_budget_mb=memory_budget_mb, warmup=warmup,
                          runs=runs, min_seconds=min_seconds, threads=threads)
+    opts.size_budget_mb, opts.teacher = size_budget_mb, teacher
     opts.baseline_report, opts.baseline_artifacts, opts.release_method = baseline, baseline_artifacts, release_method
     opts.metric, opts.postprocess, opts.strict_stats = metric, postprocess, strict_stats or None
     opts.eval_samples, opts.min_speedup = eval_samples, min_speedup

@@ -37,6 +37,10 @@ class DeployOptions(RunOptions):
     min_speedup: float | None = None  # fail a variant below this device-measured speed-up over the baseline
     latency_budget_ms: float | None = None
     memory_budget_mb: float | None = None
+    size_budget_mb: float | None = None  # the variant's file size, MB of 10^6 bytes (the gate's model_size_mb)
+    # distillation's teacher instead of the source model: the .pt2 `edgekit train` wrote, or its checkpoint
+    # (last.pt, read with torch.load(weights_only=True)); checked against the model's outputs before any training
+    teacher: str | Path | None = None
     max_seconds: float = 120.0
     extra_warnings: list[str] = field(default_factory=list)
     warmup_mode: str | None = None  # "fixed" (warmup runs) or "auto" (until latency stabilizes)
@@ -103,6 +107,8 @@ class DeployOverrides(TypedDict, total=False):
     min_speedup: float | None
     latency_budget_ms: float | None
     memory_budget_mb: float | None
+    size_budget_mb: float | None
+    teacher: str | Path | None
     warmup: int | None
     runs: int | None
     min_seconds: float | None
@@ -149,6 +155,7 @@ def resolve_measure(target: TargetSpec, recipe: Recipe, opts: DeployOptions) -> 
 _GATE_OVERRIDES = (("max_accuracy_drop", "max_accuracy_drop"), ("relative_accuracy_drop", "relative_accuracy_drop"),
                    ("strict_stats", "strict_stats"), ("min_speedup", "min_speedup"),
                    ("latency_budget_ms", "latency_ms_p50"), ("memory_budget_mb", "peak_memory_mb"),
+                   ("size_budget_mb", "model_size_mb"),
                    ("max_latency_regression", "max_latency_regression"),
                    ("max_release_accuracy_drop", "max_release_accuracy_drop"),
                    ("max_memory_increase", "max_memory_increase"), ("max_size_increase", "max_size_increase"))

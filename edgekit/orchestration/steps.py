@@ -85,13 +85,15 @@ def _export_variant(art: Artifact, ctx: PassContext, stem: str, cache: PassCache
     return cache.cached(key, art, ctx.workdir, stem, lambda: export_torch_artifact(art, dest, xs))
 
 
-def build_recipe(run: PreparedRun, progress: Progress) -> tuple[dict[str, Artifact], float, list[str]]:
+def build_recipe(run: PreparedRun, progress: Progress,
+                 teacher: Artifact | None = None) -> tuple[dict[str, Artifact], float, list[str]]:
     """The prepared run's recipe variants (:func:`build_variants`, through the pass cache); returns them,
-    the passes' seconds and the warnings (Core ML variants set aside where they cannot be measured)."""
+    the passes' seconds and the warnings (Core ML variants set aside where they cannot be measured).
+    ``teacher``: the distill steps' default teacher (--teacher; else the source model)."""
     # convert steps (Core ML / litert-torch) start from the PyTorch program; accuracy-aware passes score with the plan
     ctx = PassContext(workdir=run.art_dir, calib=run.calib_ds, eval=run.eval_ds, train=run.train_ds, source=run.source,
                       metric_plan=run.plan, arch=run.arch or None,
-                      teacher=run.source.artifact if run.source.artifact.format == Format.TORCH else None)
+                      teacher=teacher or (run.source.artifact if run.source.artifact.format == Format.TORCH else None))
     started = time.perf_counter()
     variants = build_variants(run.fp32, run.recipe, ctx, progress, source=run.source, cache=run.cache)
     variants, coreml_notes = set_aside_coreml(variants, run.target)  # Core ML prediction needs macOS

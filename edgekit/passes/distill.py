@@ -19,7 +19,7 @@ from ..artifact import Artifact
 from ..errors import BadInputError, PassError
 from ..formats import Format
 from ..inputs.source import import_object, load_pt2
-from ..timeline import check_deadline
+from ..timeline import check_deadline, epoch_done
 from ..train.config import lineage_path
 from .base import PassContext, PassOutput, TorchPass
 
@@ -94,7 +94,7 @@ class Distill(TorchPass):
         Tm, history = config.temperature, []
         n = train.n
         index = torch.arange(n)
-        for _ in range(config.epochs):
+        for epoch in range(config.epochs):
             _train_mode(student, True)
             perm = torch.randperm(n, generator=gen)
             total = 0.0
@@ -121,6 +121,7 @@ class Distill(TorchPass):
                 opt.step()
                 total += loss.item() * len(idx)
             history.append(round(total / n, 5))
+            epoch_done("distillation", epoch + 1, config.epochs)
         _train_mode(student, False)
         for s_feat, t_feat in pairs:
             s_feat.remove()

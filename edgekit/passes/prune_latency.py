@@ -138,6 +138,46 @@ def group_sensitivity(model: Any, example: tuple[Any, ...], groups: list[Group],
     return out
 
 
+@dataclass(frozen=True)
+class ParamModel:
+    """The model's parameter count at any per-group widths, exactly, without pruning it again: each tensor axis
+    that a group's pruning shrinks loses ``slope`` entries per channel of the group removed (1 for a conv's
+    channels, H*W for a linear layer after a flatten), found once by pruning each group alone; an axis belongs to
+    at most one group, so the count of any combination is the product of its axes' sizes, summed over tensors."""
+
+    shapes: dict[str, tuple[int, ...]]  # every floating tensor of the state dict at full width
+    slopes: dict[str, dict[int, tuple[str, float]]]  # tensor -> axis -> (group, entries per channel removed)
+    groups: dict[str, int]  # group -> full width
+
+    def params(self, widths: dict[str, int]) -> int:
+        total = 0
+        for name, shape in self.shapes.items():
+            n = 1
+            for axis, size in enumerate(shape):
+                g, slope = self.slopes.get(name, {}).get(axis, ("", 0.0))
+                n *= max(int(round(size - slope * (self.groups.get(g, 0) - widths.get(g, self.groups.get(g, 0))))),
+                         0)
+            total += n
+        return total
+
+
+def param_model(model: Any, example: tuple[Any, ...], groups: list[Group], grid: dict[str, list[int]],
+                ignored_layers: list[str] | None = None) -> ParamModel:
+    """:class:`ParamModel` of ``model``: each group pruned alone (on a copy) to its narrowest width of ``grid``."""
+    shapes = {n: tuple(int(d) for d in t.shape) for n, t in model.state_dict().items() if t.is_floating_point()}
+    slopes: dict[str, dict[int, tuple[str, float]]] = {}
+    for g in groups:
+        w = min(grid.get(g.name) or [g.width - 1])
+        m = copy.deepcopy(model)
+        prune_to_widths(m, example, {g.name: w}, ignored_layers)
+        after = m.state_dict()
+        for name, shape in shapes.items():
+            for axis, (a, b) in enumerate(zip(shape, after[name].shape)):
+                if a != int(b):
+                    slopes.setdefault(name, {})[axis] = (g.name, (a - int(b)) / (g.width - w))
+    return ParamModel(shapes=shapes, slopes=slopes, groups={g.name: g.width for g in groups})
+
+
 class PruneWidthsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import PassError
 from ..formats import Format
-from ..timeline import check_deadline
+from ..timeline import check_deadline, epoch_done
 from .base import PassContext, PassOutput, TorchPass
 
 
@@ -100,7 +100,7 @@ def finetune(model, train, epochs: int, lr: float, batch_size: int, seed: int) -
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    for _ in range(epochs):
+    for epoch in range(epochs):
         model.train()
         total, n = 0.0, 0
         for xs, y in T.batches(train, batch_size, gen):
@@ -112,5 +112,6 @@ def finetune(model, train, epochs: int, lr: float, batch_size: int, seed: int) -
             total += loss.item() * len(y)
             n += len(y)
         losses.append(round(total / max(n, 1), 5))
+        epoch_done("fine-tune", epoch + 1, epochs)
     model.eval()
     return losses

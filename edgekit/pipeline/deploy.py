@@ -163,7 +163,13 @@ def _deploy_recipe(model: Any, spec: TargetSpec, recipe: str | Path | Recipe | N
     rec = resolve_recipe(recipe, spec, calib_data is not None)
     run = prepare_run(model, eval_data=eval_data, target=spec, recipe=rec, opts=opts, calib_data=calib_data, out=out,
                       example_inputs=example_inputs, arch=arch, x_key=x_key, y_key=y_key, progress=progress)
-    variants, passes_seconds, warnings = build_recipe(run, progress)
+    teacher = None
+    if opts.teacher is not None:  # checked against the model's outputs before any pass trains
+        from ..passes.teacher import check_teacher, load_teacher
+
+        teacher = load_teacher(opts.teacher, run.source.artifact, run.art_dir)
+        check_teacher(teacher, run.source.artifact, run.train_ds)
+    variants, passes_seconds, warnings = build_recipe(run, progress, teacher)
     settings = run_settings(run, opts)
     with DeviceSession(spec, device, source_io=run.source.artifact.io, plan=run.plan, transport=transport,
                        lock_wait=opts.lock_wait, lock_timeout=opts.lock_timeout, remeasure=opts.remeasure,

@@ -16,6 +16,7 @@ state; each distinct lineage once. Everything taken from the report is HTML-esca
 
 from __future__ import annotations
 
+from .html_budget import budget_section
 from .html_language_model import decode_predictions, is_language_model, quantization_accounts, race_table
 from .html_lineage import lineage_section
 from .html_markup import CSS, esc, kv_table
@@ -102,6 +103,7 @@ def render_html(r: Report) -> str:
         checks_table(r),
         comparison_section(r),
         search_section(r),
+        budget_section(r),
         fleet_table(r),
         profile_section(r),
         "<h2 id=plots>Plots</h2>",

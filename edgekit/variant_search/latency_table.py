@@ -88,6 +88,20 @@ class LatencyTable:
             return False
         return p.ratio_ci95[1] < 1.0 - MIN_GAIN
 
+    quantity = "latency"
+
+    def paying(self, group: str) -> list[int]:
+        """The group's widths that pay, widest first."""
+        return [w for w in sorted(self.points.get(group, {}), reverse=True) if self.pays(group, w)]
+
+    def unpaid(self, group: str) -> str | None:
+        """Why the group stays whole for latency (it was measured and no width of it pays), or None."""
+        if not self.points.get(group) or self.paying(group):
+            return None
+        return (f"no width of {group} is clearly faster on the device than the whole model (base p50 "
+                f"{self.base.p50:.4g} ms, 95% CI [{self.base.ci95[0]:.4g}, {self.base.ci95[1]:.4g}]; "
+                + ", ".join(f"{w}: {p.p50:.4g} ms" for w, p in sorted(self.points[group].items())) + ")")
+
     def saving(self, group: str, width: int) -> float:
         """Milliseconds the width saves over the base (0 for the full width; may be negative: noise)."""
         p = self.points.get(group, {}).get(width)
@@ -179,10 +193,7 @@ def measure_table(session: DeviceSession, run: PreparedRun, ctx: PassContext, *,
     busy: list[str] = []
 
     def build(name: str, widths: dict[str, int]) -> Any:
-        step = PassStep(name="prune_widths", config={"widths": widths, "finetune_epochs": 0})
-        spec = VariantSpec(name=name, passes=[step, *encoding])
-        return build_variants(run.fp32, Recipe(baseline="fp32", variants=[spec]), ctx, lambda _m: None,
-                              source=run.source, cache=run.cache)[name]
+        return build_point(run, ctx, encoding, name, widths)
 
     progress(f"latency table for {encoding_name}: the base and {sum(map(len, grid.values()))} pruned points, each "
              f"against the base in {ROUNDS} alternating rounds on the device")
@@ -211,6 +222,16 @@ def measure_table(session: DeviceSession, run: PreparedRun, ctx: PassContext, *,
     else:
         _store(t)
     return t
+
+
+def build_point(run: PreparedRun, ctx: PassContext, encoding: list[PassStep], name: str,
+                widths: dict[str, int]) -> Any:
+    """The source model with ``widths`` (no fine-tune: latency, memory and size do not depend on the weights),
+    through the encoding's passes (the pass cache makes a point built before free)."""
+    step = PassStep(name="prune_widths", config={"widths": widths, "finetune_epochs": 0})
+    spec = VariantSpec(name=name, passes=[step, *encoding])
+    return build_variants(run.fp32, Recipe(baseline="fp32", variants=[spec]), ctx, lambda _m: None,
+                          source=run.source, cache=run.cache)[name]
 
 
 def _encoding_format(run: PreparedRun, ctx: PassContext, encoding: list[PassStep]) -> Any:

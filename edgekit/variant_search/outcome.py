@@ -22,6 +22,7 @@ from ..report.model import (
 from ..report.profile_diff import profile_diffs
 from ..report.write import write_report
 from ..timeline import Clock
+from .budget import settle_frontier
 from .choice import BASE, Candidate
 from .rounds import RoundsVerdict
 from .state import SearchState
@@ -52,6 +53,7 @@ def search_report(st: SearchState, session: DeviceSession) -> Report:
     assert st.screen_settings is not None and st.final_settings is not None
     section = search_section(st)
     if st.budget is not None:  # the budget as a goal: its table, plan, students and frontier (budget.py)
+        settle_frontier(st.budget, cands, chosen.name if chosen is not None else None)
         section.budget = st.budget.record
     ordered = {BASE: final[BASE], **{n: final[n] for n in sorted(final) if n != BASE}}
     builds = round(sum(c.build_seconds or 0.0 for c in cands), 3)

@@ -108,7 +108,11 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
     specs, skipped = (sopts.candidates, []) if sopts.candidates is not None else \
         candidate_variants(spec, has_calib=run.calib_ds is not None, quick=sopts.quick)
     cands = st.cands = [Candidate(s) for s in specs]
-    st.budget = budget_goal(run, opts)  # a latency budget as a goal: its bad inputs fail here, before any build
+    st.budget = budget_goal(run, opts)  # a budget as a goal: its bad inputs fail here, before any build
+    if opts.teacher is not None and st.budget is None:
+        raise BadInputError("--teacher teaches the distilled student of a budget search (a latency, memory or size "
+                            "budget with --train-data and --arch), and this search has none",
+                            hint="add a budget, --train-data and --arch, or use the teacher in a recipe's distill step")
     _build(run, cands, clock, ht, progress)
     with clock.span("host_filter"):
         _host_filter(run, cands, sopts, progress)

@@ -15,8 +15,8 @@ from ..orchestration.prepare import PreparedRun
 from ..report.model import Gate, VariantResult
 from ..report.release import ReleaseJudgement
 from ..timeline import Clock
-from .budget import BudgetGoal
 from .choice import Candidate, Objective
+from .goal import BudgetGoal
 from .rounds import CLOSE, RoundsVerdict
 
 
