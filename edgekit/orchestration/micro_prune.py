@@ -68,30 +68,46 @@ def grid(groups: dict[str, int]) -> dict[str, list[int]]:
             if (ws := sorted({max(1, int(full * f)) for f in FRACTIONS} - {full}, reverse=True))}
 
 
+@dataclass(frozen=True)
+class Resource:
+    """One measured quantity a plan must bring under its target: the arena against SRAM, the flash against flash."""
+
+    name: str  # "arena" | "flash"
+    now: int  # bytes, measured on the unpruned INT8 file
+    slopes: dict[str, float]  # group -> bytes saved per channel removed (its probe, measured)
+    target: float  # bytes the plan aims under
+
+    def predict(self, groups: dict[str, int], ws: dict[str, int]) -> float:
+        return self.now - sum(self.slopes.get(g, 0.0) * (groups[g] - w) for g, w in ws.items())
+
+
 @dataclass
 class ArenaPlan:
     widths: dict[str, int]  # the pruned groups only
-    predicted_arena: int
+    predicted: dict[str, int]  # resource -> predicted bytes
     predicted_loss: float
     feasible: bool
     method: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"widths": self.widths, "predicted_arena_bytes": self.predicted_arena,
+        return {"widths": self.widths, **{f"predicted_{r}_bytes": b for r, b in self.predicted.items()},
                 "predicted_accuracy_loss": round(self.predicted_loss, 4), "feasible": self.feasible,
                 "method": self.method}
 
 
-def plan_arena(arena: int, slopes: dict[str, float], loss: dict[str, dict[int, float]], groups: dict[str, int],
-               widths: dict[str, list[int]], target: float) -> ArenaPlan:
-    """Per-group widths with the least predicted accuracy loss whose predicted arena (``arena`` less each pruned
-    group's bytes-per-channel ``slopes`` times the channels removed) is at most ``target``. Only groups with a
-    positive slope are options. Nothing meets it: the smallest prediction, ``feasible`` False."""
-    options = {g: [groups[g], *widths.get(g, [])] for g in groups if slopes.get(g, 0.0) > 0}
+def plan_arena(resources: list[Resource], loss: dict[str, dict[int, float]], groups: dict[str, int],
+               widths: dict[str, list[int]]) -> ArenaPlan:
+    """Per-group widths with the least predicted accuracy loss (the sum of each pruned group's) whose predicted bytes
+    (each resource's measured bytes less each pruned group's slope times the channels removed) are all under their
+    targets; equal loss: the plan that keeps the most channels. Only groups whose pruning saves bytes of a resource
+    over its target are options. Nothing meets them: the plan closest to its targets, ``feasible`` False."""
+    over = [r for r in resources if r.now > r.target]
+    options = {g: [groups[g], *widths.get(g, [])] for g in groups if any(r.slopes.get(g, 0.0) > 0 for r in over)}
 
     def cost(ws: dict[str, int]) -> tuple[float, float]:
-        pred = arena - sum(slopes[g] * (groups[g] - w) for g, w in ws.items())
-        return pred, sum(loss.get(g, {}).get(w, 0.0) for g, w in ws.items() if w != groups[g])
+        """(the worst predicted bytes / target, the predicted loss)"""
+        worst = max((r.predict(groups, ws) / r.target for r in resources), default=0.0)
+        return worst, sum(loss.get(g, {}).get(w, 0.0) for g, w in ws.items() if w != groups[g])
 
     names = list(options)
     total = 1
@@ -100,26 +116,27 @@ def plan_arena(arena: int, slopes: dict[str, float], loss: dict[str, dict[int, f
     if total <= MAX_COMBINATIONS:
         method = f"exhaustive over {total} combinations"
         scored = [(dict(zip(names, c)), *cost(dict(zip(names, c)))) for c in itertools.product(*options.values())]
-        inside = [s for s in scored if s[1] <= target]
-        # equal predicted loss: the plan that keeps the most (the largest predicted arena inside the target)
-        best = min(inside, key=lambda s: (s[2], -s[1])) if inside else min(scored, key=lambda s: (s[1], s[2]))
-    else:  # one group a step at a time: the most bytes saved per point of accuracy lost
-        method = "greedy (arena bytes saved per point lost)"
+        inside = [s for s in scored if s[1] <= 1.0]
+        best = (min(inside, key=lambda s: (s[2], -sum(s[0].values()))) if inside
+                else min(scored, key=lambda s: (s[1], s[2])))
+    else:  # one group a step at a time: the most bytes saved (relative to the targets) per point of accuracy lost
+        method = "greedy (bytes saved per point lost)"
         cur = {g: groups[g] for g in names}
-        while cost(cur)[0] > target:
+        while cost(cur)[0] > 1.0:
             steps = []
             for g in names:
                 lower = [w for w in options[g] if w < cur[g]]
                 if lower:
                     nxt = {**cur, g: lower[0]}
-                    saved = cost(cur)[0] - cost(nxt)[0]
+                    saved = sum(max(r.predict(groups, cur) - r.predict(groups, nxt), 0.0) / r.target for r in over)
                     steps.append((saved / (max(cost(nxt)[1] - cost(cur)[1], 0.0) + 1e-3), nxt))
             if not steps:
                 break
             cur = max(steps, key=lambda s: s[0])[1]
         best = (cur, *cost(cur))
-    return ArenaPlan(widths={g: w for g, w in best[0].items() if w != groups[g]}, predicted_arena=int(best[1]),
-                     predicted_loss=float(best[2]), feasible=best[1] <= target, method=method)
+    return ArenaPlan(widths={g: w for g, w in best[0].items() if w != groups[g]},
+                     predicted={r.name: int(r.predict(groups, best[0])) for r in resources},
+                     predicted_loss=float(best[2]), feasible=best[1] <= 1.0, method=method)
 
 
 @dataclass
@@ -176,7 +193,8 @@ def prune_to_fit(run: PreparedRun, fit: Fit, convert: Convert, progress: Progres
     rec["sensitivity"] = {"data": "the training data, no fine-tune (host, top-1 points lost)",
                           "loss": {g: {str(w): v for w, v in ws.items()} for g, ws in loss.items()}}
     ctx = _ctx(run)
-    slopes: dict[str, float] = {}
+    arena_slopes: dict[str, float] = {}
+    flash_slopes: dict[str, float] = {}
     table: dict[str, Any] = {}
     for g, full in groups.items():
         w = max(1, int(full * PROBE_FRACTION))
@@ -186,38 +204,46 @@ def prune_to_fit(run: PreparedRun, fit: Fit, convert: Convert, progress: Progres
         onnx = _pruned_onnx(run, ctx, f"arena-probe-{len(table)}", {g: w}, 0, progress)
         probe = convert(onnx, f"arena-probe-{len(table)}", _few(calib, PROBE_CALIB))
         probed = smallest_arena(probe.path).bytes
-        slopes[g] = (fit.arena - probed) / (full - w)
-        table[g] = {"width": w, "full": full, "arena_bytes": probed, "bytes_per_channel": round(slopes[g], 2)}
+        arena_slopes[g] = (fit.arena - probed) / (full - w)
+        flash_slopes[g] = (fit.model_bytes - probe.size_bytes) / (full - w)
+        table[g] = {"width": w, "full": full, "arena_bytes": probed, "model_bytes": probe.size_bytes,
+                    "arena_bytes_per_channel": round(arena_slopes[g], 2),
+                    "flash_bytes_per_channel": round(flash_slopes[g], 2)}
     rec["arena_table"] = table
     rec["left_whole"] = {g: f"pruning {g} alone to {t['width']} channels did not shrink the arena (the peak is "
-                            "elsewhere)" for g, t in table.items() if slopes[g] <= 0}
-    target = fit.sram_budget * PLAN_MARGIN
+                            "elsewhere)" for g, t in table.items() if arena_slopes[g] <= 0 and not fit.sram_ok}
+    targets = {"arena": fit.sram_budget * PLAN_MARGIN, "flash": fit.flash_budget * PLAN_MARGIN}
     rec["rounds"] = []
     tried: list[dict[str, int]] = []
     for round_no in range(1, ROUNDS + 1):
-        plan = plan_arena(fit.arena, slopes, loss, groups, widths, target)
-        rnd: dict[str, Any] = {"round": round_no, "target_arena_bytes": int(target), "plan": plan.to_dict()}
+        resources = [Resource("arena", fit.arena, arena_slopes, targets["arena"]),
+                     Resource("flash", fit.flash, flash_slopes, targets["flash"])]
+        plan = plan_arena(resources, loss, groups, widths)
+        rnd: dict[str, Any] = {"round": round_no, "target_arena_bytes": int(targets["arena"]),
+                               "target_flash_bytes": int(targets["flash"]), "plan": plan.to_dict()}
         rec["rounds"].append(rnd)
         if not plan.widths or plan.widths in tried:
-            rnd["stopped"] = ("no group's pruning shrinks the arena" if not plan.widths
+            rnd["stopped"] = ("no group's pruning shrinks what is over" if not plan.widths
                               else "the re-planned widths are the ones already built")
             break
         tried.append(plan.widths)
-        progress(f"pruning to {plan.widths}: predicted arena {plan.predicted_arena} B; fine-tuning "
-                 f"{RECOVERY_EPOCHS} epochs")
+        progress(f"pruning to {plan.widths}: predicted arena {plan.predicted['arena']} B, flash "
+                 f"{plan.predicted['flash']} B; fine-tuning {RECOVERY_EPOCHS} epochs")
         stem = f"tflm-int8-pruned-r{round_no}"
         onnx = _pruned_onnx(run, ctx, stem, plan.widths, RECOVERY_EPOCHS, progress)
         art = convert(onnx, stem, calib)
         got = judge(smallest_arena(art.path), art.size_bytes)
-        arena = got.arena
-        rnd.update({"arena_bytes": arena, "flash_bytes": got.flash, "fits": got.fits,
-                    "prediction_error": round(arena / max(plan.predicted_arena, 1) - 1, 4)})
+        measured = {"arena": got.arena, "flash": got.flash}
+        rnd.update({"arena_bytes": got.arena, "flash_bytes": got.flash, "fits": got.fits,
+                    "prediction_error": {r: round(measured[r] / max(plan.predicted[r], 1) - 1, 4)
+                                         for r in measured}})
         if got.fits:
-            rec.update({"widths": plan.widths, "arena_after_bytes": arena, "flash_after_bytes": got.flash})
+            rec.update({"widths": plan.widths, "arena_after_bytes": got.arena, "flash_after_bytes": got.flash})
             out.art, out.widths = art, plan.widths
             return out
-        # the peak moved, or the flash is over: plan for a smaller target, scaled by how far this one missed
-        miss = max(arena / max(plan.predicted_arena, 1), got.flash / max(got.flash_budget, 1), 1.0 + 1e-3)
-        target = target / miss
+        # the peak moved (an arena is a peak, not a sum): plan the missed resource for a target scaled by the miss
+        for r, ok in (("arena", got.sram_ok), ("flash", got.flash_ok)):
+            if not ok:
+                targets[r] /= max(measured[r] / max(plan.predicted[r], 1), 1.0 + 1e-3)
     rec["stopped"] = rec["rounds"][-1].get("stopped") or f"no plan fit in {ROUNDS} rounds"
     return out

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.orchestration.micro_prune import grid, plan_arena
+from edgekit.orchestration.micro_prune import Resource, grid, plan_arena
 
 MODELS = '''
 import numpy as np
@@ -36,12 +36,23 @@ def test_the_plan_keeps_the_most_that_fits_and_leaves_groups_that_do_not_shrink_
     assert widths["a"] == [12, 8, 4] and widths["c"] == [6, 4, 2]
     slopes = {"a": 100.0, "b": 50.0, "c": 0.0}  # c's pruning alone did not move the peak
     loss = {"a": {12: 0.0, 8: 1.0, 4: 9.0}, "b": {12: 0.0, 8: 0.0, 4: 0.5}, "c": {6: 0.0, 4: 0.0, 2: 0.0}}
-    plan = plan_arena(5000, slopes, loss, groups, widths, target=4000)
+    flash = Resource("flash", 9000, {"a": 10.0, "b": 10.0, "c": 10.0}, 10000)  # inside: no constraint
+    plan = plan_arena([Resource("arena", 5000, slopes, 4000), flash], loss, groups, widths)
     assert plan.feasible and "c" not in plan.widths
     # a at 12 (-400 B, free) and b at 4 (-600 B, 0.5 points) reach 4000 B; a at 8 costs a point
-    assert plan.widths == {"a": 12, "b": 4} and plan.predicted_arena == 4000 and plan.predicted_loss == 0.5
-    none = plan_arena(5000, slopes, loss, groups, widths, target=100)
-    assert not none.feasible and none.widths == {"a": 4, "b": 4} and none.predicted_arena == 5000 - 1200 - 600
+    assert plan.widths == {"a": 12, "b": 4} and plan.predicted == {"arena": 4000, "flash": 9000 - 40 - 120}
+    assert plan.predicted_loss == 0.5
+    none = plan_arena([Resource("arena", 5000, slopes, 100), flash], loss, groups, widths)
+    assert not none.feasible and none.widths == {"a": 4, "b": 4} and none.predicted["arena"] == 5000 - 1200 - 600
+
+
+def test_a_model_over_flash_only_is_pruned_by_the_weights_it_saves():
+    groups = {"a": 16, "b": 16}
+    loss = {"a": {12: 0.0, 8: 0.0, 4: 0.0}, "b": {12: 0.0, 8: 0.0, 4: 0.0}}
+    arena = Resource("arena", 3000, {"a": 100.0, "b": 0.0}, 4000)  # fits already
+    flash = Resource("flash", 12000, {"a": 50.0, "b": 250.0}, 10000)  # b's weights are the big ones
+    plan = plan_arena([arena, flash], loss, groups, grid(groups))
+    assert plan.feasible and plan.widths == {"b": 8} and plan.predicted["flash"] == 10000
 
 
 @pytest.mark.slow  # trains, converts five INT8 files (two arena probes, the plan, measured) and runs TFLM: ~30 s
@@ -55,6 +66,7 @@ def test_a_model_over_sram_is_pruned_until_tflm_s_arena_fits(tmp_path):
 
     from edgekit.cli.main import app
     from edgekit.micro.interpreter import smallest_arena
+    from edgekit.orchestration.run_shipped import run_shipped
 
     (tmp_path / "models.py").write_text(MODELS)
     spec = importlib.util.spec_from_file_location("_micro_prune_models", tmp_path / "models.py")
@@ -114,3 +126,6 @@ def test_a_model_over_sram_is_pruned_until_tflm_s_arena_fits(tmp_path):
     assert json.loads((ship / "micro.json").read_text())["arena_bytes"] == rec["arena_after_bytes"]
     # the shipped file's arena, bisected once more here, is the one the report gives
     assert smallest_arena(ship / "tflm-int8-pruned.tflite").bytes == rec["arena_after_bytes"]
+    got = run_shipped(ship, {"x": xe})  # edgekit run ship/ reproduces the pruned file's TFLM accuracy
+    top1 = float(np.mean(np.argmax(next(iter(got.values())), -1) == ye) * 100)
+    assert abs(top1 - after["accuracy"]["value"]) < 1e-6
