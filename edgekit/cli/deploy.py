@@ -295,8 +295,9 @@ def _search_options(objective: str, time_budget: float | None, search: bool | No
 def _print_search(report) -> None:
     s = report.search
     kind = "short search (no recipe; --search tries every candidate)" if s.mode == "quick" else "search"
-    by = (f"accuracy inside the {s.budget['latency_budget_ms']:g} ms latency budget" if s.budget  # budget.py
-          else s.objective)
+    budgets = (s.budget or {}).get("budgets") or {}  # budget.py: {quantity: {limit, unit}}
+    by = ("accuracy inside the " + " and ".join(f"{b['limit']:g} {b['unit']} {q}" for q, b in budgets.items())
+          + (" budgets" if len(budgets) > 1 else " budget") if budgets else s.objective)
     out_console.print(f"{kind}: selected {s.selected or 'nothing'} by {by} in {s.seconds:.0f} s"
                       + (f"; shipping file {s.shipped.file}" if s.shipped else "")
                       + " (why each other candidate lost: below, under 'ship')", highlight=False)

@@ -190,6 +190,26 @@ def test_a_recipes_distill_step_takes_the_teacher_and_refuses_a_mismatched_one_b
     assert step.metrics["teacher"] == str(tmp_path / "t4.pt2")
 
 
+def test_the_cli_takes_the_size_budget_and_the_teacher_and_names_the_budgets_it_selected_inside(cli, tmp_path):
+    from types import SimpleNamespace
+
+    from edgekit.cli import common
+    from edgekit.cli.deploy import _print_search
+
+    d = _untrained(tmp_path / "d")
+    r = cli("deploy", d / "model.pt2", "--eval-data", d / "eval.npz", "--train-data", d / "train.npz", "--arch",
+            f"{MODELS}:PlantedNet", "--size-budget-mb", "0.01", "--teacher", _teacher_pt2(tmp_path / "t5.pt2", 5),
+            "--out", tmp_path / "o")
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert "outputs have shape (5,) a sample" in " ".join(r.stderr.split())
+    budget = {"budgets": {"memory": {"limit": 80, "unit": "MB"}, "size": {"limit": 0.1, "unit": "MB"}}}
+    search_section = SimpleNamespace(mode="full", selected="pruned-distilled", seconds=12.0, shipped=None,
+                                     timeline=None, objective="p50", budget=budget)
+    with common.out_console.capture() as cap:
+        _print_search(SimpleNamespace(search=search_section))
+    assert "selected pruned-distilled by accuracy inside the 80 MB memory and 0.1 MB size budgets" in cap.get()
+
+
 def test_the_frontier_plot_marks_the_budget_the_shipped_point_and_why_the_others_lost():
     from edgekit.report.html_budget import frontier_svg
 
