@@ -1,13 +1,16 @@
 """A microcontroller target's run (``deploy`` with a target whose transport is ``host-interpreter``): there is no
 board, so no device session. The same preparation as every run (``prepare.prepare_run``: data, model, metric
 plan, fp32 ONNX), then: every op checked against TFLite Micro's kernels (refused before conversion, naming the
-layer), full-integer INT8 TFLite with int8 inputs and outputs through the converter chain, the workload
-(``micro/workload.py``: the smallest arena, the eval set through TFLM and LiteRT), the one report (the gate judges
-the TFLM outputs, the fit and TFLM-vs-LiteRT parity) and the one ship writer, with the firmware's files beside."""
+layer), full-integer INT8 TFLite with int8 inputs and outputs through the converter chain, climbing the INT8 ladder
+judged by TFLM's accuracy (``micro_ladder.py``; a full-integer ``.tflite`` given as it is skips both), the workload
+(``micro/workload.py``: the smallest arena, the eval set through TFLM and LiteRT), with training data a file that
+does not fit pruned until it does (``micro_prune.py``), the one report (``assemble.new_report``: the gate judges the
+TFLM outputs, the fit and TFLM-vs-LiteRT parity) and the one ship writer, with the firmware's files beside."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,44 +60,21 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     run = prepare_run(model, eval_data=eval_data, target=target, recipe=Recipe(baseline=BASELINE, variants=[]),
                       opts=opts, calib_data=calib_data, out=out, example_inputs=example_inputs, arch=arch,
                       x_key=x_key, y_key=y_key, progress=progress)
-    given = _given_int8(run.fp32)  # a full-integer INT8 .tflite given as it is: no conversion, no float model
     warnings = list(opts.extra_warnings)
     calib = run.calib_ds or run.eval_ds
-    if given:
-        base_name = GIVEN
-        base = _row_fp32(run.fp32, run.plan, GIVEN)
-        warnings.append(f"the model was given as a full-integer INT8 .tflite: there is no float model, so "
-                        f"{JUDGED}'s accuracy drop is TFLite Micro's against LiteRT's on the same file, and the file "
-                        "ships as given")
-        progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
-        art, m = run.fp32, measure_micro(run.fp32.path, run.fp32.io, part, list(run.eval_ds.xs))
-        ladder_record: dict[str, Any] = {"skipped": "the model was given as a full-integer INT8 .tflite"}
-        cfg = MICRO_CONFIG
-    else:
-        base_name = BASELINE
-        progress("checking every op against TFLite Micro's kernels")
-        refuse_unsupported(run.fp32.path)
-        if run.calib_ds is None:
-            warnings.append("no --calib-data: the INT8 activation ranges were calibrated on the eval set")
-        base = _row_fp32(run.fp32, run.plan)
-        progress("converting to full-integer INT8 TFLite (int8 inputs and outputs), judged by TFLite Micro's "
-                 "accuracy")
-        ladder = _climb(run, part, calib, tolerance(run.gate, base), progress)
-        art, m, ladder_record, cfg = ladder.art, ladder.m, ladder.record, ladder.rung.cfg
-    tflm = _row_tflm(art, m, run.plan)
-    getattr(tflm, _SECTION)["int8_ladder"] = ladder_record
+    f = _int8_file(run, part, calib, warnings, progress)
+    base_name, base, tflm, m = f.base.name, f.base, _row_tflm(f.art, f.m, run.plan), f.m
+    getattr(tflm, _SECTION)["int8_ladder"] = f.ladder
     rows, outputs = [base, tflm], {base_name: run.plan.reference, JUDGED: m.tflm}
-    judged, judged_art, judged_m = JUDGED, art, m
+    judged, judged_art, judged_m = JUDGED, f.art, m
     refusal = pruning_refusal(run) if not m.fit.fits else None
     if not m.fit.fits and refusal is None:  # memory is the budget: prune until TFLM's arena fits (micro_prune.py)
         progress(f"{JUDGED} does not fit {target.name}: pruning channels until TFLite Micro's arena fits")
-        pruning = _prune(run, part, m, calib, cfg, progress)
-        section = getattr(tflm, _SECTION)
-        section["pruning"] = pruning.record
+        pruning = _prune(run, part, m, calib, f.cfg, progress)
+        getattr(tflm, _SECTION)["pruning"] = pruning.record
         if pruning.art is not None:
             pm = measure_micro(pruning.art.path, pruning.art.io, part, list(run.eval_ds.xs))
-            pruned = _row_tflm(pruning.art, pm, run.plan, PRUNED)
-            rows.append(pruned)
+            rows.append(_row_tflm(pruning.art, pm, run.plan, PRUNED))
             outputs[PRUNED] = pm.tflm
             judged, judged_art, judged_m = PRUNED, pruning.art, pm
         else:
@@ -107,10 +87,10 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
     warnings += _disagreement_warnings(judged_m, judged)
     score_drops(rows, outputs, run.plan, base_name, tolerance(run.gate, base))
     if judged == PRUNED:
-        _pruning_summary(getattr(tflm, _SECTION)["pruning"], tflm, rows[-1])
-        setattr(rows[-1], _SECTION, {**getattr(rows[-1], _SECTION), "pruning": getattr(tflm, _SECTION)["pruning"]})
-        warnings.append(f"{JUDGED} did not fit {target.name}; shipped {PRUNED}: "
-                        + getattr(tflm, _SECTION)["pruning"]["summary"])
+        rec = getattr(tflm, _SECTION)["pruning"]
+        _pruning_summary(rec, tflm, rows[-1])
+        getattr(rows[-1], _SECTION)["pruning"] = rec
+        warnings.append(f"{JUDGED} did not fit {target.name}; shipped {PRUNED}: {rec['summary']}")
     gate = evaluate_gate(rows, base_name, run.gate, judged=[judged])
     gate.checks += [Check(**c) for c in fit_checks(judged_m.fit, judged)]
     if refusal:
@@ -134,6 +114,37 @@ def deploy_micro(model: Any, *, eval_data: str | Path, target: TargetSpec, calib
         write_nothing_shipped(run.out_dir, "microcontroller", f"the gate failed: {failed}")
     write_report(report, run.out_dir)
     return report
+
+
+@dataclass
+class _Int8File:
+    base: VariantResult  # the reference row: the float model, or a given INT8 file through LiteRT
+    art: Artifact  # the full-integer INT8 file TFLM runs
+    m: MicroMeasurement
+    ladder: dict[str, Any]  # the report's micro.int8_ladder
+    cfg: TfliteConfig  # the shipped rung's settings (pruning converts with them)
+
+
+def _int8_file(run: PreparedRun, part: Microcontroller, calib: Dataset, warnings: list[str],
+               progress: Progress) -> _Int8File:
+    """The full-integer INT8 file: a given one as it is, or the source checked op by op against TFLM's kernels and
+    converted through the INT8 ladder; measured through TFLM."""
+    if _given_int8(run.fp32):  # no conversion, no float model
+        warnings.append(f"the model was given as a full-integer INT8 .tflite: there is no float model, so "
+                        f"{JUDGED}'s accuracy drop is TFLite Micro's against LiteRT's on the same file, and the file "
+                        "ships as given")
+        progress("TFLite Micro: the smallest arena, the eval set (LiteRT beside it)")
+        m = measure_micro(run.fp32.path, run.fp32.io, part, list(run.eval_ds.xs))
+        return _Int8File(_row_fp32(run.fp32, run.plan, GIVEN), run.fp32, m,
+                         {"skipped": "the model was given as a full-integer INT8 .tflite"}, MICRO_CONFIG)
+    progress("checking every op against TFLite Micro's kernels")
+    refuse_unsupported(run.fp32.path)
+    if run.calib_ds is None:
+        warnings.append("no --calib-data: the INT8 activation ranges were calibrated on the eval set")
+    base = _row_fp32(run.fp32, run.plan)
+    progress("converting to full-integer INT8 TFLite (int8 inputs and outputs), judged by TFLite Micro's accuracy")
+    ladder = _climb(run, part, calib, tolerance(run.gate, base), progress)
+    return _Int8File(base, ladder.art, ladder.m, ladder.record, ladder.rung.cfg)
 
 
 def _climb(run: PreparedRun, part: Microcontroller, calib: Dataset, tol: float | None, progress: Progress) -> Climb:
