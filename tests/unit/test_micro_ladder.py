@@ -76,3 +76,37 @@ def test_the_per_tensor_rung_writes_one_weight_scale_per_tensor(tmp_path):
                   and t["shape"][0] == 8 and t["shape"][-1] == 1]  # the conv's OHWI weights
         scales[r.cfg.per_channel] = len(conv_w[0]["quantization_parameters"]["scales"])
     assert scales == {True: 8, False: 1}
+
+
+@pytest.mark.slow  # three conversions and TFLM runs: ~25 s here
+def test_a_deploy_whose_first_rung_misses_the_tolerance_climbs_and_ships_the_least_drop(tmp_path):
+    pytest.importorskip("tflite_micro", reason="the micro extra (pip install 'edgekit[micro]') is not installed")
+    import json
+
+    import torch
+    from typer.testing import CliRunner
+
+    from edgekit.cli.main import app
+
+    torch.manual_seed(0)  # an untrained 10-class net scored against its own float labels: INT8 flips a few
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 8 * 8, 10)).eval()
+    x = np.random.default_rng(0).random((300, 1, 8, 8), dtype=np.float32)
+    y = net(torch.tensor(x)).argmax(1).numpy()
+    torch.export.save(torch.export.export(net, (torch.tensor(x[:1]),)), tmp_path / "m.pt2")
+    np.savez(tmp_path / "eval.npz", x=x[:200], y=y[:200])
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([x, x]))  # 600 samples: the ladder has its middle rung
+    res = CliRunner().invoke(app, ["deploy", str(tmp_path / "m.pt2"), "--eval-data", str(tmp_path / "eval.npz"),
+                                   "--calib-data", str(tmp_path / "calib.npz"), "--target", "nrf52840",
+                                   "--max-accuracy-drop", "0", "--out", str(tmp_path / "out")])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    tflm = next(v for v in report["variants"] if v["name"] == "tflm-int8")
+    ladder = tflm["micro"]["int8_ladder"]
+    drops = [r["accuracy_drop"] for r in ladder["rungs"]]
+    assert drops[0] > 0, "INT8 lost nothing on this net: the test needs a first rung outside the tolerance"
+    assert len(drops) >= 2 and not any(r["inside_tolerance"] for r in ladder["rungs"][:-1])
+    assert ladder["rungs"][1]["calibration_samples"] == 600
+    shipped = next(r for r in ladder["rungs"] if r["rung"] == ladder["shipped"])
+    assert shipped["accuracy_drop"] == min(drops)  # none inside: the least drop (the first on a tie)
+    assert tflm["accuracy_drop"] == pytest.approx(shipped["accuracy_drop"], abs=1e-6)  # the file measured is it
+    assert res.exit_code == (0 if shipped["inside_tolerance"] else 1), res.output
