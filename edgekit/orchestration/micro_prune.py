@@ -6,17 +6,17 @@ not a formula. The structured-pruning machinery is the latency budget's (``passe
 groups, their host-measured accuracy loss per width, ``prune_widths``); what changes is the cost model:
 
  1. an *arena table*: each prunable group pruned alone to about half its width (no fine-tune), converted to INT8 and
-    its arena bisected; the bytes it saves per channel removed are that group's slope;
+    its arena bisected; the arena bytes and the file bytes it saves per channel removed are that group's slopes;
  2. the plan (:func:`plan_arena`): per-group widths with the least predicted accuracy loss (the sum of each group's
-    host-measured loss) whose predicted arena (the measured arena less each pruned group's slope times the channels
-    removed) is at most ``PLAN_MARGIN`` of the SRAM budget; groups whose pruning does not shrink the arena are left
-    whole, with the reason;
+    host-measured loss) whose predicted arena and flash (each measured figure less each pruned group's slope times
+    the channels removed) are at most ``PLAN_MARGIN`` of the SRAM and flash budgets; a group whose pruning saves
+    nothing of what is over is left whole;
  3. the plan built (pruned, fine-tuned ``RECOVERY_EPOCHS`` on the training data), re-converted to full-integer INT8
     and its arena bisected again. An arena is a peak, not a sum: when the peak moves to another op the prediction
-    misses, and the next round plans for a target scaled by how far it missed (at most ``ROUNDS`` rounds).
+    misses, and the next round plans the missed figure for a target scaled by how far it missed (at most ``ROUNDS``
+    rounds).
 The file that fits is measured like the unpruned one (TFLM's outputs on the eval set) and the gate judges its TFLM
-accuracy. Flash is checked too: a plan that fits the arena but not the flash goes on shrinking (the weights scale
-with the same widths)."""
+accuracy and fit."""
 
 from __future__ import annotations
 
