@@ -131,7 +131,9 @@ def _search(st: SearchState, device: str | None, transport: Transport | None) ->
             session.use_eval(run.eval_ds, run.art_dir)
             session.deliver([run.fp32, *(art for _, art in _built(cands))])
         with clock.span("screening"):
-            st.base_screen = _screen(session, run, cands, st.screen_settings, sopts, progress)
+            goal = st.budget is not None
+            st.base_screen = _screen(session, run, cands, st.screen_settings, sopts, progress,
+                                     _SCREENED_WITH_GOAL if goal else _SCREENED, race=not goal)
         with clock.span("finals"):
             final = st.final = _finals(session, run, cands, final_settings, progress)
             if st.budget is not None:  # nothing meets the budget: prune to it (budget.py)
@@ -321,6 +323,10 @@ def _screening(final: RunSettings, sopts: SearchOptions) -> RunSettings:
 
 # what screening drops on (latency is left to racing and the finals: a short run's timing is noisy)
 _SCREENED = {"accuracy_drop", "peak_memory_budget", "model_size_budget"}
+# a budget as a goal (budget.py) does not screen, nor race: a file over it (an INT8 file over a size budget) is the
+# encoding the search prunes from, and a slower file may be the most accurate inside it, so both reach the finals;
+# the selection ships only files that meet it
+_SCREENED_WITH_GOAL = {"accuracy_drop"}
 
 
 def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[str] | None,
@@ -333,17 +339,18 @@ def _failed_checks(run: PreparedRun, base: Measured, cand: Measured, names: set[
 
 
 def _screen(session: DeviceSession, run: PreparedRun, cands: list[Candidate], settings: RunSettings,
-            sopts: SearchOptions, progress: Callable[[str], None]) -> VariantResult:
+            sopts: SearchOptions, progress: Callable[[str], None], screened: set[str] = _SCREENED,
+            race: bool = True) -> VariantResult:
     """Short measurement of the baseline and every survivor (every built one: past the time budget
-    too); drops on accuracy, memory, racing."""
+    too); drops on the ``screened`` checks (accuracy, memory, size), racing (``race``)."""
     progress("screening the fp32 baseline on the device")
     base = session.measure(BASE, run.fp32, settings)
     if isinstance(base, MeasureFailure):
         raise base.error()
-    latency = sopts.objective in ("p50", "p99")
+    latency = race and sopts.objective in ("p50", "p99")
     # a racer must be able to ship: fp32 over the size or memory budget never knocks a candidate out
     base_can_ship = not [c for c in evaluate_gate([base.result], BASE, run.gate, judged=[BASE]).checks
-                         if not c.passed and c.name in _SCREENED]
+                         if not c.passed and c.name in screened]
     entries = [race_entry(BASE, _raw(base.result))] if latency and base_can_ship else []
     for c, art in _built(cands):
         progress(f"screening {c.name} on the device ({settings.measure.runs} runs)")
@@ -352,7 +359,7 @@ def _screen(session: DeviceSession, run: PreparedRun, cands: list[Candidate], se
             c.drop("screening", f"failed on the device ({r.kind}): {r.message}")
             continue
         v = r.result
-        failed = _failed_checks(run, base, r, _SCREENED, session.emulation is None)
+        failed = _failed_checks(run, base, r, screened, session.emulation is None)
         c.screening = {"p50": v.latency_ms.p50 if v.latency_ms else None,
                        "ci95": v.latency_ms.ci95 if v.latency_ms else None,
                        "accuracy": v.accuracy.value if v.accuracy else None, "accuracy_drop": v.accuracy_drop,

@@ -49,9 +49,10 @@ def _untrained(d: Path, cls: str = "PlantedNet", train_x=None) -> Path:
     return d
 
 
-def _search(d: Path, out: Path, arch: str = "PlantedNet", progress=None, **kw):
+def _search(d: Path, out: Path, arch: str = "PlantedNet", progress=None, candidates=(), **kw):
     return search(str(d / "model.pt2"), eval_data=str(d / "eval.npz"), arch=f"{MODELS}:{arch}", out=out,
-                  options=SearchOptions(candidates=[], tune_runtime=False, measure=FAST), progress=progress,
+                  options=SearchOptions(candidates=list(candidates), tune_runtime=False, measure=FAST),
+                  progress=progress,
                   deploy_options=DeployOptions(train_data=str(d / "train.npz"), max_accuracy_drop=3.0, **kw))
 
 
@@ -254,21 +255,27 @@ def test_a_size_budget_is_met_by_pruning_distilled_from_an_edgekit_train_teacher
                             epochs=2, threads=1)
     ckpt = Path(teacher.out).with_suffix(".ckpt") / "last.pt"
     assert ckpt.is_file()
-    size_fp32 = (planted / "model.pt2").stat().st_size  # only for scale; the budget is on the ONNX file below
+    from edgekit.inputs.recipe import PassStep, VariantSpec
+
+    int8 = [VariantSpec(name="ort-int8-dynamic", passes=[PassStep(name="quantize", config={"mode": "dynamic"})])]
     said: list[str] = []
-    first = _search(planted, tmp_path / "a", size_budget_mb=1e3)
-    full = first.variant("fp32").size_bytes / 1e6
-    budget = round(full * 0.5, 6)
-    rep = _search(planted, tmp_path / "b", size_budget_mb=budget, teacher=str(ckpt), progress=said.append)
+    first = _search(planted, tmp_path / "a", size_budget_mb=1e3, candidates=int8)
+    small = first.variant("ort-int8-dynamic").size_bytes / 1e6
+    budget = round(small * 0.6, 6)  # the INT8 file is over it: the search prunes in INT8, not in fp32
+    rep = _search(planted, tmp_path / "b", size_budget_mb=budget, teacher=str(ckpt), progress=said.append,
+                  candidates=int8)
     b = rep.search.budget
     assert rep.gate.passed, rep.gate.checks
     shipped = rep.variant(rep.decision.ship)
-    assert shipped.name.startswith("pruned-") and shipped.size_bytes / 1e6 <= budget, (shipped.size_bytes, budget)
-    assert "latency_table" not in b and b["size_model"]["params_full"] > 0 and size_fp32 > 0
+    assert shipped.name.startswith("pruned-ort-int8-dynamic-") and shipped.size_bytes / 1e6 <= budget
+    # a budget as a goal does not screen: the INT8 file over it reached the finals and is what was pruned
+    assert b["encoding"] == "ort-int8-dynamic"
+    assert next(c for c in rep.search.candidates if c.name == "ort-int8-dynamic").dropped_at == "finals"
+    assert "latency_table" not in b and b["size_model"]["params_full"] > 0
     students = [s for r in b["rounds"] for s in (r.get("students") or {}).values() if s]
     assert {s["name"].split("-")[-1] for s in students} == {"finetuned", "distilled"}
-    for s in students:  # the size is predicted from parameter counts before the file exists, within 2%
-        assert s["measured"]["size"] == pytest.approx(s["predicted"]["size"], rel=0.02), s
+    for s in students:  # the size is predicted from parameter counts before the file exists
+        assert s["measured"]["size"] == pytest.approx(s["predicted"]["size"], rel=0.05), s
     kd = next(v for v in rep.variants if v.name.endswith("distilled"))
     step = next(s for s in kd.lineage if s.name == "distill")
     assert step.metrics["teacher"].endswith(".pt2") and "teacher-" in step.metrics["teacher"]

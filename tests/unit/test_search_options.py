@@ -32,7 +32,8 @@ def _opts(tmp_path, **over) -> DeployOptions:
     (tmp_path / "meter.py").write_text(METER)
     o = DeployOptions(
         max_accuracy_drop=40.0, relative_accuracy_drop=True, metric="top5", outputs=["y"], strict_stats=True,
-        min_speedup=0.01, latency_budget_ms=5000.0, memory_budget_mb=100000.0, warmup=3, runs=12, min_seconds=0.0,
+        min_speedup=0.01, latency_budget_ms=5000.0, memory_budget_mb=100000.0, size_budget_mb=100000.0, warmup=3,
+        runs=12, min_seconds=0.0,
         threads=2, max_seconds=33.0, extra_warnings=["note from the caller"], warmup_mode="auto",
         sustained_seconds=1.0, energy_command=f"{sys.executable} {tmp_path / 'meter.py'}", use_cache=True,
         lock_wait=True, lock_timeout=30.0, eval_samples=48, max_latency_regression=0.5,
@@ -75,6 +76,7 @@ def _honoured(r: Report, tmp_path) -> dict:
         "min_speedup": "min_speedup" in checks or sel.name == "fp32",
         "latency_budget_ms": g["latency_ms_p50"] == 5000.0 and "latency_p50_budget" in checks,
         "memory_budget_mb": g["peak_memory_mb"] == 100000.0 and "peak_memory_budget" in checks,
+        "size_budget_mb": g["model_size_mb"] == 100000.0 and "model_size_budget" in checks,
         "warmup": s["measure"]["warmup"] == 3 and fp.latency_ms.warmup >= 3,
         "runs": s["measure"]["runs"] == 12 and fp.latency_ms.runs >= 12,
         "min_seconds": s["measure"]["min_seconds"] == 0.0,
@@ -147,7 +149,9 @@ CHECKED_BY_OTHER_TESTS = {"postprocess": "test_search_reads_the_postprocess_opti
                           "metric_options": "test_metrics_tasks.py::test_metric_options_from_a_recipe_reach_the_eval_plan "
                                             "(resolve_metric_spec, which deploy and the search both prepare with)",
                           "constants": "test_stateful_inputs.py::test_the_search_and_its_host_filter_take_the_stream",
-                          "state": "test_stateful_inputs.py::test_the_search_and_its_host_filter_take_the_stream"}
+                          "state": "test_stateful_inputs.py::test_the_search_and_its_host_filter_take_the_stream",
+                          "teacher": "test_budget_goals.py::test_a_teacher_whose_outputs_do_not_match_fails_before_any_"
+                                     "training (a budget search's distilled student; without a goal it is refused)"}
 
 
 def test_search_reads_the_postprocess_option(data, tmp_path):
