@@ -414,7 +414,9 @@ def _select(run: PreparedRun, final: dict[str, Measured], cands: list[Candidate]
     base = final[BASE].result
     qualified, why_not, failed_checks = [], {}, []
     for name, m in final.items():
-        g = evaluate_gate([base, m.result], BASE, run.gate, judged=[name], latency_representative=representative)
+        # fp32's own row once (judged by name, it and the base it is would be checked twice, and said twice)
+        pair = [m.result] if m.result is base else [base, m.result]
+        g = evaluate_gate(pair, BASE, run.gate, judged=[name], latency_representative=representative)
         failed = [c for c in g.checks if not c.passed]
         if not failed and goal is not None and not goal.meets(m.result):  # judged on the p50's CI upper bound
             why_not[name] = goal.over(m.result)

@@ -164,6 +164,11 @@ def test_target_memory_budget_drops_candidates_at_screening(digits_onnx, digits,
     assert not rep.gate.passed
     failed = {(ch.name, ch.variant) for ch in rep.gate.failed_checks}
     assert ("peak_memory_budget", "fp32") in failed or ("search", None) in failed, failed
+    # fp32's miss is checked and said once (it was judged as itself and as the baseline: twice)
+    fp32 = [ch for ch in rep.gate.failed_checks if (ch.name, ch.variant) == ("peak_memory_budget", "fp32")]
+    assert len(fp32) <= 1, fp32
+    said = next((ch.message for ch in rep.gate.failed_checks if ch.name == "search"), "")
+    assert said.count("fp32: peak memory") <= 1, said
 
 
 def test_a_baseline_over_the_size_budget_never_races_a_candidate_out(digits_onnx, digits, tmp_path):
