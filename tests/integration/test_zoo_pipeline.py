@@ -1,6 +1,7 @@
 """The test zoo (transformers architectures, trained here) through what a user runs, from another
 working directory with relative paths: deploy with the task's metric, deploy --search, convert to
-TFLite without sample data, convert to Core ML, and accuracy-aware quantization with the task's metric."""
+TFLite without sample data, convert to Core ML, and accuracy-aware quantization with the task's metric. Each model
+is deployed once, as a user would first: the search, judged with the task's metric."""
 
 from __future__ import annotations
 
@@ -49,21 +50,24 @@ def _deploy(cli, where, name, out, *extra):
     return m, r, json.loads((where / out / "report.json").read_text())
 
 
-@pytest.mark.parametrize("name", zoo.NAMES)
-def test_deploy_with_the_task_metric(cli, in_zoo_dir, name):
-    m, r, rep = _deploy(cli, in_zoo_dir, name, f"results/{name}", "--no-search")  # the fixed variants; searched below
+def _judged_with_the_task_metric(m, r, rep):
+    """What every deploy of a zoo model must say, whatever it ships: the baseline (the device's fp32 ONNX) scores
+    what the trained PyTorch model scored, with the task's metric; every output is judged; a compressed variant
+    carries the metric's paired statistics; the gate's accuracy check names the metric; the exit code is the gate's."""
     base = next(v for v in rep["variants"] if v["name"] == "fp32")
     assert base["accuracy"]["metric"] == m.metric
-    # the device's fp32 ONNX scores what the trained PyTorch model scored
     assert base["accuracy"]["value"] == pytest.approx(100 * m.facts["metric_fp32"], abs=1.0)  # zoo.json: 0..1
     assert base["parity"]["max_abs_err"] < 1e-3
     # every output is judged: one parity row per output of a multi-output model, at most one otherwise
     n = len(base["parity_outputs"] or {})
     assert (n == len(m.output_names)) if len(m.output_names) > 1 else n <= 1, base["parity_outputs"]
-    q = next(v for v in rep["variants"] if v["name"] != "fp32")
-    assert q["accuracy"]["metric"] == m.metric and q["accuracy_stats"]["ci95"] is not None
-    check = next(c for c in rep["gate"]["checks"] if c["name"] == "accuracy_drop")
-    assert m.metric in check["message"]
+    scored = [v for v in rep["variants"] if v["name"] != "fp32" and v.get("accuracy")]
+    assert scored, [v["name"] for v in rep["variants"]]
+    assert all(v["accuracy"]["metric"] == m.metric for v in scored)
+    assert any((v.get("accuracy_stats") or {}).get("ci95") is not None for v in scored), scored
+    checks = [c for c in rep["gate"]["checks"] if c["name"] == "accuracy_drop"]
+    assert all(m.metric in c["message"] for c in checks)
+    assert checks or rep["search"]["selected"] == "fp32", rep["gate"]["checks"]
     assert rep["settings"]["eval_inputs"] == m.input_names
     assert r.exit_code == (0 if rep["gate"]["passed"] else 1)
 
@@ -78,8 +82,11 @@ BUDGET = {"seg": "150", "det": "150"}
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_search_ships_a_variant_inside_the_tolerance(cli, in_zoo_dir, name):
     extra = ("--search",) if name in FULL_SEARCH else (("--time-budget", BUDGET[name]) if name in BUDGET else ())
-    m, _, rep = _deploy(cli, in_zoo_dir, name, f"results/{name}-search", *extra)
+    m, r, rep = _deploy(cli, in_zoo_dir, name, f"results/{name}-search", *extra)
     assert rep["search"]["mode"] == ("full" if name in FULL_SEARCH else "quick")
+    # the task's metric through the whole loop (one deploy a model: the fixed default recipe's own deploy of each
+    # zoo model measured the same things again, ~8 min of CI's slow step; the recipe path is the default suite's)
+    _judged_with_the_task_metric(m, r, rep)
     sel = rep["search"]["selected"]
     assert sel is not None, rep["search"]["candidates"]
     v = next(v for v in rep["variants"] if v["name"] == sel)
