@@ -194,7 +194,7 @@ def test_a_planted_degenerate_variant_fails_the_gate_on_the_device(llama, tmp_pa
 
     folder, text = llama
     o = LMOptions(context=64, window=32, max_windows=4, **FAST)
-    p = d.prepare(folder, text, load_target("local"), tmp_path / "out", o, lambda _m: None)
+    p = d.prepare_generation(folder, text, load_target("local"), tmp_path / "out", o, lambda _m: None)
     good = export_onnx(p.src, tmp_path / "out" / "artifacts" / "good.onnx", context=64)
     _planted_degenerate(good.path, tmp_path / "bad.onnx", token=7)
     bad = Artifact.from_file(tmp_path / "bad.onnx", Format.ONNX, lm_io(p.src), precision="int8")

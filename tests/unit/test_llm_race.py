@@ -26,7 +26,7 @@ def prepared(tmp_path_factory):
     text = eval_text(tmp_path_factory.mktemp("text"))
     out = tmp_path_factory.mktemp("race-out")
     o = deploy.LMOptions(context=48, window=24, max_windows=2)
-    return deploy.prepare(folder, text, deploy.target_spec("local"), out, o, lambda _m: None)
+    return deploy.prepare_generation(folder, text, deploy.target_spec("local"), out, o, lambda _m: None)
 
 
 def _cal(p) -> Calibration:
